@@ -1,0 +1,37 @@
+"""Shared base for every API model: camelCase on the wire, snake_case in Python.
+
+Field docstrings become the CRD's field descriptions (``use_attribute_docstrings``),
+so a docstring is API documentation: say the meaning, unit, default and whether
+the field may change after creation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
+
+
+class ApiModel(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        use_attribute_docstrings=True,
+        validate_default=True,
+    )
+
+    def to_wire(self) -> dict[str, Any]:
+        """The object as the API server stores it: camelCase, unset fields left out."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def cel(rule: str, message: str, *, reason: str | None = None, field_path: str | None = None) -> dict[str, Any]:
+    """One ``x-kubernetes-validations`` entry (a CEL rule checked by the API server)."""
+    out: dict[str, Any] = {"rule": rule, "message": message}
+    if reason:
+        out["reason"] = reason
+    if field_path:
+        out["fieldPath"] = field_path
+    return out

@@ -1,0 +1,192 @@
+"""Generate the SWERollout CRD from the pydantic API models.
+
+The API server wants a *structural* OpenAPI v3 schema, which differs from the
+JSON Schema pydantic emits: no $ref, no anyOf-with-null for optional fields, no
+`additionalProperties: false` beside `properties`, boolean `exclusiveMinimum`.
+This module does that translation and nothing else, so the models stay the one
+source of truth.
+
+    python -m swerollout.api.crdgen --out crds/ --chart helm/swerollout
+    python -m swerollout.api.crdgen --check      # exit 1 when the files are stale
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import PydanticUndefined, core_schema
+
+from . import v1alpha1 as api
+
+CRD_FILENAME = "swerollout.io_swerollouts.yaml"
+HEADER = "# Generated from swerollout/api/v1alpha1.py by `make crds`. Do not edit.\n"
+
+
+class _WithFactoryDefaults(GenerateJsonSchema):
+    """Also emit defaults that come from a default_factory.
+
+    Without them the API server would not default a whole missing sub-object
+    (e.g. `spec.agent`), and its nested defaults would never apply.
+    """
+
+    def default_schema(self, schema: core_schema.WithDefaultSchema) -> JsonSchemaValue:
+        factory = schema.get("default_factory")
+        if factory is not None and not schema.get("default_factory_takes_data"):
+            inner = self.generate_inner(schema["schema"])
+            value = factory()  # type: ignore[call-arg]
+            if isinstance(value, BaseModel):
+                value = value.model_dump(mode="json", by_alias=True, exclude_none=True)
+            if value not in ({}, []) or isinstance(value, dict):
+                inner = {**inner, "default": self.encode_default(value)}
+            return inner
+        return super().default_schema(schema)
+
+
+def model_schema(model: type[BaseModel]) -> dict[str, Any]:
+    raw = model.model_json_schema(by_alias=True, mode="validation", schema_generator=_WithFactoryDefaults)
+    defs = raw.pop("$defs", {})
+    return _structural(raw, defs)
+
+
+def _structural(node: Any, defs: dict[str, Any]) -> Any:
+    if isinstance(node, list):
+        return [_structural(n, defs) for n in node]
+    if not isinstance(node, dict):
+        return node
+    node = dict(node)
+    if "$ref" in node:
+        target = copy.deepcopy(defs[node.pop("$ref").rsplit("/", 1)[-1]])
+        # Siblings of $ref (a field's own description/default) override the target's.
+        node = {**target, **node}
+        return _structural(node, defs)
+    if "allOf" in node and len(node["allOf"]) == 1:
+        inner = node.pop("allOf")[0]
+        return _structural({**inner, **node}, defs)
+    if "anyOf" in node:
+        options = [o for o in node["anyOf"] if o.get("type") != "null"]
+        if len(options) == 1:
+            del node["anyOf"]
+            if node.get("default", PydanticUndefined) is None:
+                del node["default"]
+            return _structural({**options[0], **node}, defs)
+    node.pop("title", None)
+    if "const" in node:
+        node["enum"] = [node.pop("const")]
+        node.setdefault("type", "string")
+    if node.get("additionalProperties") is False:
+        del node["additionalProperties"]
+    for key in ("exclusiveMinimum", "exclusiveMaximum"):
+        if key in node and not isinstance(node[key], bool):
+            node["minimum" if key == "exclusiveMinimum" else "maximum"] = node[key]
+            node[key] = True
+    if node.get("format") == "date-time":
+        node["type"] = "string"
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "properties":
+            out[key] = {name: _structural(sub, defs) for name, sub in value.items()}
+        elif key in ("items", "additionalProperties") and isinstance(value, dict):
+            out[key] = _structural(value, defs)
+        else:
+            out[key] = value
+    if out.get("type") == "object" and "properties" not in out and "additionalProperties" not in out:
+        out["x-kubernetes-preserve-unknown-fields"] = True
+    return out
+
+
+def crd() -> dict[str, Any]:
+    spec_schema = model_schema(api.SWERolloutSpec)
+    status_schema = model_schema(api.SWERolloutStatus)
+    root = {
+        "type": "object",
+        "description": (api.SWERollout.__doc__ or "").strip(),
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": {"type": "string", "description": "APIVersion of this object: swerollout.io/v1alpha1."},
+            "kind": {"type": "string", "description": "Kind of this object: SWERollout."},
+            "metadata": {"type": "object"},
+            "spec": spec_schema,
+            "status": status_schema,
+        },
+    }
+    columns = [
+        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+        {"name": "Turns", "type": "integer", "jsonPath": ".status.progress.turns"},
+        {"name": "Tokens", "type": "integer", "jsonPath": ".status.progress.tokens"},
+        {"name": "Reward", "type": "number", "jsonPath": ".status.reward.value"},
+        {"name": "Exit", "type": "string", "jsonPath": ".status.result.exitStatus", "priority": 1},
+        {"name": "Pod", "type": "string", "jsonPath": ".status.sandbox.podName", "priority": 1},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{api.PLURAL}.{api.GROUP}"},
+        "spec": {
+            "group": api.GROUP,
+            "names": {
+                "kind": api.KIND,
+                "listKind": f"{api.KIND}List",
+                "plural": api.PLURAL,
+                "singular": api.SINGULAR,
+                "shortNames": api.SHORT_NAMES,
+                "categories": api.CATEGORIES,
+            },
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": api.VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": root},
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": columns,
+                }
+            ],
+        },
+    }
+
+
+def render() -> str:
+    return HEADER + yaml.safe_dump(crd(), sort_keys=False, width=120)
+
+
+def targets(out_dir: Path, chart: Path | None) -> list[Path]:
+    paths = [out_dir / CRD_FILENAME]
+    if chart is not None:
+        paths.append(chart / "crds" / CRD_FILENAME)
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    root = Path(__file__).resolve().parents[2]
+    parser.add_argument("--out", type=Path, default=root / "crds")
+    parser.add_argument("--chart", type=Path, default=root / "helm" / "swerollout")
+    parser.add_argument("--check", action="store_true", help="fail when the checked-in files differ")
+    args = parser.parse_args(argv)
+    text = render()
+    stale = []
+    for path in targets(args.out, args.chart):
+        if args.check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(path)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            print(f"wrote {path}")
+    if stale:
+        print("stale CRD files (run `make crds`): " + ", ".join(map(str, stale)), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

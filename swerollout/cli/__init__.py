@@ -1,0 +1,1 @@
+"""The `swerollout` command line."""

@@ -1,0 +1,50 @@
+"""Entry point of the `swerollout` command.
+
+Each subcommand lives in its own module that exposes ``register(subparsers)``;
+the module is imported only when its command runs, so `swerollout --help` stays
+fast and one broken optional dependency never breaks every command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# command name -> (module, one-line help). A new command is one module and one line.
+COMMANDS: dict[str, tuple[str, str]] = {
+}
+
+
+def build_parser(load: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="swerollout",
+        description="Agentic RL rollouts of software-engineering tasks on Kubernetes.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in COMMANDS.items():
+        if load is not None and name not in load:
+            sub.add_parser(name, help=help_text, add_help=False)
+            continue
+        module = importlib.import_module(module_name)
+        module.register(sub.add_parser(name, help=help_text, description=help_text))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in args_list if not a.startswith("-")), None)
+    parser = build_parser(load=[command] if command in COMMANDS else [])
+    args = parser.parse_args(args_list)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
