@@ -6,8 +6,14 @@ import (
 
 	"k8s.io/component-base/cli"
 	"k8s.io/kubectl/pkg/cmd"
+	"k8s.io/kubectl/pkg/cmd/util"
 )
 
 func main() {
-	os.Exit(cli.RunNoErrOutput(cmd.NewDefaultKubectlCommand()))
+	command := cmd.NewDefaultKubectlCommand()
+	if err := cli.RunNoErrOutput(command); err != nil {
+		// Print the error the way upstream kubectl does, with its exit code.
+		util.CheckErr(err)
+	}
+	os.Exit(0)
 }
