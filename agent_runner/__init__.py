@@ -1,0 +1,1 @@
+"""The agent runner: the agent loop that runs in the rollout pod beside the sandbox."""
