@@ -40,13 +40,22 @@ targets=(
   "kube-apiserver|kube-apiserver|.|${k8s_ldflags}|--version|Kubernetes ${K8S_VERSION}"
 )
 
+# reports TEXT CMD...: CMD's output contains TEXT. (Output is captured first: with
+# pipefail, `grep -q` closing the pipe early would fail the pipeline.)
+reports() {
+  local expect="$1"; shift
+  local text
+  text="$("$@" 2>&1)" || true
+  [[ "$text" == *"$expect"* ]]
+}
+
 only="${1:-}"
 for t in "${targets[@]}"; do
   IFS='|' read -r name dir pkg ldflags vcmd expect <<<"$t"
   [ -n "$only" ] && [ "$only" != "$name" ] && continue
   out="$bin_dir/$name"
   # shellcheck disable=SC2086
-  if [ -x "$out" ] && "$out" $vcmd 2>/dev/null | grep -qF "$expect"; then
+  if [ -x "$out" ] && reports "$expect" "$out" $vcmd; then
     continue
   fi
   echo "building $name into $out (one-time; kube-apiserver takes several minutes on 2 cores)" >&2
@@ -54,7 +63,7 @@ for t in "${targets[@]}"; do
   (cd "$here/$dir" && go build -trimpath -ldflags "-s -w ${ldflags}" -o "$out.tmp" "$pkg")
   mv "$out.tmp" "$out"
   # shellcheck disable=SC2086
-  if ! "$out" $vcmd 2>&1 | grep -qF "$expect"; then
+  if ! reports "$expect" "$out" $vcmd; then
     echo "error: $out does not report '$expect':" >&2
     "$out" $vcmd >&2 || true
     exit 1
