@@ -1,0 +1,64 @@
+{{- define "swerollout.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "swerollout.labels" -}}
+app.kubernetes.io/name: swerollout
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "swerollout.selectorLabels" -}}
+app.kubernetes.io/name: swerollout
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end -}}
+
+{{- define "swerollout.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "swerollout.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "swerollout.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{- define "swerollout.tokenKeySecret" -}}
+{{- default (printf "%s-token-key" (include "swerollout.fullname" .)) .Values.operator.tokenKeySecret -}}
+{{- end -}}
+
+{{- define "swerollout.watchNamespaces" -}}
+{{- $ns := list .Release.Namespace -}}
+{{- range .Values.rbac.watchNamespaces -}}{{- if ne . $.Release.Namespace -}}{{- $ns = append $ns . -}}{{- end -}}{{- end -}}
+{{- join "," $ns -}}
+{{- end -}}
+
+{{/* The operator's permissions: exactly what it uses, nothing more. */}}
+{{- define "swerollout.rules" -}}
+- apiGroups: ["swerollout.io"]
+  resources: ["swerollouts"]
+  # patch: finalizers and kopf's handler-progress annotations.
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["swerollout.io"]
+  resources: ["swerollouts/status"]
+  verbs: ["get", "patch"]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch", "create", "delete"]
+- apiGroups: [""]
+  resources: ["secrets"]
+  # No list/watch: the operator reads only the Secrets it names.
+  verbs: ["get", "create", "delete"]
+- apiGroups: ["", "events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end -}}

@@ -1,0 +1,176 @@
+"""The rollout phase machine — the only place that decides phase transitions.
+
+    Pending -> Starting -> Running -> (Aborted <-> Resuming) -> Evaluating -> Succeeded | Failed
+
+Handlers report *events* (the pod was created, the sandbox became ready, the
+runner finished, ...); `apply` checks the transition against the table, and
+returns the status patch: the new phase, the conditions that change with it, and
+a message. An event that is not allowed in the current phase raises
+IllegalTransition, which handlers treat as "already handled" (level-triggered
+reconciles see the same event more than once).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Any
+
+from swerollout.api.v1alpha1 import ConditionStatus, ConditionType, Phase
+
+
+class Event(str, Enum):
+    POD_CREATED = "PodCreated"
+    """The rollout pod exists (created now or adopted after a restart)."""
+    SANDBOX_READY = "SandboxReady"
+    """All containers of the pod are ready."""
+    STARTUP_FAILED = "StartupFailed"
+    """The pod could not start (image pull, scheduling, deadline)."""
+    ABORTED = "Aborted"
+    """The runner stopped mid-run and uploaded a snapshot."""
+    RESUME_REQUESTED = "ResumeRequested"
+    """spec.suspend went back to false."""
+    RESUMED = "Resumed"
+    """The runner picked the resume assignment up."""
+    POD_LOST = "PodLost"
+    """The pod disappeared or failed while the rollout needed it."""
+    REPLAY_STARTED = "ReplayStarted"
+    """A fresh pod replays the recorded actions after the old one was lost."""
+    FINISHED = "Finished"
+    """The runner uploaded the trajectory and an evaluation follows."""
+    FINISHED_UNGRADED = "FinishedUngraded"
+    """The runner uploaded the trajectory and no evaluation follows."""
+    EVALUATED = "Evaluated"
+    """The eval pod reported the reward."""
+    FAILED = "Failed"
+    """Anything that ends the rollout without a result."""
+
+
+_T: dict[tuple[Phase, Event], Phase] = {
+    (Phase.PENDING, Event.POD_CREATED): Phase.STARTING,
+    (Phase.PENDING, Event.FAILED): Phase.FAILED,
+    (Phase.STARTING, Event.SANDBOX_READY): Phase.RUNNING,
+    (Phase.STARTING, Event.STARTUP_FAILED): Phase.FAILED,
+    (Phase.STARTING, Event.POD_LOST): Phase.FAILED,
+    (Phase.STARTING, Event.FAILED): Phase.FAILED,
+    (Phase.RUNNING, Event.ABORTED): Phase.ABORTED,
+    (Phase.RUNNING, Event.FINISHED): Phase.EVALUATING,
+    (Phase.RUNNING, Event.FINISHED_UNGRADED): Phase.SUCCEEDED,
+    (Phase.RUNNING, Event.POD_LOST): Phase.FAILED,
+    (Phase.RUNNING, Event.FAILED): Phase.FAILED,
+    (Phase.ABORTED, Event.RESUME_REQUESTED): Phase.RESUMING,
+    (Phase.ABORTED, Event.POD_LOST): Phase.ABORTED,
+    (Phase.ABORTED, Event.FAILED): Phase.FAILED,
+    (Phase.RESUMING, Event.RESUMED): Phase.RUNNING,
+    (Phase.RESUMING, Event.REPLAY_STARTED): Phase.RESUMING,
+    (Phase.RESUMING, Event.ABORTED): Phase.ABORTED,
+    (Phase.RESUMING, Event.POD_LOST): Phase.RESUMING,
+    (Phase.RESUMING, Event.FINISHED): Phase.EVALUATING,
+    (Phase.RESUMING, Event.FINISHED_UNGRADED): Phase.SUCCEEDED,
+    (Phase.RESUMING, Event.FAILED): Phase.FAILED,
+    (Phase.EVALUATING, Event.EVALUATED): Phase.SUCCEEDED,
+    (Phase.EVALUATING, Event.FAILED): Phase.FAILED,
+}
+
+# Conditions that each phase implies; None = leave that condition as it is.
+_CONDITIONS: dict[Phase, dict[ConditionType, ConditionStatus | None]] = {
+    Phase.PENDING: {ConditionType.SANDBOX_READY: ConditionStatus.FALSE},
+    Phase.STARTING: {ConditionType.SANDBOX_READY: ConditionStatus.FALSE},
+    Phase.RUNNING: {
+        ConditionType.SANDBOX_READY: ConditionStatus.TRUE,
+        ConditionType.GENERATING: ConditionStatus.TRUE,
+        ConditionType.SUSPENDED: ConditionStatus.FALSE,
+    },
+    Phase.ABORTED: {ConditionType.GENERATING: ConditionStatus.FALSE, ConditionType.SUSPENDED: ConditionStatus.TRUE},
+    Phase.RESUMING: {ConditionType.SUSPENDED: ConditionStatus.FALSE},
+    Phase.EVALUATING: {ConditionType.GENERATING: ConditionStatus.FALSE, ConditionType.EVALUATED: ConditionStatus.FALSE},
+    Phase.SUCCEEDED: {ConditionType.GENERATING: ConditionStatus.FALSE, ConditionType.COMPLETE: ConditionStatus.TRUE},
+    Phase.FAILED: {ConditionType.GENERATING: ConditionStatus.FALSE, ConditionType.COMPLETE: ConditionStatus.TRUE},
+}
+
+
+class IllegalTransition(Exception):
+    def __init__(self, phase: Phase, event: Event) -> None:
+        super().__init__(f"event {event.value} is not allowed in phase {phase.value}")
+        self.phase = phase
+        self.event = event
+
+
+def next_phase(phase: Phase, event: Event) -> Phase:
+    try:
+        return _T[(phase, event)]
+    except KeyError:
+        raise IllegalTransition(phase, event) from None
+
+
+def allowed(phase: Phase, event: Event) -> bool:
+    return (phase, event) in _T
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def set_condition(
+    conditions: list[dict[str, Any]],
+    ctype: ConditionType,
+    status: ConditionStatus,
+    reason: str,
+    message: str,
+    generation: int | None,
+    at: str,
+) -> list[dict[str, Any]]:
+    """Conditions with one entry set; lastTransitionTime moves only when the status changes."""
+    out = [dict(c) for c in conditions if c.get("type") != ctype.value]
+    old = next((c for c in conditions if c.get("type") == ctype.value), None)
+    transition_time = old["lastTransitionTime"] if old and old.get("status") == status.value else at
+    entry: dict[str, Any] = {
+        "type": ctype.value,
+        "status": status.value,
+        "reason": reason,
+        "message": message[:32768],
+        "lastTransitionTime": transition_time,
+    }
+    if generation is not None:
+        entry["observedGeneration"] = generation
+    out.append(entry)
+    return sorted(out, key=lambda c: str(c["type"]))
+
+
+@dataclass(frozen=True)
+class Transition:
+    old: Phase
+    new: Phase
+    event: Event
+    status_patch: dict[str, Any]
+
+
+def apply(
+    status: dict[str, Any] | None,
+    event: Event,
+    *,
+    reason: str,
+    message: str,
+    generation: int | None,
+    extra: dict[str, Any] | None = None,
+) -> Transition:
+    """The status patch for `event`; raises IllegalTransition when it does not apply."""
+    status = status or {}
+    old = Phase(status.get("phase", Phase.PENDING.value))
+    new = next_phase(old, event)
+    at = now()
+    conditions: list[dict[str, Any]] = list(status.get("conditions") or [])
+    for ctype, cstatus in _CONDITIONS[new].items():
+        if cstatus is not None:
+            conditions = set_condition(conditions, ctype, cstatus, reason, message, generation, at)
+    patch: dict[str, Any] = {"phase": new.value, "conditions": conditions, "message": message}
+    if generation is not None:
+        patch["observedGeneration"] = generation
+    if new in (Phase.SUCCEEDED, Phase.FAILED) and not status.get("completionTime"):
+        patch["completionTime"] = at
+    if old == Phase.PENDING and not status.get("startTime"):
+        patch["startTime"] = at
+    if extra:
+        patch.update(extra)
+    return Transition(old=old, new=new, event=event, status_patch=patch)

@@ -1,0 +1,235 @@
+"""The rollout pod and its Secret, as pure functions of the SWERollout and the settings.
+
+Names are deterministic (rollout name + attempt) so that an operator restart at
+any point finds what it created instead of creating it again.
+
+Pod shape:
+- init `swerex-bundle`: copies a portable Python + swe-rex bundle from the runner
+  image into an emptyDir, so the sandbox can run swerex-remote in any task image
+  whatever its libc or Python.
+- `sandbox`: the task image; serves swerex-remote on loopback. It sees only the
+  swerex token, never the ingest token.
+- `runner`: our image; the agent loop. The only container with the ingest token.
+No Kubernetes credentials are mounted anywhere; no shared process namespace.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from swerollout.api import v1alpha1 as api
+
+from .settings import OperatorSettings
+
+SECRET_INGEST_KEY = "ingest-token"
+SECRET_SWEREX_KEY = "swerex-token"
+BUNDLE_MOUNT = "/swerex"
+RUNNER_SECRET_DIR = "/var/run/secrets/swerollout"
+SANDBOX_CONTAINER = "sandbox"
+RUNNER_CONTAINER = "runner"
+BUNDLE_CONTAINER = "swerex-bundle"
+MAX_POD_NAME = 63
+
+
+def _bounded(name: str, suffix: str, limit: int = MAX_POD_NAME) -> str:
+    """`name-suffix`, shortened with a hash when too long (still deterministic)."""
+    full = f"{name}-{suffix}"
+    if len(full) <= limit:
+        return full
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    keep = limit - len(suffix) - len(digest) - 2
+    return f"{name[:keep].rstrip('-.')}-{digest}-{suffix}"
+
+
+def rollout_pod_name(rollout_name: str, attempt: int) -> str:
+    return _bounded(rollout_name, f"a{attempt}")
+
+
+def eval_pod_name(rollout_name: str, attempt: int) -> str:
+    return _bounded(rollout_name, f"eval{attempt}")
+
+
+def secret_name(rollout_name: str) -> str:
+    return _bounded(rollout_name, "runner", limit=253)
+
+
+def owner_reference(meta: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": api.API_VERSION,
+        "kind": api.KIND,
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _labels(meta: dict[str, Any], component: str) -> dict[str, str]:
+    labels = {
+        "app.kubernetes.io/name": "swerollout",
+        "app.kubernetes.io/managed-by": "swerollout-operator",
+        api.LABEL_ROLLOUT: meta["name"],
+        api.LABEL_COMPONENT: component,
+    }
+    for key in (api.LABEL_BATCH, api.LABEL_MEMBER):
+        value = (meta.get("labels") or {}).get(key)
+        if value:
+            labels[key] = value
+    return labels
+
+
+def runner_secret(meta: dict[str, Any], ingest_token: str, swerex_token: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": secret_name(meta["name"]),
+            "namespace": meta["namespace"],
+            "labels": _labels(meta, "runner-secret"),
+            "ownerReferences": [owner_reference(meta)],
+        },
+        "type": "Opaque",
+        "stringData": {SECRET_INGEST_KEY: ingest_token, SECRET_SWEREX_KEY: swerex_token},
+    }
+
+
+def _resources(res: api.Resources | None) -> dict[str, Any]:
+    if res is None:
+        return {}
+    out: dict[str, Any] = {}
+    if res.requests:
+        out["requests"] = dict(res.requests)
+    if res.limits:
+        out["limits"] = dict(res.limits)
+    return out
+
+
+def rollout_pod(
+    rollout: api.SWERollout,
+    meta: dict[str, Any],
+    settings: OperatorSettings,
+    *,
+    attempt: int,
+    role: str = "rollout",
+) -> dict[str, Any]:
+    """The pod for one attempt. `role` is `rollout` (policy sandbox) or `eval` (grading)."""
+    spec = rollout.spec
+    name = rollout_pod_name(meta["name"], attempt) if role == "rollout" else eval_pod_name(meta["name"], attempt)
+    sandbox_resources = spec.sandbox.resources
+    if role == "eval" and spec.reward.resources is not None:
+        sandbox_resources = spec.reward.resources
+    secret = secret_name(meta["name"])
+    swerex_url = f"http://127.0.0.1:{settings.sandbox_port}"
+    restricted = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    tolerations = [t.to_wire() for t in spec.sandbox.tolerations] + list(settings.extra_tolerations)
+    node_selector = {**settings.extra_node_selector, **spec.sandbox.node_selector}
+
+    pod_spec: dict[str, Any] = {
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "shareProcessNamespace": False,
+        "restartPolicy": "Never",
+        "activeDeadlineSeconds": settings.pod_active_deadline_seconds,
+        "terminationGracePeriodSeconds": 10,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "volumes": [
+            {"name": "swerex-bundle", "emptyDir": {}},
+            {
+                # Only the swerex key: the sandbox must never see the ingest token.
+                "name": "sandbox-credentials",
+                "secret": {
+                    "secretName": secret,
+                    "defaultMode": 0o440,
+                    "items": [{"key": SECRET_SWEREX_KEY, "path": SECRET_SWEREX_KEY}],
+                },
+            },
+            {
+                "name": "runner-credentials",
+                "secret": {"secretName": secret, "defaultMode": 0o440},
+            },
+        ],
+        "initContainers": [
+            {
+                "name": BUNDLE_CONTAINER,
+                "image": settings.runner_image,
+                "imagePullPolicy": settings.runner_image_pull_policy,
+                "command": ["swerollout", "sandbox-bundle", "install", "--dest", BUNDLE_MOUNT],
+                "volumeMounts": [{"name": "swerex-bundle", "mountPath": BUNDLE_MOUNT}],
+                "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+                "securityContext": {**restricted, "runAsNonRoot": True, "runAsUser": 10001, "readOnlyRootFilesystem": True},
+            }
+        ],
+        "containers": [
+            {
+                "name": SANDBOX_CONTAINER,
+                "image": spec.instance.image,
+                "command": [f"{BUNDLE_MOUNT}/bin/swerex-serve"],
+                "workingDir": spec.instance.workdir,
+                "env": [
+                    {"name": "SWEREX_PORT", "value": str(settings.sandbox_port)},
+                    {"name": "SWEREX_AUTH_TOKEN_FILE", "value": f"{RUNNER_SECRET_DIR}/{SECRET_SWEREX_KEY}"},
+                    # The embedded dev mode checks a file:// task image out at this commit.
+                    {"name": "SWEROLLOUT_BASE_COMMIT", "value": spec.instance.base_commit},
+                ],
+                "volumeMounts": [
+                    {"name": "swerex-bundle", "mountPath": BUNDLE_MOUNT, "readOnly": True},
+                    {"name": "sandbox-credentials", "mountPath": RUNNER_SECRET_DIR, "readOnly": True},
+                ],
+                "readinessProbe": {
+                    "tcpSocket": {"port": settings.sandbox_port},
+                    "periodSeconds": 2,
+                    "failureThreshold": 3,
+                },
+                "resources": _resources(sandbox_resources),
+                "securityContext": {"allowPrivilegeEscalation": False},
+            },
+            {
+                "name": RUNNER_CONTAINER,
+                "image": settings.runner_image,
+                "imagePullPolicy": settings.runner_image_pull_policy,
+                "command": ["python", "-m", "agent_runner"],
+                "env": [
+                    {"name": "SWEROLLOUT_ROLE", "value": role},
+                    {"name": "SWEROLLOUT_INGEST_URL", "value": settings.ingest_url},
+                    {"name": "SWEROLLOUT_NAMESPACE", "value": meta["namespace"]},
+                    {"name": "SWEROLLOUT_NAME", "value": meta["name"]},
+                    {"name": "SWEROLLOUT_UID", "value": meta["uid"]},
+                    {"name": "SWEROLLOUT_ATTEMPT", "value": str(attempt)},
+                    {"name": "SWEROLLOUT_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                    {"name": "SWEROLLOUT_INGEST_TOKEN_FILE", "value": f"{RUNNER_SECRET_DIR}/{SECRET_INGEST_KEY}"},
+                    {"name": "SWEREX_URL", "value": swerex_url},
+                    {"name": "SWEREX_AUTH_TOKEN_FILE", "value": f"{RUNNER_SECRET_DIR}/{SECRET_SWEREX_KEY}"},
+                ],
+                "volumeMounts": [
+                    {"name": "runner-credentials", "mountPath": RUNNER_SECRET_DIR, "readOnly": True},
+                ],
+                "resources": settings.runner_resources,
+                "securityContext": {**restricted, "runAsNonRoot": True, "runAsUser": 10001, "readOnlyRootFilesystem": True},
+            },
+        ],
+    }
+    if tolerations:
+        pod_spec["tolerations"] = tolerations
+    if node_selector:
+        pod_spec["nodeSelector"] = node_selector
+    if spec.sandbox.runtime_class_name:
+        pod_spec["runtimeClassName"] = spec.sandbox.runtime_class_name
+    if spec.sandbox.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": n} for n in spec.sandbox.image_pull_secrets]
+
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": meta["namespace"],
+            "labels": _labels(meta, role),
+            "annotations": {"swerollout.io/attempt": str(attempt)},
+            "ownerReferences": [owner_reference(meta)],
+        },
+        "spec": pod_spec,
+    }

@@ -1,0 +1,57 @@
+"""Operator settings: one pydantic model, filled from flags or environment by __main__.
+
+Every field says its unit, default and why it exists. Nothing here is read from
+globals elsewhere: the settings object is passed in explicitly.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class OperatorSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    namespaces: list[str] = Field(default_factory=lambda: ["default"])
+    """Namespaces to watch. Empty with `cluster_wide` means every namespace."""
+    cluster_wide: bool = False
+    """Watch every namespace (needs the chart's ClusterRole)."""
+
+    runner_image: str = "ghcr.io/swerollout/swerollout:0.1.0"
+    """Image of the init (swerex bundle) and runner containers."""
+    runner_image_pull_policy: str = "IfNotPresent"
+
+    ingest_url: str = "http://swerollout-operator.swerollout-system.svc:8081"
+    """Base URL at which runner containers reach the operator's ingest API."""
+    ingest_port: int = Field(default=8081, ge=1, le=65535)
+    """Port the ingest API listens on inside the operator."""
+    metrics_port: int = Field(default=8080, ge=1, le=65535)
+    """Port of /metrics, /healthz and /readyz."""
+    bind_host: str = "0.0.0.0"
+    """Address the operator's HTTP servers bind to (127.0.0.1 in the embedded dev mode)."""
+
+    token_key_file: Path | None = None
+    """File with the operator's secret key; per-rollout ingest tokens are derived from it
+    (HMAC), so tokens survive restarts without being stored. Unset: a random key per
+    process (tokens then change on restart; fine only for tests)."""
+
+    sandbox_port: int = Field(default=8880, ge=1, le=65535)
+    """Port swerex-remote listens on inside the pod (loopback only)."""
+    runner_resources: dict[str, dict[str, str]] = Field(
+        default_factory=lambda: {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
+    )
+    """Resources of the runner container."""
+    pod_active_deadline_seconds: int = Field(default=86400, ge=60)
+    """Hard upper bound on a rollout pod's life (seconds): a safety net against leaks;
+    normal cleanup deletes pods long before."""
+    extra_tolerations: list[dict[str, object]] = Field(default_factory=list)
+    """Tolerations added to every pod (the embedded dev mode adds the local node's)."""
+    extra_node_selector: dict[str, str] = Field(default_factory=dict)
+    """nodeSelector entries added to every pod."""
+
+    status_coalesce_seconds: float = Field(default=3.0, ge=0.0)
+    """Minimum interval between progress status patches of one rollout (seconds)."""
+    keep_failed_pods: bool = False
+    """Keep the pods of Failed rollouts for debugging instead of deleting them."""
