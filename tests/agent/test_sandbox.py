@@ -1,0 +1,141 @@
+"""Sandbox against a real swerex-remote on loopback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+from swerex_fixture import SwerexHandle
+from tcp_proxy import DroppingProxy
+
+from agent_runner.sandbox import Sandbox, SandboxAuthError, SandboxUnavailableError
+
+
+async def test_session_keeps_cwd_and_environment(sandbox: Sandbox, git_repo: Path) -> None:
+    await sandbox.run("mkdir -p sub && cd sub && export GREETING=hello", timeout=10)
+    where = await sandbox.run("pwd; echo $GREETING", timeout=10)
+    assert where.output.split() == [str(git_repo / "sub"), "hello"]
+    assert where.exit_code == 0
+
+
+async def test_exit_codes_are_reported(sandbox: Sandbox) -> None:
+    assert (await sandbox.run("false", timeout=10)).exit_code == 1
+    assert (await sandbox.run("bash -c 'exit 7'", timeout=10)).exit_code == 7
+    multi = await sandbox.run("echo one\necho two\n(exit 3)", timeout=10)
+    assert multi.output.split() == ["one", "two"]
+    assert multi.exit_code == 3
+
+
+async def test_heredoc_and_syntax_errors(sandbox: Sandbox, git_repo: Path) -> None:
+    made = await sandbox.run("cat > note.txt <<'EOF'\nline $HOME\nEOF\ncat note.txt", timeout=10)
+    assert made.output.strip() == "line $HOME"
+    assert made.exit_code == 0
+    broken = await sandbox.run("echo (", timeout=10)
+    assert broken.exit_code == 2
+    assert "syntax error" in broken.output
+    assert (await sandbox.run("echo still-alive", timeout=10)).output.strip() == "still-alive"
+
+
+async def test_timed_out_command_is_interrupted_and_session_survives(sandbox: Sandbox, git_repo: Path) -> None:
+    await sandbox.run("cd /tmp", timeout=10)
+    slow = await sandbox.run("echo started; sleep 30; echo finished > finished.txt", timeout=1)
+    assert slow.timed_out
+    assert slow.exit_code is None
+    after = await sandbox.run("pwd", timeout=10)
+    assert after.output.strip() == "/tmp"
+    assert after.exit_code == 0
+    assert not Path("/tmp/finished.txt").exists() or "finished" not in Path("/tmp/finished.txt").read_text()
+
+
+async def test_timeout_ignoring_sigint_is_killed(sandbox: Sandbox) -> None:
+    stubborn = await sandbox.run("trap '' INT; sleep 30", timeout=1)
+    assert stubborn.timed_out
+    assert (await sandbox.run("echo ok", timeout=10)).output.strip() == "ok"
+
+
+async def test_files_round_trip_through_the_sandbox(sandbox: Sandbox, git_repo: Path) -> None:
+    await sandbox.write_file(str(git_repo / "deep/dir/new.txt"), "héllo\nworld\n")
+    assert (git_repo / "deep/dir/new.txt").read_text() == "héllo\nworld\n"
+    assert await sandbox.read_file(str(git_repo / "calc.py")) == "def add(a, b):\n    return a - b\n"
+    with pytest.raises(FileNotFoundError):
+        await sandbox.read_file(str(git_repo / "missing.txt"))
+
+
+async def test_execute_runs_outside_the_session(sandbox: Sandbox, git_repo: Path) -> None:
+    await sandbox.run("cd /tmp", timeout=10)
+    result = await sandbox.execute("pwd; exit 4", cwd=str(git_repo))
+    assert result.output.strip() == str(git_repo)
+    assert result.exit_code == 4
+    assert (await sandbox.run("pwd", timeout=10)).output.strip() == "/tmp"
+
+
+async def test_wrong_token_is_a_clear_auth_error(swerex_server: SwerexHandle) -> None:
+    with pytest.raises(SandboxAuthError, match="auth token"):
+        await Sandbox.connect(swerex_server.url, "wrong-token", timeout=5)
+
+
+async def test_unreachable_server_is_unavailable() -> None:
+    from swerex_fixture import free_port
+
+    with pytest.raises(SandboxUnavailableError, match="not alive"):
+        await Sandbox.connect(f"http://127.0.0.1:{free_port()}", "t", timeout=0.5)
+
+
+async def test_reconnect_reuses_the_live_session(swerex_server: SwerexHandle) -> None:
+    first = await Sandbox.connect(swerex_server.url, swerex_server.token)
+    await first.run("export KEEP=me", timeout=10)
+    await first.close()
+    second = await Sandbox.connect(swerex_server.url, swerex_server.token)
+    try:
+        assert (await second.run("echo $KEEP", timeout=10)).output.strip() == "me"
+    finally:
+        await second.close()
+
+
+COUNT_COMMAND = "sleep 1; echo ran >> counter.txt; (exit 5)"
+
+
+@pytest.mark.parametrize("close_upstream", [True, False])
+async def test_dropped_connection_never_runs_a_command_twice(
+    swerex_server: SwerexHandle, git_repo: Path, close_upstream: bool
+) -> None:
+    proxy = await DroppingProxy(
+        swerex_server.port, drop_when=b"counter.txt", close_upstream=close_upstream
+    ).start()
+    sandbox = await Sandbox.connect(proxy.url, swerex_server.token)
+    try:
+        result = await sandbox.run(COUNT_COMMAND, timeout=20)
+    finally:
+        await sandbox.close()
+        await proxy.stop()
+    assert proxy.drops == 1
+    assert (git_repo / "counter.txt").read_text() == "ran\n"
+    assert result.exit_code == 5
+
+
+async def test_dropped_connection_after_server_forgot_the_answer(swerex_server: SwerexHandle, git_repo: Path) -> None:
+    """The server only remembers its last answer; make it forget, then let the client re-send."""
+
+    async def another_request_in_between() -> None:
+        async with httpx.AsyncClient() as other:
+            await other.post(
+                f"{swerex_server.url}/execute",
+                json={"command": "true", "shell": True},
+                headers={"X-API-Key": swerex_server.token, "X-Request-ID": "someone-else"},
+                timeout=30,
+            )
+
+    proxy = await DroppingProxy(
+        swerex_server.port, drop_when=b"counter.txt", before_drop=another_request_in_between
+    ).start()
+    sandbox = await Sandbox.connect(proxy.url, swerex_server.token)
+    try:
+        result = await sandbox.run(COUNT_COMMAND, timeout=20)
+        assert (await sandbox.run("echo next", timeout=10)).output.strip() == "next"
+    finally:
+        await sandbox.close()
+        await proxy.stop()
+    assert (git_repo / "counter.txt").read_text() == "ran\n"
+    assert result.exit_code == 5
+    assert "output was lost" in result.output
