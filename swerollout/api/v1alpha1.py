@@ -139,7 +139,7 @@ class Instance(ApiModel):
     """SWE-bench instance id, e.g. `astropy__astropy-12907`."""
     repo: Annotated[str, StringConstraints(min_length=1, max_length=256)]
     """Repository the task comes from, e.g. `astropy/astropy`."""
-    base_commit: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{7,64}$")]
+    base_commit: Annotated[str, StringConstraints(min_length=7, max_length=64, pattern=r"^[0-9a-f]{7,64}$")]
     """Commit the sandbox is checked out at (hex)."""
     image: Annotated[str, StringConstraints(min_length=1, max_length=1024)]
     """Container image of the sandbox with the repository at `workdir`. In the embedded dev mode, `file://<absolute path of a git repository>` gives a fresh checkout of that repository at baseCommit."""
