@@ -1,0 +1,5 @@
+"""Human-readable durations."""
+
+from .duration import format_duration, parse_duration
+
+__all__ = ["format_duration", "parse_duration"]
