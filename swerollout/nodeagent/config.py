@@ -1,0 +1,52 @@
+"""Configuration of the node agent (passed in explicitly, never read from globals)."""
+
+from __future__ import annotations
+
+import fnmatch
+import sys
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DEFAULT_RUNNER_IMAGES = ("ghcr.io/swerollout/swerollout:*", "swerollout:*", "ghcr.io/swerollout/swerollout", "swerollout")
+
+
+class NodeAgentConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    node_name: str = "local"
+    """Name of the Node object this agent registers and serves."""
+
+    root_dir: Path
+    """Where pod directories (volumes, checkouts, logs, pidfiles) live. Must survive
+    an agent restart: re-adoption reads the pidfiles kept here."""
+
+    runner_images: tuple[str, ...] = DEFAULT_RUNNER_IMAGES
+    """Glob patterns of image names that map to the installed Python environment
+    (the runner/operator image)."""
+
+    python_bin_dir: Path = Field(default_factory=lambda: Path(sys.executable).parent)
+    """The bin directory of the Python environment that runner images map to; put
+    first on PATH of such containers."""
+
+    isolation: Literal["auto", "bwrap", "none"] = "auto"
+    """auto: use bubblewrap when `bwrap` is installed, else run unisolated and say so
+    in the pod status. bwrap: require it. none: never isolate (tests, debugging)."""
+
+    taint: bool = True
+    """Register the Node with taint swerollout.io/local=true:NoSchedule, so only pods
+    that tolerate it are bound here."""
+
+    labels: dict[str, str] = Field(default_factory=lambda: {"swerollout.io/node-agent": "local"})
+    """Labels of the Node object."""
+
+    status_interval_seconds: float = 10.0
+    """How often the Node's Ready heartbeat is refreshed."""
+
+    probe_period_seconds: float | None = None
+    """Overrides every readiness probe's periodSeconds (tests use a small value);
+    None keeps what the pod says."""
+
+    def is_runner_image(self, image: str) -> bool:
+        return any(fnmatch.fnmatchcase(image, pattern) for pattern in self.runner_images)

@@ -1,0 +1,108 @@
+"""How a container's file system view is built: bubblewrap, or a mapped directory.
+
+With bubblewrap (``bwrap``) each container gets a new mount namespace whose
+root is a tmpfs holding read-only binds of the host paths it may see, a private
+/tmp, fresh /dev and /proc, and its volume mounts at their real mountPath.
+Host directories that contain a mount target or a hidden path are "split": the
+directory is recreated and each sibling bound one by one, so a mount can land
+at e.g. /etc/swerollout even though the host has no such directory, and the
+node agent's pod directories (other pods' secrets) are never visible.
+
+Without bubblewrap, absolute mountPaths cannot exist, so each one becomes a
+symlink under a per-container directory whose path the process receives in
+SWEROLLOUT_MOUNT_ROOT (e.g. mountPath /etc/token -> $SWEROLLOUT_MOUNT_ROOT/etc/token);
+the pod's status says it runs unisolated.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+MOUNT_ROOT_ENV = "SWEROLLOUT_MOUNT_ROOT"
+
+# Host paths a sandbox (task image) container may see, read-only. Everything else
+# (home directories, /work, the node agent's pod directories) stays invisible.
+SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
+_REPLACED = (PurePosixPath("/proc"), PurePosixPath("/dev"), PurePosixPath("/tmp"))
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: Path
+    dest: PurePosixPath
+    read_only: bool
+
+
+def find_bwrap() -> str | None:
+    return shutil.which("bwrap")
+
+
+def _under(path: PurePosixPath, parent: PurePosixPath) -> bool:
+    return path == parent or parent in path.parents
+
+
+def _emit(host: Path, dest: PurePosixPath, cuts: list[PurePosixPath], args: list[str]) -> None:
+    if host.is_symlink():
+        if not any(c == dest for c in cuts):
+            args += ["--symlink", os.readlink(host), str(dest)]
+        return
+    if not host.exists():
+        return
+    inner = [c for c in cuts if _under(c, dest)]
+    if dest in inner:
+        return
+    if not inner or not host.is_dir():
+        args += ["--ro-bind", str(host), str(dest)]
+        return
+    if str(dest) != "/":
+        args += ["--dir", str(dest)]
+    try:
+        children = sorted(host.iterdir())
+    except OSError:
+        return
+    for child in children:
+        _emit(child, dest / child.name, inner, args)
+
+
+def bwrap_argv(
+    bwrap: str,
+    *,
+    exposed: list[Path],
+    hidden: list[Path],
+    mounts: list[Mount],
+    private_tmp: Path,
+    workdir: PurePosixPath,
+    hostname: str,
+) -> list[str]:
+    """The bwrap prefix for one container (the command follows after ``--``)."""
+    cuts = [*_REPLACED, *(PurePosixPath(p) for p in hidden), *(m.dest for m in mounts)]
+    args = [bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", hostname[:63], "--die-with-parent"]
+    for path in exposed:
+        _emit(path, PurePosixPath(path), cuts, args)
+    args += ["--dev", "/dev", "--proc", "/proc", "--bind", str(private_tmp), "/tmp"]
+    for m in sorted(mounts, key=lambda m: len(m.dest.parts)):
+        args += ["--ro-bind" if m.read_only else "--bind", str(m.source), str(m.dest)]
+    args += ["--chdir", str(workdir), "--"]
+    return args
+
+
+def map_unisolated(mount_root: Path, mounts: list[Mount], workdir: PurePosixPath | None) -> Path | None:
+    """Expose each mount as a symlink under ``mount_root``; return the host path of ``workdir``."""
+    mount_root.mkdir(parents=True, exist_ok=True)
+    for m in sorted(mounts, key=lambda m: len(m.dest.parts)):
+        link = mount_root / m.dest.relative_to("/")
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if link.is_symlink() or link.exists():
+            if link.is_dir() and not link.is_symlink():
+                shutil.rmtree(link)
+            else:
+                link.unlink()
+        link.symlink_to(m.source)
+    if workdir is None:
+        return None
+    host = mount_root / workdir.relative_to("/")
+    host.mkdir(parents=True, exist_ok=True)
+    return host

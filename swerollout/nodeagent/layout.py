@@ -1,0 +1,62 @@
+"""Where a pod's files live on the node (one module so the agent and `swerollout logs` agree).
+
+    <root>/pods/<namespace>_<name>_<uid>/
+        state.json                      runtime state, for re-adoption after a restart
+        volumes/<volume>/               secret / configMap files, emptyDir contents
+        checkouts/<container>/          file:// task image checkouts
+        containers/<container>/
+            <restartCount>.log          stdout+stderr of each run
+            process.json                pid + start time of the running shim
+            exit                        exit code written by the shim
+            tmp/                        the container's private /tmp (bubblewrap)
+            root/                       mapped mountPaths when unisolated
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class PodDir:
+    path: Path
+
+    @classmethod
+    def of(cls, root: Path, namespace: str, name: str, uid: str) -> PodDir:
+        return cls(root / "pods" / f"{namespace}_{name}_{uid}")
+
+    @property
+    def state_file(self) -> Path:
+        return self.path / "state.json"
+
+    @property
+    def volumes(self) -> Path:
+        return self.path / "volumes"
+
+    def checkout(self, container: str) -> Path:
+        return self.path / "checkouts" / container
+
+    def container(self, container: str) -> Path:
+        return self.path / "containers" / container
+
+    def log(self, container: str, restart_count: int) -> Path:
+        return self.container(container) / f"{restart_count}.log"
+
+
+def find_pod_dirs(root: Path, namespace: str, name: str) -> list[Path]:
+    """Pod directories of namespace/name (several when a pod of that name was recreated), newest first."""
+    base = root / "pods"
+    if not base.is_dir():
+        return []
+    prefix = f"{namespace}_{name}_"
+    found = [p for p in base.iterdir() if p.name.startswith(prefix) and "_" not in p.name[len(prefix):]]
+    return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
+
+
+def container_logs(pod_dir: Path, container: str) -> list[Path]:
+    """The container's log files, oldest run first."""
+    d = pod_dir / "containers" / container
+    if not d.is_dir():
+        return []
+    return sorted((p for p in d.glob("*.log") if p.stem.isdigit()), key=lambda p: int(p.stem))
