@@ -1,0 +1,84 @@
+"""Reading a pod's status: is it ready, and if it cannot start, why not.
+
+A pod stuck pulling an image looks "Pending" forever; users of other systems
+report exactly that silent hang. Here every waiting reason that will not fix
+itself is turned into a failure that names the container, the image and the
+reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# Waiting reasons that do not resolve by waiting longer.
+FATAL_WAITING = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "ErrImageNeverPull",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+    }
+)
+
+
+@dataclass(frozen=True)
+class PodState:
+    ready: bool
+    """All containers are ready."""
+    failed: bool
+    """The pod cannot become ready (terminal phase or a fatal waiting reason)."""
+    reason: str
+    message: str
+    pod_ip: str | None
+    node_name: str | None
+
+
+def _statuses(pod: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    images = {c["name"]: c for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])}
+    out = []
+    for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        out.append((cs, images.get(cs.get("name", ""), {})))
+    return out
+
+
+def read_pod(pod: dict[str, Any]) -> PodState:
+    status = pod.get("status") or {}
+    phase = status.get("phase", "Pending")
+    ip = status.get("podIP")
+    node = (pod.get("spec") or {}).get("nodeName")
+
+    for cs, container in _statuses(pod):
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in FATAL_WAITING:
+            image = container.get("image") or cs.get("image") or "?"
+            detail = waiting.get("message") or ""
+            msg = f"container {cs.get('name')} (image {image}): {waiting['reason']}"
+            return PodState(False, True, waiting["reason"], f"{msg}: {detail}" if detail else msg, ip, node)
+
+    if phase in ("Failed", "Succeeded"):
+        # A rollout pod never finishes on its own while the rollout needs it.
+        terminated = [
+            (cs.get("name"), (cs.get("state") or {}).get("terminated") or {})
+            for cs, _ in _statuses(pod)
+            if (cs.get("state") or {}).get("terminated")
+        ]
+        detail = "; ".join(
+            f"container {name} exited {t.get('exitCode')} ({t.get('reason', '')})" for name, t in terminated
+        )
+        reason = status.get("reason") or ("PodFailed" if phase == "Failed" else "PodCompleted")
+        message = status.get("message") or detail or f"pod phase {phase}"
+        return PodState(False, True, reason, message, ip, node)
+
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    ready = conditions.get("Ready", {}).get("status") == "True"
+    if not ready:
+        scheduled = conditions.get("PodScheduled", {})
+        if scheduled.get("status") == "False":
+            return PodState(False, False, scheduled.get("reason") or "Unschedulable", scheduled.get("message", ""), ip, node)
+    return PodState(ready, False, "PodReady" if ready else "ContainersNotReady", "", ip, node)
