@@ -1,0 +1,196 @@
+"""The operator's pure parts: pod shape, phase machine, pod status reading, tokens."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from swerollout.api import v1alpha1 as api
+from swerollout.api.v1alpha1 import ConditionType, Phase
+from swerollout_operator import phases, podspec
+from swerollout_operator.phases import Event, IllegalTransition
+from swerollout_operator.podstatus import read_pod
+from swerollout_operator.settings import OperatorSettings
+from swerollout_operator.tokens import TokenKey, TokenKind
+
+META = {"name": "r1", "namespace": "ns", "uid": "uid-1", "labels": {api.LABEL_BATCH: "b7"}}
+
+
+def rollout(**spec_overrides: Any) -> api.SWERollout:
+    spec: dict[str, Any] = {
+        "instance": {
+            "instanceId": "demo__calc-1",
+            "repo": "demo/calc",
+            "baseCommit": "abcdef0",
+            "image": "registry.example/calc:1",
+            "problemStatement": "p",
+        },
+        "inference": {"endpoint": "http://sglang:30000", "tokenizer": "qwen-2.5"},
+    }
+    spec.update(spec_overrides)
+    return api.SWERollout.model_validate({"spec": spec})
+
+
+def test_pod_is_deterministic_owned_and_credential_free() -> None:
+    settings = OperatorSettings()
+    a = podspec.rollout_pod(rollout(), META, settings, attempt=1)
+    b = podspec.rollout_pod(rollout(), META, settings, attempt=1)
+    assert a == b
+    assert a["metadata"]["name"] == "r1-a1"
+    assert podspec.rollout_pod(rollout(), META, settings, attempt=2)["metadata"]["name"] == "r1-a2"
+    owner = a["metadata"]["ownerReferences"][0]
+    assert owner["uid"] == "uid-1" and owner["controller"] is True and owner["kind"] == "SWERollout"
+    assert a["metadata"]["labels"][api.LABEL_BATCH] == "b7"
+    spec = a["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["shareProcessNamespace"] is False
+    assert spec["activeDeadlineSeconds"] == settings.pod_active_deadline_seconds
+    assert [c["name"] for c in spec["initContainers"]] == ["swerex-bundle"]
+    assert [c["name"] for c in spec["containers"]] == ["sandbox", "runner"]
+
+
+def test_only_the_runner_can_read_the_ingest_token() -> None:
+    pod = podspec.rollout_pod(rollout(), META, OperatorSettings(), attempt=1)
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    containers = {c["name"]: c for c in pod["spec"]["initContainers"] + pod["spec"]["containers"]}
+
+    def readable_keys(container: dict[str, Any]) -> set[str]:
+        keys: set[str] = set()
+        for mount in container.get("volumeMounts", []):
+            secret = volumes[mount["name"]].get("secret")
+            if secret is None:
+                continue
+            items = secret.get("items")
+            keys |= {i["key"] for i in items} if items else {podspec.SECRET_INGEST_KEY, podspec.SECRET_SWEREX_KEY}
+        for env in container.get("env", []):
+            ref = (env.get("valueFrom") or {}).get("secretKeyRef")
+            if ref:
+                keys.add(ref["key"])
+        return keys
+
+    assert readable_keys(containers["sandbox"]) == {podspec.SECRET_SWEREX_KEY}
+    assert podspec.SECRET_INGEST_KEY in readable_keys(containers["runner"])
+    assert readable_keys(containers["swerex-bundle"]) == set()
+    sandbox_env = {e["name"]: e.get("value") for e in containers["sandbox"]["env"]}
+    assert sandbox_env["SWEROLLOUT_BASE_COMMIT"] == "abcdef0"
+    assert containers["sandbox"]["workingDir"] == "/testbed"
+
+
+def test_pod_takes_placement_and_resources_from_the_spec() -> None:
+    settings = OperatorSettings(extra_tolerations=[{"key": "swerollout.io/local", "operator": "Exists"}])
+    r = rollout(
+        sandbox={
+            "resources": {"requests": {"cpu": "2"}, "limits": {"memory": "8Gi"}},
+            "nodeSelector": {"pool": "sandboxes"},
+            "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "runtimeClassName": "gvisor",
+            "imagePullSecrets": ["regcred"],
+        }
+    )
+    spec = podspec.rollout_pod(r, META, settings, attempt=1)["spec"]
+    assert spec["containers"][0]["resources"] == {"requests": {"cpu": "2"}, "limits": {"memory": "8Gi"}}
+    assert spec["nodeSelector"] == {"pool": "sandboxes"}
+    assert {t["key"] for t in spec["tolerations"]} == {"gpu", "swerollout.io/local"}
+    assert spec["runtimeClassName"] == "gvisor"
+    assert spec["imagePullSecrets"] == [{"name": "regcred"}]
+
+
+def test_long_names_stay_valid_and_distinct() -> None:
+    long = "x" * 80
+    a = podspec.rollout_pod_name(long, 1)
+    b = podspec.rollout_pod_name(long + "y", 1)
+    assert len(a) <= 63 and len(b) <= 63 and a != b
+    assert a.endswith("-a1")
+
+
+def test_phase_machine_happy_path_sets_conditions() -> None:
+    status: dict[str, Any] = {}
+    path = [
+        (Event.POD_CREATED, Phase.STARTING),
+        (Event.SANDBOX_READY, Phase.RUNNING),
+        (Event.ABORTED, Phase.ABORTED),
+        (Event.RESUME_REQUESTED, Phase.RESUMING),
+        (Event.RESUMED, Phase.RUNNING),
+        (Event.FINISHED, Phase.EVALUATING),
+        (Event.EVALUATED, Phase.SUCCEEDED),
+    ]
+    for event, expected in path:
+        change = phases.apply(status, event, reason=event.value, message="m", generation=3)
+        assert change.new == expected
+        status = {**status, **change.status_patch}
+    conds = {c["type"]: c for c in status["conditions"]}
+    assert conds[ConditionType.COMPLETE.value]["status"] == "True"
+    assert conds[ConditionType.SUSPENDED.value]["status"] == "False"
+    assert status["observedGeneration"] == 3
+    assert "completionTime" in status and "startTime" in status
+
+
+def test_phase_machine_refuses_what_does_not_apply() -> None:
+    with pytest.raises(IllegalTransition):
+        phases.apply({"phase": "Succeeded"}, Event.SANDBOX_READY, reason="x", message="", generation=1)
+    with pytest.raises(IllegalTransition):
+        phases.apply({"phase": "Pending"}, Event.EVALUATED, reason="x", message="", generation=1)
+
+
+def test_condition_transition_time_moves_only_on_status_change() -> None:
+    conds = phases.set_condition([], ConditionType.SANDBOX_READY, api.ConditionStatus.FALSE, "A", "", 1, "t1")
+    conds = phases.set_condition(conds, ConditionType.SANDBOX_READY, api.ConditionStatus.FALSE, "B", "", 1, "t2")
+    assert conds[0]["lastTransitionTime"] == "t1" and conds[0]["reason"] == "B"
+    conds = phases.set_condition(conds, ConditionType.SANDBOX_READY, api.ConditionStatus.TRUE, "C", "", 1, "t3")
+    assert conds[0]["lastTransitionTime"] == "t3"
+
+
+def _pod(status: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "p"},
+        "spec": {"nodeName": "n1", "containers": [{"name": "sandbox", "image": "registry.example/missing:1"}]},
+        "status": status,
+    }
+
+
+def test_read_pod_names_image_pull_failures() -> None:
+    state = read_pod(
+        _pod(
+            {
+                "phase": "Pending",
+                "containerStatuses": [
+                    {"name": "sandbox", "state": {"waiting": {"reason": "ErrImagePull", "message": "not found"}}}
+                ],
+            }
+        )
+    )
+    assert state.failed and state.reason == "ErrImagePull"
+    assert "registry.example/missing:1" in state.message and "not found" in state.message
+
+
+def test_read_pod_ready_and_unschedulable() -> None:
+    ready = read_pod(_pod({"phase": "Running", "podIP": "10.0.0.5", "conditions": [{"type": "Ready", "status": "True"}]}))
+    assert ready.ready and not ready.failed and ready.pod_ip == "10.0.0.5" and ready.node_name == "n1"
+    pending = read_pod(
+        _pod({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes"}]})
+    )
+    assert not pending.ready and not pending.failed and pending.reason == "Unschedulable"
+    failed = read_pod(
+        _pod({"phase": "Failed", "containerStatuses": [{"name": "sandbox", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]})
+    )
+    assert failed.failed and "137" in failed.message
+
+
+def test_tokens_are_per_rollout_and_constant_time_checked(tmp_path: Path) -> None:
+    key = TokenKey.random()
+    t = key.derive(TokenKind.INGEST, "ns", "r1", "uid-1")
+    assert key.verify(t, TokenKind.INGEST, "ns", "r1", "uid-1")
+    assert not key.verify(t, TokenKind.INGEST, "ns", "r2", "uid-2")
+    assert not key.verify(t, TokenKind.SWEREX, "ns", "r1", "uid-1")
+    # Same name, new incarnation: the old token does not carry over.
+    assert not key.verify(t, TokenKind.INGEST, "ns", "r1", "uid-9")
+    path = tmp_path / "key"
+    path.write_bytes(b"k" * 40)
+    assert TokenKey.from_file(path).derive(TokenKind.INGEST, "a", "b", "c") == TokenKey(b"k" * 40).derive(
+        TokenKind.INGEST, "a", "b", "c"
+    )
+    path.write_bytes(b"short")
+    with pytest.raises(ValueError, match="at least 32 bytes"):
+        TokenKey.from_file(path)
