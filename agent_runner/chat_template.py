@@ -1,0 +1,177 @@
+"""Chat-template deltas: the tokens that append environment messages to a live token list.
+
+The runner never re-tokenizes history. The token list of a conversation is
+
+    prompt_ids + sampled_1 + delta_1 + sampled_2 + delta_2 + ... + sampled_n [+ delta_n]
+
+where ``prompt_ids`` is the tokenization of the template's rendering of the initial
+messages (with the generation prompt), each ``sampled_k`` is exactly the ``output_ids``
+the server returned, and each ``delta_k`` is computed here, generically, from the
+tokenizer's own chat template (no model-name special cases):
+
+1. Render the conversation so far with the last assistant turn replaced by a
+   sentinel content, followed by the new environment messages and the generation
+   prompt. Everything after the sentinel is the *tail*: what the template emits to
+   close an assistant turn (e.g. Qwen's ``<|im_end|>\\n``), the new messages, and the
+   opening of the next assistant turn. Earlier messages are rendered as short stubs
+   (same roles, placeholder content): templates decide how to render what follows
+   from the roles before it, not from their text, so the cost of a delta grows with
+   the new messages and the number of earlier messages, not with their length.
+2. If the model ended its turn with a special token (its end-of-turn/stop token) and
+   the tail begins with that token's text (after optional whitespace the model did
+   not produce), the tail is cut after it: that token is already in the list as a
+   sampled token. Otherwise -- a length cut, or a stop token the template does not
+   use to close this turn -- the whole tail is appended, so the turn is still closed
+   the way the template closes it.
+3. The tail text is tokenized on its own. Tails begin right after a special token
+   (or with one), so tokenizing them separately gives the same tokens as tokenizing
+   the whole rendering.
+
+How the final token list relates to ``render(final messages)``: decoding it equals
+the template's rendering of the final messages whenever (a) each sampled turn is the
+text the template would render for that assistant message, ending with the
+template's end-of-turn token, and (b) the template renders history turns the same
+way it rendered them when they were the newest turn. Where a template legitimately
+differs, the token list keeps what was sampled (it is what the policy saw and
+produced): Qwen3 strips ``<think>`` from assistant turns before the last user
+message; GLM-4.5+ and DeepSeek V3.1 drop reasoning of earlier turns; DeepSeek V3's
+template opens tool outputs with ``<｜tool▁outputs▁begin｜>`` only once per
+conversation, and the delta reproduces that because it renders the real roles.
+tests/runner_core/test_chat_template.py checks both the exact and the differing
+cases on real tokenizers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from agent_runner.errors import ChatTemplateError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+Message = Mapping[str, Any]
+
+# Content no real conversation contains; marks where the last assistant turn ends.
+_SENTINEL = "\u2063SWEROLLOUT-TURN-END\u2063"
+# Content of stubbed history messages (never empty: some templates skip empty turns).
+_STUB = "."
+
+
+class ChatTemplate:
+    """A tokenizer's chat template, rendered with a fixed set of tools."""
+
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        template_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not getattr(tokenizer, "chat_template", None):
+            raise ChatTemplateError(
+                f"tokenizer {getattr(tokenizer, 'name_or_path', '?')!r} has no chat template; "
+                "pick an instruct/chat tokenizer or a directory with chat_template.jinja"
+            )
+        self.tokenizer = tokenizer
+        self.tools = [dict(t) for t in tools] if tools else None
+        self.template_kwargs = dict(template_kwargs or {})
+        self._special_ids = frozenset(int(i) for i in tokenizer.all_special_ids) | frozenset(
+            int(i) for i, tok in tokenizer.added_tokens_decoder.items() if tok.special
+        )
+
+    @property
+    def source(self) -> str:
+        template = self.tokenizer.chat_template
+        return template if isinstance(template, str) else str(template)
+
+    def render(self, messages: Sequence[Message], *, add_generation_prompt: bool) -> str:
+        try:
+            text = self.tokenizer.apply_chat_template(
+                [dict(m) for m in messages],
+                tools=self.tools,
+                tokenize=False,
+                add_generation_prompt=add_generation_prompt,
+                **self.template_kwargs,
+            )
+        except Exception as exc:  # jinja raises many types; the template is third-party code
+            raise ChatTemplateError(f"the chat template failed to render: {exc}") from exc
+        if not isinstance(text, str):
+            raise ChatTemplateError(f"the chat template rendered {type(text).__name__}, not text")
+        return text
+
+    def encode(self, text: str) -> list[int]:
+        # The template text already holds BOS and role tokens: add nothing.
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def prompt_ids(self, messages: Sequence[Message]) -> list[int]:
+        """Tokens of the first request: the initial messages plus the generation prompt."""
+        return self.encode(self.render(messages, add_generation_prompt=True))
+
+    def is_special(self, token_id: int) -> bool:
+        return token_id in self._special_ids
+
+    def tail_text(self, history: Sequence[Message], new_messages: Sequence[Message]) -> str:
+        """Text the template emits after the last assistant turn of ``history``'s content.
+
+        ``history`` must end with an assistant message; only its roles matter.
+        """
+        if not history or history[-1].get("role") != "assistant":
+            raise ChatTemplateError("an environment delta needs a history ending with an assistant turn")
+        stubbed = [_stub(m) for m in history[:-1]]
+        stubbed.append({"role": "assistant", "content": _SENTINEL})
+        text = self.render([*stubbed, *new_messages], add_generation_prompt=True)
+        at = text.rfind(_SENTINEL)
+        if at < 0:
+            raise ChatTemplateError(
+                "the chat template dropped the assistant turn's content; cannot locate the turn end"
+            )
+        return text[at + len(_SENTINEL) :]
+
+    def delta_text(
+        self,
+        history: Sequence[Message],
+        new_messages: Sequence[Message],
+        last_sampled_id: int | None,
+    ) -> str:
+        """Text to append after the sampled tokens so the list ends with a generation prompt."""
+        tail = self.tail_text(history, new_messages)
+        if last_sampled_id is None or not self.is_special(last_sampled_id):
+            return tail
+        stop_text = self.tokenizer.decode([last_sampled_id], skip_special_tokens=False)
+        stripped = tail.lstrip()
+        if stop_text and stripped.startswith(stop_text):
+            return stripped[len(stop_text) :]
+        return tail
+
+    def delta_ids(
+        self,
+        history: Sequence[Message],
+        new_messages: Sequence[Message],
+        last_sampled_id: int | None,
+    ) -> list[int]:
+        return self.encode(self.delta_text(history, new_messages, last_sampled_id))
+
+    def closing_ids(self, history: Sequence[Message], last_sampled_id: int | None) -> list[int]:
+        """Tokens that close the last assistant turn when no message follows (end of run)."""
+        if not history or history[-1].get("role") != "assistant":
+            return []
+        stubbed = [_stub(m) for m in history[:-1]]
+        stubbed.append({"role": "assistant", "content": _SENTINEL})
+        text = self.render(stubbed, add_generation_prompt=False)
+        at = text.rfind(_SENTINEL)
+        tail = text[at + len(_SENTINEL) :] if at >= 0 else ""
+        if last_sampled_id is not None and self.is_special(last_sampled_id):
+            stop_text = self.tokenizer.decode([last_sampled_id], skip_special_tokens=False)
+            if tail.lstrip().startswith(stop_text):
+                tail = tail.lstrip()[len(stop_text) :]
+        return self.encode(tail)
+
+
+def _stub(message: Message) -> dict[str, Any]:
+    stub: dict[str, Any] = {"role": message.get("role", "user"), "content": _STUB}
+    for key in ("tool_call_id", "name"):
+        if key in message:
+            stub[key] = message[key]
+    return stub
