@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 # command name -> (module, one-line help). A new command is one module and one line.
 COMMANDS: dict[str, tuple[str, str]] = {
+    "policy-server": ("swerollout.cli.policy_server", "run the SGLang-compatible policy server (tiny-lm, oracle, null)"),
     "sandbox-bundle": ("swerollout.cli.sandbox_bundle", "install the portable swerex bundle (rollout pods' init container)"),
     "tasks": ("swerollout.cli.tasks", "list and materialize the bundled SWE tasks"),
 }

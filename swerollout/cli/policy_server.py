@@ -1,0 +1,76 @@
+"""`swerollout policy-server`: run the SGLang-compatible policy server in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from swerollout.policy_server.errors import PolicyServerError
+from swerollout.policy_server.settings import DEFAULT_PORT, DEFAULT_TOKENIZER, ServerSettings
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--policy", default="oracle", help="tiny-lm | oracle | null (default: oracle)")
+    parser.add_argument("--tasks", type=Path, help="JSONL of SWE-bench instances with gold `patch` (oracle)")
+    parser.add_argument("--tokenizer", default=DEFAULT_TOKENIZER, help=f"bundled name or directory (default: {DEFAULT_TOKENIZER})")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"0 picks a free port (default: {DEFAULT_PORT})")
+    parser.add_argument("--weight-version", default="default", help="initial meta_info.weight_version")
+    parser.add_argument("--seed", type=int, default=0, help="tiny-lm weights, default request seeds, fault dice")
+    parser.add_argument("--context-length", type=int, default=32768, help="max prompt + new tokens")
+    parser.add_argument("--delay-per-token", type=float, default=0.0, metavar="S", help="fault: sleep after each token")
+    parser.add_argument("--abort-after-tokens", type=int, metavar="N", help="fault: abort each request after N tokens")
+    parser.add_argument("--error-rate", type=float, default=0.0, metavar="R", help="fault: fraction of requests failing with 500")
+    parser.add_argument("--fail-next", type=int, default=0, metavar="N", help="fault: fail the next N requests with 503")
+    parser.set_defaults(func=run)
+
+
+def settings_from_args(args: argparse.Namespace) -> ServerSettings:
+    return ServerSettings(
+        policy=args.policy,
+        tasks=args.tasks,
+        tokenizer=args.tokenizer,
+        host=args.host,
+        port=args.port,
+        weight_version=args.weight_version,
+        seed=args.seed,
+        context_length=args.context_length,
+        faults={
+            "delay_per_token": args.delay_per_token,
+            "abort_after_tokens": args.abort_after_tokens,
+            "error_rate": args.error_rate,
+            "fail_next": args.fail_next,
+        },
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from swerollout.policy_server.launch import ready_line, serve
+
+    try:
+        settings = settings_from_args(args)
+    except ValidationError as exc:
+        print(f"policy-server: invalid option: {exc}", file=sys.stderr)
+        return 2
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await serve(settings, stop, lambda url: print(ready_line(url, settings), flush=True))
+
+    try:
+        asyncio.run(main())
+    except PolicyServerError as exc:
+        print(f"policy-server: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"policy-server: cannot listen on {settings.host}:{settings.port}: {exc}", file=sys.stderr)
+        return 1
+    return 0
