@@ -1,0 +1,174 @@
+"""The control plane: it runs, RBAC and ServiceAccount tokens work, and it never
+leaves processes behind (stop, SIGTERM, and a SIGKILLed owner reaped later)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from swerollout.controlplane import ControlPlane
+from swerollout.controlplane.processes import PIDFILE_NAME, is_alive
+from swerollout.kube import NAMESPACES, PODS, ROLEBINDINGS, ROLES, Forbidden, KubeClient, load_kubeconfig
+
+
+def test_control_plane_serves_the_pinned_version_and_default_namespace(control_plane: ControlPlane) -> None:
+    assert control_plane.running
+    assert control_plane.server_url.startswith("https://127.0.0.1:")
+    with control_plane.admin_client() as kube:
+        assert kube.request("GET", "/version")["gitVersion"] == control_plane.binaries.versions.kubernetes
+        assert kube.get(NAMESPACES, "default")["status"]["phase"] == "Active"
+    proc = control_plane.kubectl("get", "namespace", "default", "-o", "jsonpath={.metadata.name}")
+    assert (proc.returncode, proc.stdout) == (0, "default"), proc.stderr
+
+
+def test_admin_kubeconfig_is_private(control_plane: ControlPlane) -> None:
+    assert control_plane.kubeconfig_path.stat().st_mode & 0o077 == 0
+
+
+def _pod_reader_role(namespace: str) -> tuple[dict[str, object], dict[str, object]]:
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "pod-reader", "namespace": namespace},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "reader-can-read", "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-reader"},
+        "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}],
+    }
+    return role, binding
+
+
+def test_rbac_denies_a_serviceaccount_until_a_rolebinding_allows_it(
+    control_plane: ControlPlane, kube: KubeClient, namespace: str, tmp_path: Path, rbac_eventually: Any
+) -> None:
+    token = control_plane.mint_token(namespace, "reader")
+    config = control_plane.write_kubeconfig_for_token(tmp_path / "reader.kubeconfig", token, namespace)
+
+    denied = control_plane.kubectl("get", "pods", "-n", namespace, kubeconfig=config)
+    assert denied.returncode != 0
+    assert "forbidden" in denied.stderr.lower()
+    with KubeClient(load_kubeconfig(config)) as as_reader:
+        with pytest.raises(Forbidden) as caught:
+            as_reader.list(PODS, namespace)
+        assert caught.value.status == 403
+        review = kube.subject_access_review(
+            f"system:serviceaccount:{namespace}:reader", "list", "pods", namespace=namespace
+        )
+        assert review.get("allowed") is not True
+
+        role, binding = _pod_reader_role(namespace)
+        kube.create(ROLES, role)
+        kube.create(ROLEBINDINGS, binding)
+
+        assert rbac_eventually(lambda: as_reader.list(PODS, namespace))["items"] == []
+        review = kube.subject_access_review(
+            f"system:serviceaccount:{namespace}:reader", "list", "pods", namespace=namespace
+        )
+        assert review["allowed"] is True
+        # The binding is namespaced: other namespaces stay closed.
+        with pytest.raises(Forbidden):
+            as_reader.list(PODS, "default")
+    allowed = control_plane.kubectl("get", "pods", "-n", namespace, kubeconfig=config)
+    assert allowed.returncode == 0, allowed.stderr
+
+
+def test_token_request_token_authenticates_as_the_serviceaccount(
+    control_plane: ControlPlane, kube: KubeClient, namespace: str
+) -> None:
+    token = control_plane.mint_token(namespace, "runner", expiration=600)
+    review = kube.token_review(token)
+    assert review["authenticated"] is True
+    assert review["user"]["username"] == f"system:serviceaccount:{namespace}:runner"
+    assert f"system:serviceaccounts:{namespace}" in review["user"]["groups"]
+
+    custom = control_plane.mint_token(namespace, "runner", audiences=["swerollout-ingest"])
+    assert kube.token_review(custom, audiences=["swerollout-ingest"])["authenticated"] is True
+    # A token for another audience is not accepted by the API server itself.
+    assert kube.token_review(custom).get("authenticated") is not True
+    assert kube.token_review("not-a-token").get("authenticated") is not True
+
+
+# A child Python that starts a control plane, prints its pids, and waits to be killed.
+_CHILD = textwrap.dedent(
+    """
+    import json, sys, time
+    from swerollout.controlplane import ControlPlane
+    plane = ControlPlane(sys.argv[1]).start()
+    print(json.dumps(plane.pids()), flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def _start_child_plane(workdir: Path) -> tuple[subprocess.Popen[str], dict[str, int]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(workdir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line:
+        proc.kill()
+        raise AssertionError(f"child control plane did not start: {proc.communicate()[1][-3000:]}")
+    return proc, json.loads(line)
+
+
+def _wait_all_gone(pids: list[int], timeout: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not any(is_alive(p) for p in pids):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_sigterm_to_the_owner_stops_its_control_plane(tmp_path: Path) -> None:
+    proc, pids = _start_child_plane(tmp_path / "cp")
+    try:
+        assert set(pids) == {"etcd", "kube-apiserver"}
+        assert all(is_alive(p) for p in pids.values())
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == -signal.SIGTERM
+        assert _wait_all_gone(list(pids.values()))
+        assert not (tmp_path / "cp" / PIDFILE_NAME).exists()
+    finally:
+        proc.kill()
+        proc.wait()
+        for pid in pids.values():
+            if is_alive(pid):
+                os.killpg(pid, signal.SIGKILL)
+
+
+def test_start_after_a_crashed_owner_reaps_the_orphans_and_stop_leaves_nothing(tmp_path: Path) -> None:
+    workdir = tmp_path / "cp"
+    proc, orphans = _start_child_plane(workdir)
+    try:
+        proc.kill()  # SIGKILL: no atexit, no handler; etcd and apiserver live on
+        proc.wait()
+        assert all(is_alive(p) for p in orphans.values())
+
+        with ControlPlane(workdir) as plane:
+            assert _wait_all_gone(list(orphans.values()))
+            fresh = plane.pids()
+            assert set(fresh.values()).isdisjoint(orphans.values())
+            with plane.admin_client() as kube:
+                assert kube.get(NAMESPACES, "default")["metadata"]["name"] == "default"
+        assert _wait_all_gone(list(fresh.values()), timeout=1.0)
+        assert not (workdir / PIDFILE_NAME).exists()
+        assert not plane.running
+    finally:
+        for pid in orphans.values():
+            if is_alive(pid):
+                os.killpg(pid, signal.SIGKILL)
