@@ -88,6 +88,8 @@ class CommandResult(BaseModel):
     """None only when the command timed out or its exit code could not be read."""
     timed_out: bool = False
     """True when the command hit its timeout and was interrupted."""
+    stderr: str = ""
+    """Only for `execute(..., merge_stderr=False)`; otherwise stderr is part of `output`."""
 
 
 # The session's bash runs the model's command inside this guard. The claim and
@@ -197,15 +199,20 @@ class Sandbox:
             return CommandResult(output=observation.output, exit_code=observation.exit_code)
 
     async def execute(
-        self, command: str | list[str], *, timeout: float | None = None, cwd: str | None = None
+        self,
+        command: str | list[str],
+        *,
+        timeout: float | None = None,
+        cwd: str | None = None,
+        merge_stderr: bool = True,
     ) -> CommandResult:
-        """Run a one-off subprocess outside the session (stdout and stderr merged).
+        """Run a one-off subprocess outside the session (stderr merged into output unless merge_stderr=False).
 
         Use it for the runner's own bookkeeping (git diff, eval scripts) so the
         model's shell state is left alone.
         """
         async with self._lock:
-            return await self._execute_unlocked(command, timeout=timeout, cwd=cwd)
+            return await self._execute_unlocked(command, timeout=timeout, cwd=cwd, merge_stderr=merge_stderr)
 
     async def read_file(self, path: str) -> str:
         """Return the text of `path` (undecodable bytes are backslash-escaped)."""
@@ -280,9 +287,11 @@ class Sandbox:
         observation = self._parse(BashObservation, status, body, "run_in_session")
         return CommandResult(output=observation.output, exit_code=None)
 
-    async def _execute_unlocked(self, command: str | list[str], *, timeout: float | None, cwd: str | None) -> CommandResult:
+    async def _execute_unlocked(
+        self, command: str | list[str], *, timeout: float | None, cwd: str | None, merge_stderr: bool = True
+    ) -> CommandResult:
         request = Command(
-            command=command, shell=isinstance(command, str), timeout=timeout, cwd=cwd, merge_output_streams=True
+            command=command, shell=isinstance(command, str), timeout=timeout, cwd=cwd, merge_output_streams=merge_stderr
         )
         read_timeout = None if timeout is None else timeout + 30.0
         status, body = await self._post_raw("execute", request, uuid.uuid4().hex, read_timeout)
@@ -291,7 +300,9 @@ class Sandbox:
                 return CommandResult(output=self._remote_message(body), exit_code=None, timed_out=True)
             raise SandboxError(f"executing {str(command)[:200]!r}: {self._remote_message(body)}")
         response = self._parse(CommandResponse, status, body, "execute")
-        return CommandResult(output=response.stdout + response.stderr, exit_code=response.exit_code)
+        if merge_stderr:
+            return CommandResult(output=response.stdout + response.stderr, exit_code=response.exit_code)
+        return CommandResult(output=response.stdout, stderr=response.stderr, exit_code=response.exit_code)
 
     async def _open_session(self, startup_source: list[str]) -> None:
         request = CreateBashSessionRequest(session=self._session, startup_source=startup_source, startup_timeout=10.0)

@@ -1,35 +1,28 @@
-"""Fixtures for the agent tests: a temp git repo and a real swerex-remote serving it."""
+"""Fixtures for the agent tests: a temp git repo and a real swerex-remote serving it.
+
+`swerex_server` (one server per test, shells start in `git_repo`) is the fixture
+other areas reuse; outside pytest use `swerex_fixture.start_swerex(workdir)`.
+Most agent tests share one server per module (`repo_sandbox`): each test gets
+the repo reset to its base commit and a bash session of its own.
+"""
 
 from __future__ import annotations
 
-import subprocess
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-
-from agent_runner.sandbox import Sandbox
+from repo_helpers import RepoSandbox, SharedServer, git, make_repo
 from swerex_fixture import SwerexHandle, start_swerex
 
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", *args], cwd=repo, check=True, capture_output=True, text=True
-    ).stdout
+from agent_runner.sandbox import Sandbox
 
 
 @pytest.fixture
 def git_repo(tmp_path: Path) -> Path:
-    """A small git repo with one commit; returns its path (base commit via `git rev-parse HEAD`)."""
     repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "config", "user.email", "test@example.com")
-    git(repo, "config", "user.name", "test")
-    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
-    (repo / "README.md").write_text("# calc\n")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "base")
+    make_repo(repo)
     return repo
 
 
@@ -50,3 +43,27 @@ async def sandbox(swerex_server: SwerexHandle) -> AsyncIterator[Sandbox]:
         yield sb
     finally:
         await sb.close()
+
+
+@pytest.fixture(scope="module")
+def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedServer]:
+    repo = tmp_path_factory.mktemp("shared") / "repo"
+    base = make_repo(repo)
+    handle = start_swerex(repo)
+    try:
+        yield SharedServer(handle, repo, base)
+    finally:
+        handle.stop()
+
+
+@pytest.fixture
+async def repo_sandbox(shared_server: SharedServer) -> AsyncIterator[RepoSandbox]:
+    """The shared repo reset to its base commit, and a fresh bash session on the shared server."""
+    git(shared_server.repo, "reset", "-q", "--hard", shared_server.base_commit)
+    git(shared_server.repo, "clean", "-q", "-fdx")
+    session = f"t{uuid.uuid4().hex[:8]}"
+    sb = await Sandbox.connect(shared_server.handle.url, shared_server.handle.token, session=session)
+    try:
+        yield RepoSandbox(sb, shared_server.repo, shared_server.base_commit, shared_server.handle)
+    finally:
+        await sb.close(close_session=True)
