@@ -43,9 +43,7 @@ class _WithFactoryDefaults(GenerateJsonSchema):
             value = factory()  # type: ignore[call-arg]
             if isinstance(value, BaseModel):
                 value = value.model_dump(mode="json", by_alias=True, exclude_none=True)
-            if value not in ({}, []) or isinstance(value, dict):
-                inner = {**inner, "default": self.encode_default(value)}
-            return inner
+            return {**inner, "default": self.encode_default(value)}
         return super().default_schema(schema)
 
 

@@ -1,0 +1,1 @@
+"""Helpers shared by test areas (not fixtures: each area's conftest wires them)."""

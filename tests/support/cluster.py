@@ -1,0 +1,41 @@
+"""Installing the CRD into the session control plane, and a checked kubectl."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from swerollout.controlplane import ControlPlane
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD_NAME = "swerollouts.swerollout.io"
+
+
+def install_crd(plane: ControlPlane) -> None:
+    """Apply crds/ (server-side, idempotent) and wait until the API serves it."""
+    result = plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
+    if result.returncode != 0:
+        raise RuntimeError(f"installing the CRD failed:\n{result.stderr}")
+    result = plane.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
+    if result.returncode != 0:
+        raise RuntimeError(f"the CRD never became established:\n{result.stderr}")
+    # Discovery can lag the Established condition by a moment.
+    deadline = time.monotonic() + 30
+    while plane.kubectl("get", "swer", "-A").returncode != 0:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the API server does not serve swerollouts")
+        time.sleep(0.2)
+
+
+def checked(run: Callable[..., "subprocess.CompletedProcess[str]"]) -> Callable[..., "subprocess.CompletedProcess[str]"]:
+    """Wrap a kubectl/helm runner: raise on failure unless check=False."""
+
+    def call(*args: str, check: bool = True, **kwargs: Any) -> "subprocess.CompletedProcess[str]":
+        result = run(*args, **kwargs)
+        if check and result.returncode != 0:
+            raise AssertionError(f"{' '.join(args)} failed ({result.returncode}):\n{result.stderr}")
+        return result
+
+    return call
