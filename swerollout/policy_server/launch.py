@@ -45,10 +45,10 @@ async def serve(
     engine = await asyncio.get_running_loop().run_in_executor(None, build_engine, settings)
     app = create_app(settings, engine)
     # Cancel a handler when its client disconnects, as SGLang aborts such requests.
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, settings.host, settings.port, shutdown_timeout=1.0)
+        site = web.TCPSite(runner, settings.host, settings.port)
         await site.start()
         server = site._server
         sockets = getattr(server, "sockets", None) or []
