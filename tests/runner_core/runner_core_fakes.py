@@ -1,0 +1,51 @@
+"""A small SGLang-shaped aiohttp server with scripted faults (runner-core tests).
+
+Each request to /generate consumes the next scripted behaviour (default: answer).
+It is a real HTTP server on 127.0.0.1 so the client's real transport, timeouts and
+connection handling are exercised; it is only used for failure injection. The real
+SGLang-compatible policy server is used where it is available.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Behaviour:
+    kind: str = "ok"
+    """ok | drop | status | hang | abort"""
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    body: Any = None
+    output_ids: list[int] | None = None
+
+
+@dataclass
+class FakeSGLang:
+    url: str = ""
+    script: list[Behaviour] = field(default_factory=list)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    aborted: list[str] = field(default_factory=list)
+    weight_version: str = "w1"
+    default_output: list[int] = field(default_factory=lambda: [11, 12, 13])
+
+    def answer(self, payload: dict[str, Any], output: list[int], finish: str = "stop") -> dict[str, Any]:
+        return {
+            "text": "".join(f"<{t}>" for t in output),
+            "output_ids": output,
+            "meta_info": {
+                "id": payload["rid"],
+                "prompt_tokens": len(payload["input_ids"]),
+                "completion_tokens": len(output),
+                "weight_version": self.weight_version,
+                "finish_reason": {"type": finish, "matched": output[-1] if output else None}
+                if finish != "abort"
+                else {"type": "abort", "message": "aborted", "status_code": 503, "err_type": None},
+                "output_token_logprobs": [[-0.1 * (i + 1), t, None] for i, t in enumerate(output)],
+                "a_field_from_a_newer_sglang": {"x": 1},
+            },
+        }
+
+
