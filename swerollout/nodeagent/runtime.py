@@ -92,6 +92,9 @@ class PodRuntime:
         self.initialized = not self.init_slots
         self.failure: tuple[str, str] | None = None  # pod-level (reason, message) once Failed for good
         self.stopping = False
+        self._deadline_message: str | None = None
+        self._stop_grace = 0.0
+        self._started_at: float | None = None  # exact start, when this process started the pod
         self._objects: dict[tuple[str, str], Mapping[str, bytes] | None] = {}
         self._changed = asyncio.Event()
         self._finished = asyncio.Event()
@@ -226,6 +229,8 @@ class PodRuntime:
         finally:
             for s in [*self.init_slots, *self.slots]:
                 s.ready = False
+            if self._deadline_message and self.failure is None:
+                self.failure = ("DeadlineExceeded", self._deadline_message)
             self._finished.set()
             self._touch()
             await writer
@@ -233,6 +238,7 @@ class PodRuntime:
     async def _run(self) -> None:
         if self.start_time is None:
             self.start_time = now_rfc3339()
+            self._started_at = time.time()
         self._touch()
         if self.bwrap is None:
             await self.host.event(
@@ -274,12 +280,14 @@ class PodRuntime:
         if seconds is None or self.start_time is None:
             return None
         started = datetime.strptime(self.start_time, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+        # startTime has whole seconds; a pod started in this process knows the exact instant.
+        started = self._started_at or started
 
         async def expire() -> None:
             await asyncio.sleep(max(0.0, started + seconds - time.time()))
-            self.failure = ("DeadlineExceeded", f"Pod was active on the node longer than the specified deadline ({seconds}s)")
-            self._touch()
-            await self.host.event(self.pod, "Normal", "DeadlineExceeded", self.failure[1])
+            # The phase turns Failed once the containers are stopped (see run()).
+            self._deadline_message = f"Pod was active on the node longer than the specified deadline ({seconds}s)"
+            await self.host.event(self.pod, "Normal", "DeadlineExceeded", self._deadline_message)
             await self.stop(self.pod.spec.termination_grace_period_seconds)
 
         return asyncio.create_task(expire())
@@ -340,6 +348,8 @@ class PodRuntime:
                     return 128
             slot.process = proc
             self._touch()
+            if self.stopping:  # stop() ran while this container was being created
+                await proc.terminate(self._stop_grace)
             code = await proc.wait()
             started = slot.state.get("running", {}).get("startedAt", now_rfc3339())
             reason = "Completed" if code == 0 else "Error"
@@ -476,6 +486,7 @@ class PodRuntime:
     async def stop(self, grace_seconds: float) -> None:
         """Graceful termination of every container (SIGTERM, SIGKILL after the grace period)."""
         self.stopping = True
+        self._stop_grace = grace_seconds
         running = [s for s in [*self.init_slots, *self.slots] if s.process is not None and s.process.alive()]
         if running:
             names = ", ".join(s.spec.name for s in running)

@@ -1,0 +1,66 @@
+"""`python -m swerollout.nodeagent --kubeconfig K --root DIR` runs the node agent in the foreground.
+
+SIGTERM/SIGINT stop the agent but leave its pods running, so a restarted agent
+re-adopts them; ``--stop-pods-on-exit`` stops them too (what `dev down` wants).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from swerollout.kube import AsyncKubeClient
+
+from .agent import NodeAgent, reap_all
+from .config import DEFAULT_RUNNER_IMAGES, NodeAgentConfig
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m swerollout.nodeagent", description=__doc__)
+    p.add_argument("--kubeconfig", required=True, help="credentials of the node agent")
+    p.add_argument("--root", required=True, type=Path, help="directory for pod files (keep it across restarts)")
+    p.add_argument("--node-name", default="local")
+    p.add_argument("--isolation", choices=["auto", "bwrap", "none"], default="auto")
+    p.add_argument("--no-taint", action="store_true", help="accept pods that do not tolerate swerollout.io/local")
+    p.add_argument("--runner-image", action="append", default=None,
+                   help=f"glob of images that map to this Python environment (default: {', '.join(DEFAULT_RUNNER_IMAGES)})")
+    p.add_argument("--stop-pods-on-exit", action="store_true")
+    p.add_argument("--log-level", default="INFO")
+    return p.parse_args(argv)
+
+
+async def serve(args: argparse.Namespace) -> None:
+    config = NodeAgentConfig(
+        node_name=args.node_name, root_dir=args.root.resolve(), isolation=args.isolation, taint=not args.no_taint,
+        runner_images=tuple(args.runner_image or DEFAULT_RUNNER_IMAGES),
+    )
+    async with AsyncKubeClient.from_kubeconfig(args.kubeconfig) as kube:
+        agent = NodeAgent(config, kube)
+        task = asyncio.create_task(agent.run())
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, task.cancel)
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        finally:
+            if args.stop_pods_on_exit:
+                await agent.stop_all_pods()
+                reap_all(config.root_dir)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(serve(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
