@@ -1,0 +1,375 @@
+"""Eval mode: grade a candidate patch in a fresh sandbox and compute the reward.
+
+The eval pod's sandbox is a fresh checkout of the task at its base commit, served by
+its own swerex-remote. `evaluate` then does what SWE-bench's harness does:
+
+1. write the candidate patch into the sandbox as a file (never on a command line:
+   a patch over ~128 KiB is longer than one argument may be, pain point 11) and apply
+   it with the same fallback chain as SWE-bench: ``git apply``, ``--3way``,
+   ``--reject``, then ``patch --fuzz=5``, resetting the tree between attempts;
+2. reset the files the test patch touches to the base commit (the candidate may have
+   edited them) and apply the test patch;
+3. run the eval script under a timeout, output to a file;
+4. grade the output with `agent_runner.grading` (swebench's harness when installed).
+
+Anything that stops grading (empty patch, patch does not apply, timeout, no test
+output) gives an unresolved report with reward 0 and a `failure` that says why.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import shlex
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from swerollout.api.v1alpha1 import Evaluation, Instance, RewardStatus
+from swerollout.tasks import GateDecision
+
+from .grading import Backend, GradingError, GroupOutcome, LogGrade, grade_log
+
+__all__ = [
+    "APPLY_COMMANDS",
+    "EvalFailure",
+    "EvalReport",
+    "EvalRequest",
+    "EvalSandbox",
+    "default_eval_script",
+    "evaluate",
+    "files_in_patch",
+    "skipped_report",
+]
+
+# SWE-bench's order (swebench.harness.run_evaluation.GIT_APPLY_CMDS); the patch file is appended.
+APPLY_COMMANDS = (
+    "git apply --verbose",
+    "git apply --verbose --3way",
+    "git apply --verbose --reject",
+    "patch --batch --forward --fuzz=5 -p1 -i",
+)
+# How much of a command's or the eval's output a report keeps (the tail matters most).
+_APPLY_OUTPUT_CHARS = 4_000
+_LOG_CHARS = 256 * 1024
+_DIFF_HEADER = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.M)
+
+
+class CommandOutcome(Protocol):
+    output: str
+    exit_code: int | None
+    timed_out: bool
+
+
+class EvalSandbox(Protocol):
+    """What eval mode needs from a sandbox (agent_runner.sandbox.Sandbox provides it)."""
+
+    async def execute(
+        self, command: str | list[str], *, timeout: float | None = None, cwd: str | None = None
+    ) -> CommandOutcome: ...
+
+    async def read_file(self, path: str) -> str: ...
+
+    async def write_file(self, path: str, content: str) -> None: ...
+
+
+class EvalFailure(str, enum.Enum):
+    """Why a candidate was not graded by its tests (always reward 0)."""
+
+    EMPTY_PATCH = "EmptyPatch"
+    """The candidate patch has no changes."""
+    PATCH_APPLY_FAILED = "PatchApplyFailed"
+    """No method in APPLY_COMMANDS applied the candidate patch."""
+    TEST_PATCH_APPLY_FAILED = "TestPatchApplyFailed"
+    """The instance's test patch did not apply: a broken instance, not the policy's fault."""
+    EVAL_TIMEOUT = "EvalTimeout"
+    """The eval script ran longer than the timeout and was killed."""
+    NO_TEST_OUTPUT = "NoTestOutput"
+    """The eval output could not be graded (markers or test results missing)."""
+    NOT_GRADED = "NotGraded"
+    """Exit-status gating skipped the evaluation."""
+
+
+class EvalRequest(BaseModel):
+    """One evaluation: an instance and the patch a rollout produced."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    instance: Instance
+    """The task (SWERollout spec.instance)."""
+    patch: str = Field(default="", max_length=64 * 1024 * 1024)
+    """The candidate patch (unified diff, as `git diff` prints it); may be empty."""
+    workdir: str | None = Field(default=None, pattern=r"^/")
+    """The repository inside the sandbox; default `instance.workdir` (dev mode passes its checkout)."""
+    timeout_seconds: float = Field(default=1800.0, gt=0, le=86400)
+    """Limit of the eval script (seconds); the whole evaluation takes a little longer."""
+    grader: Backend = "auto"
+    """``auto``: swebench's harness when importable, else builtin."""
+
+
+class EvalReport(BaseModel):
+    """The graded outcome of one evaluation."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    instance_id: str
+    resolved: bool
+    reward: float
+    """1.0 when resolved, else 0.0."""
+    graded: bool = True
+    """False when exit-status gating skipped the evaluation."""
+    failure: EvalFailure | None = None
+    """Set when the tests could not decide (see EvalFailure); None when they ran and were graded."""
+    message: str = ""
+    """One human-readable line: why it failed, or the pass counts."""
+    patch_applied: bool = False
+    apply_method: str | None = None
+    """Which command of APPLY_COMMANDS applied the patch (or ``already applied``)."""
+    apply_output: str = ""
+    """Tail of the apply command's output (of the last attempt when all failed)."""
+    backend: str | None = None
+    """Which grader ran: ``swebench <version>`` or ``builtin``."""
+    parser: str | None = None
+    tests: dict[str, str] = Field(default_factory=dict)
+    """Every test id the parser found -> status."""
+    fail_to_pass: GroupOutcome = Field(default_factory=GroupOutcome)
+    pass_to_pass: GroupOutcome = Field(default_factory=GroupOutcome)
+    eval_exit_code: int | None = None
+    test_output: str = ""
+    """Tail of the eval script's output."""
+
+    def to_reward_status(self) -> RewardStatus:
+        """The summary that goes into SWERollout status.reward (the full report goes to the result store)."""
+        return RewardStatus(
+            value=self.reward,
+            resolved=self.resolved,
+            graded=self.graded,
+            fail_to_pass_passed=len(self.fail_to_pass.success),
+            fail_to_pass_total=self.fail_to_pass.total,
+            pass_to_pass_passed=len(self.pass_to_pass.success),
+            pass_to_pass_total=self.pass_to_pass.total,
+            message=self.message[:1024],
+        )
+
+
+def _all_failed(evaluation: Evaluation) -> tuple[GroupOutcome, GroupOutcome]:
+    return GroupOutcome(failure=list(evaluation.fail_to_pass)), GroupOutcome(failure=list(evaluation.pass_to_pass))
+
+
+def skipped_report(instance: Instance, decision: GateDecision) -> EvalReport:
+    """Reward 0 without evaluation, for an exit status that gating does not grade."""
+    f2p, p2p = _all_failed(instance.evaluation)
+    return EvalReport(
+        instance_id=instance.instance_id,
+        resolved=False,
+        reward=0.0,
+        graded=False,
+        failure=EvalFailure.NOT_GRADED,
+        message=decision.reason,
+        fail_to_pass=f2p,
+        pass_to_pass=p2p,
+    )
+
+
+def files_in_patch(patch: str) -> list[str]:
+    """Paths a git-style unified diff touches (both sides of renames), in order, unique."""
+    seen: dict[str, None] = {}
+    for old, new in _DIFF_HEADER.findall(patch):
+        seen.setdefault(old)
+        seen.setdefault(new)
+    return list(seen)
+
+
+def default_eval_script(evaluation: Evaluation) -> str:
+    """For instances without an eval script: pytest -rA on the files of the named tests."""
+    files = list(dict.fromkeys(t.split("::", 1)[0] for t in [*evaluation.fail_to_pass, *evaluation.pass_to_pass]))
+    if not files:
+        raise GradingError("the instance has neither an eval script nor FAIL_TO_PASS/PASS_TO_PASS tests to run")
+    return "\n".join(
+        [
+            "#!/bin/bash",
+            "set -uo pipefail",
+            'echo ">>>>> Start Test Output"',
+            "python -m pytest -rA --tb=short -p no:cacheprovider " + " ".join(shlex.quote(f) for f in files),
+            "SWEBENCH_TEST_EXIT_CODE=$?",
+            'echo ">>>>> End Test Output"',
+            'echo ">>>>> Test Exit Code: $SWEBENCH_TEST_EXIT_CODE"',
+            "",
+        ]
+    )
+
+
+def _tail(text: str, limit: int) -> str:
+    return text if len(text) <= limit else "...(truncated)...\n" + text[-limit:]
+
+
+class _Evaluation:
+    """One evaluation's steps against one sandbox; `run` is the only entry point."""
+
+    def __init__(self, sandbox: EvalSandbox, request: EvalRequest) -> None:
+        self.sandbox = sandbox
+        self.request = request
+        self.instance = request.instance
+        self.workdir = request.workdir or request.instance.workdir
+        self.scratch = ""
+
+    async def sh(self, command: str, *, timeout: float = 120.0) -> CommandOutcome:
+        return await self.sandbox.execute(["bash", "-c", command], timeout=timeout, cwd=self.workdir)
+
+    def unresolved(self, failure: EvalFailure, message: str, **fields: object) -> EvalReport:
+        f2p, p2p = _all_failed(self.instance.evaluation)
+        report = EvalReport(
+            instance_id=self.instance.instance_id,
+            resolved=False,
+            reward=0.0,
+            failure=failure,
+            message=message,
+            fail_to_pass=f2p,
+            pass_to_pass=p2p,
+        )
+        return report.model_copy(update=fields)
+
+    async def run(self) -> EvalReport:
+        made = await self.sandbox.execute(["mktemp", "-d", "/tmp/swerollout-eval.XXXXXX"], timeout=30.0)
+        if made.exit_code != 0:
+            raise GradingError(f"cannot create a scratch directory in the sandbox: {made.output.strip()}")
+        self.scratch = made.output.strip().splitlines()[-1]
+        try:
+            return await self._run()
+        finally:
+            await self.sandbox.execute(["rm", "-rf", self.scratch], timeout=60.0)
+
+    async def _run(self) -> EvalReport:
+        if not self.request.patch.strip():
+            return self.unresolved(EvalFailure.EMPTY_PATCH, "the candidate patch is empty; nothing to evaluate")
+        applied, method, output = await self._apply_candidate()
+        if not applied:
+            first_error = next((line for line in output.splitlines() if "error" in line.lower()), output.strip()[:200])
+            return self.unresolved(
+                EvalFailure.PATCH_APPLY_FAILED,
+                f"the candidate patch does not apply to {self.instance.base_commit[:12]} "
+                f"with any of {len(APPLY_COMMANDS)} methods: {first_error}",
+                apply_output=_tail(output, _APPLY_OUTPUT_CHARS),
+            )
+        applied_fields: dict[str, object] = {
+            "patch_applied": True,
+            "apply_method": method,
+            "apply_output": _tail(output, _APPLY_OUTPUT_CHARS),
+        }
+        test_patch_error = await self._apply_test_patch()
+        if test_patch_error is not None:
+            return self.unresolved(EvalFailure.TEST_PATCH_APPLY_FAILED, test_patch_error, **applied_fields)
+        log, exit_code, timed_out = await self._run_eval_script()
+        if timed_out:
+            return self.unresolved(
+                EvalFailure.EVAL_TIMEOUT,
+                f"the eval script did not finish within {self.request.timeout_seconds:g}s and was killed",
+                test_output=_tail(log, _LOG_CHARS),
+                eval_exit_code=exit_code,
+                **applied_fields,
+            )
+        evaluation = self.instance.evaluation
+        grade: LogGrade = grade_log(
+            log,
+            instance_id=self.instance.instance_id,
+            repo=self.instance.repo,
+            fail_to_pass=evaluation.fail_to_pass,
+            pass_to_pass=evaluation.pass_to_pass,
+            log_parser=evaluation.log_parser.value,
+            eval_type=evaluation.eval_type.value,
+            backend=self.request.grader,
+        )
+        graded_fields = {
+            **applied_fields,
+            "backend": grade.backend,
+            "parser": grade.parser,
+            "test_output": _tail(log, _LOG_CHARS),
+            "eval_exit_code": exit_code,
+        }
+        if grade.problem is not None:
+            return self.unresolved(EvalFailure.NO_TEST_OUTPUT, grade.problem, **graded_fields)
+        f2p, p2p = grade.fail_to_pass, grade.pass_to_pass
+        return EvalReport(
+            instance_id=self.instance.instance_id,
+            resolved=grade.resolved,
+            reward=1.0 if grade.resolved else 0.0,
+            message=(
+                f"{'resolved' if grade.resolved else 'not resolved'}: FAIL_TO_PASS {len(f2p.success)}/{f2p.total}, "
+                f"PASS_TO_PASS {len(p2p.success)}/{p2p.total} ({grade.backend})"
+            ),
+            tests=grade.tests,
+            fail_to_pass=f2p,
+            pass_to_pass=p2p,
+            **graded_fields,  # type: ignore[arg-type]
+        )
+
+    async def _apply_candidate(self) -> tuple[bool, str | None, str]:
+        patch_file = f"{self.scratch}/candidate.diff"
+        # A patch must end with a newline or git calls it corrupt.
+        patch = self.request.patch if self.request.patch.endswith("\n") else self.request.patch + "\n"
+        await self.sandbox.write_file(patch_file, patch)
+        output = ""
+        for attempt, command in enumerate(APPLY_COMMANDS):
+            if attempt:
+                # A failed attempt (notably --reject) leaves partial edits and .rej files.
+                await self.sh("git checkout -- . && git clean -fdq")
+            result = await self.sh(f"{command} {shlex.quote(patch_file)}")
+            output = result.output
+            if result.exit_code == 0:
+                return True, command, output
+        await self.sh("git checkout -- . && git clean -fdq")
+        reverse = await self.sh(f"git apply --check --reverse {shlex.quote(patch_file)}")
+        if reverse.exit_code == 0:
+            # The tree already contains the change (SWE-bench counts this as applied).
+            return True, "already applied", output
+        return False, None, output
+
+    async def _apply_test_patch(self) -> str | None:
+        test_patch = self.instance.evaluation.test_patch
+        if not test_patch.strip():
+            return None
+        base = shlex.quote(self.instance.base_commit)
+        resets = []
+        for path in files_in_patch(test_patch):
+            quoted = shlex.quote(path)
+            resets.append(
+                f"if git cat-file -e {base}:{quoted} 2>/dev/null; then git checkout {base} -- {quoted}; "
+                f"else rm -f -- {quoted}; fi"
+            )
+        if resets:
+            reset = await self.sh(" && ".join(resets))
+            if reset.exit_code != 0:
+                return f"resetting the test files to {self.instance.base_commit[:12]} failed: {reset.output.strip()[:500]}"
+        patch_file = f"{self.scratch}/test.diff"
+        await self.sandbox.write_file(patch_file, test_patch if test_patch.endswith("\n") else test_patch + "\n")
+        result = await self.sh(f"git apply --verbose {shlex.quote(patch_file)}")
+        if result.exit_code != 0:
+            return f"the instance's test patch does not apply (broken instance?): {result.output.strip()[:500]}"
+        return None
+
+    async def _run_eval_script(self) -> tuple[str, int | None, bool]:
+        evaluation = self.instance.evaluation
+        script = evaluation.eval_script or default_eval_script(evaluation)
+        script_file = f"{self.scratch}/eval.sh"
+        log_file = f"{self.scratch}/eval.log"
+        await self.sandbox.write_file(script_file, script)
+        limit = self.request.timeout_seconds
+        # coreutils timeout kills the whole script even if the sandbox call is cut off;
+        # the sandbox-side limit is only a backstop. Output goes to a file so a killed
+        # run still leaves what it printed.
+        command = (
+            f"timeout --kill-after=10 {limit:g} bash {shlex.quote(script_file)} "
+            f"> {shlex.quote(log_file)} 2>&1"
+        )
+        result = await self.sh(command, timeout=limit + 60.0)
+        try:
+            log = await self.sandbox.read_file(log_file)
+        except FileNotFoundError:
+            log = result.output
+        timed_out = result.timed_out or result.exit_code in (124, 137)
+        return log, result.exit_code, timed_out
+
+
+async def evaluate(sandbox: EvalSandbox, request: EvalRequest) -> EvalReport:
+    """Apply the candidate and test patches in `sandbox` (a fresh checkout), run the eval script, grade it."""
+    return await _Evaluation(sandbox, request).run()

@@ -1,0 +1,322 @@
+"""Turn an eval script's output into per-test statuses and a resolved verdict.
+
+Two backends with the same behaviour:
+
+- ``swebench``: SWE-bench's own harness code (an optional extra, imported lazily):
+  its ``PARSER_REGISTRY`` picks the log parser by the instance's ``log_parser`` name
+  (swebench 5 no longer maps repo -> parser; the instance carries the parser name),
+  ``get_logs_eval`` cuts the output between the start/end markers and parses it, and
+  ``get_eval_tests_report`` + ``get_resolution_status`` decide FAIL_TO_PASS /
+  PASS_TO_PASS success and ``RESOLVED_FULL``. Using the harness itself avoids the
+  "our grader disagrees with the leaderboard's" class of bugs.
+- ``builtin``: our own pytest ``-rA`` parser and the same grading rules, used when
+  swebench is not installed (or when asked for).
+
+Grading rules (SWE-bench's): a FAIL_TO_PASS test succeeds when PASSED or XFAIL; it
+fails when FAILED, ERROR, SKIPPED or missing. A PASS_TO_PASS test is also kept when
+SKIPPED. ``fail_only`` grading fails a test only when it is FAILED. Resolved means every
+FAIL_TO_PASS and every PASS_TO_PASS test succeeded.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import os
+import re
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "END_TEST_OUTPUT",
+    "START_TEST_OUTPUT",
+    "TEST_EXIT_CODE",
+    "Backend",
+    "GradingError",
+    "GroupOutcome",
+    "LogGrade",
+    "TestStatus",
+    "grade_log",
+    "parse_pytest_log",
+    "swebench_harness_problem",
+    "swebench_version",
+]
+
+# SWE-bench's markers (swebench.harness.constants); a test checks they still match.
+START_TEST_OUTPUT = ">>>>> Start Test Output"
+END_TEST_OUTPUT = ">>>>> End Test Output"
+TEST_EXIT_CODE = ">>>>> Test Exit Code"
+
+Backend = Literal["auto", "swebench", "builtin"]
+
+
+class GradingError(Exception):
+    """The output cannot be graded with the requested parser (not retryable: fix the instance)."""
+
+
+class TestStatus(str, enum.Enum):
+    PASSED = "PASSED"
+    FAILED = "FAILED"
+    SKIPPED = "SKIPPED"
+    ERROR = "ERROR"
+    XFAIL = "XFAIL"
+
+
+_PASSING = {TestStatus.PASSED.value, TestStatus.XFAIL.value}
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_SKIP_SUMMARY = re.compile(r"^\[\d+\]$")
+_EXIT_CODE = re.compile(rf"{re.escape(TEST_EXIT_CODE)}:\s*(-?\d+)")
+# Evidence that pytest ran even when nothing was parsed (e.g. "no tests ran" is not it).
+_PYTEST_RAN = re.compile(r"=+ .*\b[1-9]\d* (passed|failed|error|errors|skipped|xfailed)\b", re.M)
+
+
+def parse_pytest_log(log: str) -> dict[str, str]:
+    """Test id -> status from pytest's ``-rA`` short summary lines (``PASSED tests/x.py::t``).
+
+    ``FAILED id - message`` keeps only the id; ``SKIPPED [2] file:line: reason`` lines are
+    pytest's grouped skip summaries, not tests. Colour codes are removed first.
+    """
+    statuses: dict[str, str] = {}
+    known = tuple(s.value + " " for s in TestStatus)
+    for raw in log.splitlines():
+        line = _ANSI.sub("", raw).rstrip()
+        if not line.startswith(known):
+            continue
+        status, _, rest = line.partition(" ")
+        if status in (TestStatus.FAILED.value, TestStatus.ERROR.value):
+            rest = rest.split(" - ", 1)[0]
+        name = rest.strip().split(" ", 1)[0] if rest.strip() else ""
+        if not name or (status == TestStatus.SKIPPED.value and _SKIP_SUMMARY.match(name)):
+            continue
+        statuses[name] = status
+    return statuses
+
+
+_BUILTIN_PARSERS: dict[str, Callable[[str], dict[str, str]]] = {
+    "parse_log_pytest": parse_pytest_log,
+    # pytest_v2 differs from pytest only in stripping colour codes, which ours always does.
+    "parse_log_pytest_v2": parse_pytest_log,
+}
+
+
+class GroupOutcome(BaseModel):
+    """Which tests of FAIL_TO_PASS or PASS_TO_PASS succeeded."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    success: list[str] = Field(default_factory=list)
+    failure: list[str] = Field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return len(self.success) + len(self.failure)
+
+
+class LogGrade(BaseModel):
+    """The graded eval output."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: str
+    """Which code graded it: ``swebench <version>`` or ``builtin``."""
+    parser: str
+    """The log parser's name (SWE-bench naming, e.g. ``parse_log_pytest``)."""
+    tests: dict[str, str]
+    """Every parsed test id -> PASSED / FAILED / SKIPPED / ERROR / XFAIL."""
+    fail_to_pass: GroupOutcome
+    pass_to_pass: GroupOutcome
+    resolved: bool
+    problem: str | None = None
+    """Why the output could not be graded (then nothing is resolved)."""
+
+
+def swebench_version() -> str | None:
+    """The installed swebench's version, or None when the optional extra is missing."""
+    try:
+        import swebench
+    except ImportError:
+        return None
+    return str(getattr(swebench, "__version__", "unknown"))
+
+
+@functools.cache
+def swebench_harness_problem() -> str | None:
+    """None when swebench's grading code imports, else why not.
+
+    ``swebench.harness`` imports docker, datasets and modal eagerly (about 5 s on a small
+    machine, and an ImportError when one of them is missing), so this runs once per
+    process and only when something is graded.
+    """
+    if swebench_version() is None:
+        return "swebench is not installed (pip install swerollout[eval])"
+    try:
+        import swebench.harness.grading  # noqa: F401
+    except Exception as exc:  # any optional dependency of the harness may be broken
+        return f"swebench {swebench_version()} is installed but its harness does not import: {type(exc).__name__}: {exc}"
+    return None
+
+
+def _exit_code(log: str) -> int | None:
+    match = _EXIT_CODE.search(log)
+    return int(match.group(1)) if match else None
+
+
+def _builtin_status_map(log: str, parse: Callable[[str], dict[str, str]]) -> tuple[dict[str, str], str | None]:
+    """The same steps as swebench's get_logs_eval, with a reason when the log is unusable."""
+    if START_TEST_OUTPUT not in log or END_TEST_OUTPUT not in log:
+        return {}, f"the eval output lacks the {START_TEST_OUTPUT!r} / {END_TEST_OUTPUT!r} markers"
+    sliced = log.split(START_TEST_OUTPUT, 1)[1].split(END_TEST_OUTPUT, 1)[0]
+    statuses = parse(sliced) or parse(log)
+    if not statuses and not _PYTEST_RAN.search(log):
+        return {}, "the eval output has no test results (did the test command run?)"
+    exit_code = _exit_code(log)
+    failing = {TestStatus.FAILED.value, TestStatus.ERROR.value}
+    if exit_code not in (None, 0) and statuses and not failing & set(statuses.values()):
+        # A patch can print fake PASSED lines; the real exit status says otherwise.
+        return {}, f"the test command exited with {exit_code} but the output reports no failure"
+    return statuses, None
+
+
+def _builtin_report(
+    statuses: dict[str, str], fail_to_pass: Sequence[str], pass_to_pass: Sequence[str], eval_type: str
+) -> tuple[GroupOutcome, GroupOutcome]:
+    def outcome(tests: Sequence[str], *, keep_skipped: bool) -> GroupOutcome:
+        result = GroupOutcome()
+        for test in tests:
+            status = statuses.get(test)
+            if eval_type == "fail_only":
+                ok = status != TestStatus.FAILED.value
+            else:
+                ok = status in _PASSING or (keep_skipped and status == TestStatus.SKIPPED.value)
+            (result.success if ok else result.failure).append(test)
+        return result
+
+    return outcome(fail_to_pass, keep_skipped=False), outcome(pass_to_pass, keep_skipped=True)
+
+
+def _resolved(f2p: GroupOutcome, p2p: GroupOutcome) -> bool:
+    return not f2p.failure and not p2p.failure
+
+
+@dataclass(frozen=True)
+class _GradeInput:
+    instance_id: str
+    repo: str
+    log_parser: str
+    eval_type: str
+    fail_to_pass: list[str]
+    pass_to_pass: list[str]
+
+
+def _grade_with_swebench(log: str, spec: _GradeInput) -> LogGrade:
+    from swebench.harness.constants import FAIL_TO_PASS, PASS_TO_PASS, EvalType, ResolvedStatus
+    from swebench.harness.grading import get_eval_tests_report, get_logs_eval, get_resolution_status
+    from swebench.harness.log_parsers import PARSER_REGISTRY
+    from swebench.types import TestSpec
+
+    if spec.log_parser not in PARSER_REGISTRY:
+        raise GradingError(f"swebench has no log parser {spec.log_parser!r}; known: {', '.join(sorted(PARSER_REGISTRY))}")
+    test_spec = TestSpec(
+        instance_id=spec.instance_id,
+        image="",
+        eval_script_list=[],
+        repo=spec.repo,
+        version="",
+        FAIL_TO_PASS=spec.fail_to_pass,
+        PASS_TO_PASS=spec.pass_to_pass,
+        log_parser=spec.log_parser,
+        eval_type=spec.eval_type,
+    )
+    backend = f"swebench {swebench_version()}"
+    # get_logs_eval reads a file: hand it exactly what the sandbox printed.
+    fd, path = tempfile.mkstemp(prefix="swerollout-eval-", suffix=".log")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(log)
+        statuses, found = get_logs_eval(test_spec, path)
+    finally:
+        os.unlink(path)
+    if not found:
+        # swebench says only "not found"; our own pass over the log explains why.
+        _, why = _builtin_status_map(log, lambda text: PARSER_REGISTRY[spec.log_parser](text, test_spec))
+        problem = why or "swebench found no gradable test output"
+        return LogGrade(
+            backend=backend,
+            parser=spec.log_parser,
+            tests={},
+            fail_to_pass=GroupOutcome(failure=list(spec.fail_to_pass)),
+            pass_to_pass=GroupOutcome(failure=list(spec.pass_to_pass)),
+            resolved=False,
+            problem=problem,
+        )
+    report: dict[str, Any] = get_eval_tests_report(
+        statuses,
+        {"instance_id": spec.instance_id, FAIL_TO_PASS: spec.fail_to_pass, PASS_TO_PASS: spec.pass_to_pass},
+        eval_type=EvalType(spec.eval_type),
+    )
+    f2p = GroupOutcome(success=report[FAIL_TO_PASS]["success"], failure=report[FAIL_TO_PASS]["failure"])
+    p2p = GroupOutcome(success=report[PASS_TO_PASS]["success"], failure=report[PASS_TO_PASS]["failure"])
+    return LogGrade(
+        backend=backend,
+        parser=spec.log_parser,
+        tests=dict(statuses),
+        fail_to_pass=f2p,
+        pass_to_pass=p2p,
+        resolved=get_resolution_status(report) == ResolvedStatus.FULL.value,
+    )
+
+
+def _grade_builtin(log: str, spec: _GradeInput) -> LogGrade:
+    parse = _BUILTIN_PARSERS.get(spec.log_parser)
+    if parse is None:
+        raise GradingError(
+            f"log parser {spec.log_parser!r} needs swebench (install swerollout[eval]); "
+            f"the builtin grader knows {', '.join(sorted(_BUILTIN_PARSERS))}"
+        )
+    statuses, problem = _builtin_status_map(log, parse)
+    if problem:
+        f2p = GroupOutcome(failure=list(spec.fail_to_pass))
+        p2p = GroupOutcome(failure=list(spec.pass_to_pass))
+        return LogGrade(
+            backend="builtin", parser=spec.log_parser, tests={}, fail_to_pass=f2p, pass_to_pass=p2p,
+            resolved=False, problem=problem,
+        )
+    f2p, p2p = _builtin_report(statuses, spec.fail_to_pass, spec.pass_to_pass, spec.eval_type)
+    return LogGrade(
+        backend="builtin",
+        parser=spec.log_parser,
+        tests=statuses,
+        fail_to_pass=f2p,
+        pass_to_pass=p2p,
+        resolved=_resolved(f2p, p2p),
+    )
+
+
+def grade_log(
+    log: str,
+    *,
+    instance_id: str,
+    repo: str,
+    fail_to_pass: Sequence[str],
+    pass_to_pass: Sequence[str],
+    log_parser: str = "parse_log_pytest",
+    eval_type: str = "pass_and_fail",
+    backend: Backend = "auto",
+) -> LogGrade:
+    """Grade the eval script's output. ``auto`` uses swebench when importable, else builtin.
+
+    `log_parser` accepts SWE-bench's names (``parse_log_pytest``) or the API's short
+    ones (``pytest``).
+    """
+    name = log_parser if log_parser.startswith("parse_log_") else f"parse_log_{log_parser}"
+    spec = _GradeInput(instance_id, repo, name, eval_type, list(fail_to_pass), list(pass_to_pass))
+    if backend == "builtin" or (backend == "auto" and swebench_harness_problem() is not None):
+        return _grade_builtin(log, spec)
+    problem = swebench_harness_problem()
+    if problem is not None:
+        raise GradingError(f"backend 'swebench' requested but {problem}")
+    return _grade_with_swebench(log, spec)
