@@ -101,11 +101,14 @@ async def test_max_turns(repo_sandbox: RepoSandbox) -> None:
 
 
 async def test_total_execution_time(repo_sandbox: RepoSandbox) -> None:
-    model = ScriptedModel([bash("sleep 0.6")] * 5)
-    result = await make_loop(repo_sandbox, model, limits(total_execution_time=1.0)).run()
+    model = ScriptedModel([bash("sleep 0.4")] * 10)
+    steps: list[StepInfo] = []
+    result = await make_loop(repo_sandbox, model, limits(total_execution_time=1.0), steps=steps).run()
     assert result.exit_status == "exit_total_execution_time"
-    assert model.calls == 2
-    assert result.state.execution_seconds >= 1.0
+    # The model is asked again only while the summed command time is under the limit.
+    assert model.calls == len(steps) < 10
+    assert all(step.state.execution_seconds < 1.0 for step in steps[:-1])
+    assert steps[-1].state.execution_seconds >= 1.0
 
 
 async def test_repeated_command_timeouts(repo_sandbox: RepoSandbox) -> None:
