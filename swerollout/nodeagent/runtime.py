@@ -308,6 +308,8 @@ class PodRuntime:
                     self._objects[(kind, name)] = await self.host.fetch(self.pod.metadata.namespace, kind, name)
                 for volume in self.pod.spec.volumes:
                     materialise(volume, self.dir.volumes, self._lookup)
+                for slot in [*self.init_slots, *self.slots]:
+                    container_env(self.pod, slot.spec, self._lookup, POD_IP)
                 return
             except ReferenceNotFound as exc:
                 if self.stopping:
@@ -341,6 +343,17 @@ class PodRuntime:
             if proc is None:
                 try:
                     proc = await self._launch(slot)
+                except ReferenceNotFound as exc:
+                    # Deleted since the pod started; the kubelet waits for it to come back.
+                    slot.state = {"waiting": {"reason": exc.reason, "message": str(exc)}}
+                    self._touch()
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 10.0)
+                    for kind, name in list(self._objects):
+                        self._objects[(kind, name)] = await self.host.fetch(self.pod.metadata.namespace, kind, name)
+                    if self.stopping:
+                        return 128
+                    continue
                 except ContainerConfigError as exc:
                     slot.state = {"waiting": {"reason": exc.reason, "message": str(exc)}}
                     self.failure = (exc.reason, str(exc))
