@@ -20,8 +20,9 @@ What does NOT run: kubelet, scheduler, controller-manager. Consequences:
   ServiceAccount does not exist); pods get no token volume injected.
 
 Cleanup: :meth:`stop` SIGTERMs then SIGKILLs each process group. A running control
-plane is also stopped at interpreter exit and on SIGTERM/SIGHUP; one left by a
-SIGKILLed owner is reaped by the next start in the same workdir (pidfile).
+plane is also stopped at interpreter exit and on SIGTERM/SIGHUP; the kernel kills it
+when its owner dies abruptly (``die_with_owner``, main thread only); and whatever is
+still left is reaped by the next start in the same workdir (pidfile).
 """
 
 from __future__ import annotations
@@ -88,6 +89,11 @@ class ControlPlaneConfig(BaseModel):
     """How long etcd + apiserver may take to become ready (2 busy cores: be generous)."""
     stop_grace_seconds: float = 5.0
     """SIGTERM grace per process before SIGKILL."""
+    die_with_owner: bool = True
+    """Ask the kernel to SIGKILL etcd and kube-apiserver when the owning process
+    dies (even by SIGKILL). Applies only when start() runs on the main thread: the
+    signal follows the thread that spawned them. Off = only stop()/atexit/signal
+    handlers and the pidfile reaping on the next start protect against orphans."""
     start_attempts: int = 3
     """Fresh ports are probed before each attempt; another process may grab one in between."""
     extra_apiserver_args: list[str] = []
@@ -268,7 +274,8 @@ class ControlPlane:
         logs.mkdir(exist_ok=True)
         log_path = logs / f"{name}.log"
         log = open(log_path, "ab")  # noqa: SIM115 - closed in _stop_children
-        child = _Child(name, spawn(args, log), log_path, log)
+        die_with_owner = self.config.die_with_owner and threading.current_thread() is threading.main_thread()
+        child = _Child(name, spawn(args, log, die_with_parent=die_with_owner), log_path, log)
         self._children.append(child)
         self._pidfile.write(
             PidFile(

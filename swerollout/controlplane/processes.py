@@ -1,5 +1,9 @@
 """Child processes that never outlive their owner unnoticed.
 
+Three layers: the owner stops its children (stop(), atexit, SIGTERM/SIGHUP); the
+kernel SIGKILLs them if the owner's main thread dies anyway (PR_SET_PDEATHSIG);
+and a pidfile lets the next start in the same workdir reap what is left.
+
 Each child runs in its own session (so its process group is its pid, and a Ctrl-C
 at the terminal reaches only Python, which then stops the children in order). The
 pids go to a pidfile in the workdir; if the owning Python process dies without
@@ -10,12 +14,14 @@ workdir, so a recycled pid is never killed.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -87,7 +93,31 @@ def terminate_group(pid: int, popen: subprocess.Popen[bytes] | None, grace_secon
         popen.wait(timeout=5)
 
 
-def spawn(args: list[str], log: IO[bytes], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+_PR_SET_PDEATHSIG = 1
+_prctl: Any = None
+
+
+def _die_with_parent() -> None:
+    # Runs in the child between fork and exec: only a preloaded libc call, nothing
+    # that could take a lock another parent thread held at fork time.
+    _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
+
+
+def spawn(
+    args: list[str], log: IO[bytes], env: dict[str, str] | None = None, *, die_with_parent: bool = False
+) -> subprocess.Popen[bytes]:
+    """Start ``args`` in its own session, output to ``log``.
+
+    ``die_with_parent``: the kernel SIGKILLs the child when the *thread* that
+    started it exits, so even a SIGKILLed owner leaves nothing behind. Only safe
+    from a thread that lives as long as the child (the main thread); Linux only.
+    """
+    global _prctl
+    preexec = None
+    if die_with_parent and sys.platform == "linux":
+        if _prctl is None:
+            _prctl = ctypes.CDLL(None, use_errno=True).prctl
+        preexec = _die_with_parent
     return subprocess.Popen(
         args,
         stdin=subprocess.DEVNULL,
@@ -95,6 +125,7 @@ def spawn(args: list[str], log: IO[bytes], env: dict[str, str] | None = None) ->
         stderr=subprocess.STDOUT,
         start_new_session=True,
         env=env,
+        preexec_fn=preexec,
     )
 
 

@@ -34,7 +34,7 @@ def test_admin_kubeconfig_is_private(control_plane: ControlPlane) -> None:
     assert control_plane.kubeconfig_path.stat().st_mode & 0o077 == 0
 
 
-def _pod_reader_role(namespace: str) -> tuple[dict[str, object], dict[str, object]]:
+def _pod_reader_role(namespace: str) -> tuple[dict[str, Any], dict[str, Any]]:
     role = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
@@ -105,17 +105,21 @@ def test_token_request_token_authenticates_as_the_serviceaccount(
 _CHILD = textwrap.dedent(
     """
     import json, sys, time
-    from swerollout.controlplane import ControlPlane
-    plane = ControlPlane(sys.argv[1]).start()
+    from swerollout.controlplane import ControlPlane, ControlPlaneConfig
+    config = ControlPlaneConfig(die_with_owner=sys.argv[2] == "die")
+    plane = ControlPlane(sys.argv[1], config).start()
     print(json.dumps(plane.pids()), flush=True)
     time.sleep(600)
     """
 )
 
 
-def _start_child_plane(workdir: Path) -> tuple[subprocess.Popen[str], dict[str, int]]:
+def _start_child_plane(workdir: Path, *, die_with_owner: bool) -> tuple[subprocess.Popen[str], dict[str, int]]:
     proc = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, str(workdir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-c", _CHILD, str(workdir), "die" if die_with_owner else "orphan"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()
@@ -135,7 +139,7 @@ def _wait_all_gone(pids: list[int], timeout: float = 15.0) -> bool:
 
 
 def test_sigterm_to_the_owner_stops_its_control_plane(tmp_path: Path) -> None:
-    proc, pids = _start_child_plane(tmp_path / "cp")
+    proc, pids = _start_child_plane(tmp_path / "cp", die_with_owner=False)
     try:
         assert set(pids) == {"etcd", "kube-apiserver"}
         assert all(is_alive(p) for p in pids.values())
@@ -151,9 +155,24 @@ def test_sigterm_to_the_owner_stops_its_control_plane(tmp_path: Path) -> None:
                 os.killpg(pid, signal.SIGKILL)
 
 
+def test_sigkill_of_the_owner_takes_its_control_plane_down(tmp_path: Path) -> None:
+    proc, pids = _start_child_plane(tmp_path / "cp", die_with_owner=True)
+    try:
+        assert all(is_alive(p) for p in pids.values())
+        proc.kill()
+        proc.wait()
+        assert _wait_all_gone(list(pids.values()))
+    finally:
+        for pid in pids.values():
+            if is_alive(pid):
+                os.killpg(pid, signal.SIGKILL)
+
+
 def test_start_after_a_crashed_owner_reaps_the_orphans_and_stop_leaves_nothing(tmp_path: Path) -> None:
     workdir = tmp_path / "cp"
-    proc, orphans = _start_child_plane(workdir)
+    # die_with_owner=False stands for any way the kernel safety net can miss (a
+    # non-main thread, a non-Linux host): the pidfile is the last line.
+    proc, orphans = _start_child_plane(workdir, die_with_owner=False)
     try:
         proc.kill()  # SIGKILL: no atexit, no handler; etcd and apiserver live on
         proc.wait()

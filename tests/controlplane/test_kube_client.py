@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ from swerollout.kube import (
     AsyncKubeClient,
     Conflict,
     Forbidden,
+    Gone,
     Invalid,
     KubeClient,
     KubeConfig,
@@ -298,6 +300,26 @@ def test_watch_streams_live_events_with_label_selector(kube: KubeClient, namespa
     thread.join(timeout=30)
     assert not thread.is_alive()
     assert seen == [("ADDED", "live"), ("DELETED", "live")]
+
+
+def test_watch_error_line_becomes_gone() -> None:
+    # The shape the API server streams when a watch's resourceVersion was compacted
+    # away. (A fresh apiserver's watch cache still serves old versions, so this
+    # pure-parsing test stands in for the live case.)
+    line = json.dumps(
+        {
+            "type": "ERROR",
+            "object": {
+                "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Expired", "code": 410,
+                "message": "too old resource version: 1 (202)",
+            },
+        }
+    )
+    with pytest.raises(Gone) as caught:
+        KubeClient._decode_watch_line(line)
+    assert (caught.value.status, caught.value.reason) == (410, "Expired")
+    assert "too old" in caught.value.message
+    assert KubeClient._decode_watch_line("") is None
 
 
 # --- async -----------------------------------------------------------------------------
