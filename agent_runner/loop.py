@@ -262,7 +262,7 @@ class AgentLoop:
     def _reply(self, turn: ModelTurn, content: str) -> list[dict[str, Any]]:
         """Function calls are answered per call id (chat templates expect it); text turns by a user message."""
         if self.config.tools.action_format == ActionFormat.FUNCTION_CALLING and turn.tool_calls:
-            return [{"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content}
+            return [{"role": "tool", "tool_call_id": call.id, "content": content}
                     for call in turn.tool_calls]
         return [{"role": "user", "content": content}]
 

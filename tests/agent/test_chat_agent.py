@@ -1,0 +1,136 @@
+"""ChatAgent: the loop with ChatModel against the real policy server's /v1/chat/completions."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from repo_helpers import RepoSandbox, git
+
+from agent_runner.chat_model import ChatModel, chat_completions_url
+from agent_runner.config import AgentConfig
+from agent_runner.errors import ModelProtocolError, ModelUnavailableError
+from agent_runner.loop import AgentLoop, TaskInfo
+from agent_runner.tools import tool_schemas
+from swerollout.api import v1alpha1
+from swerollout.policy_server.launch import PolicyServerHandle, launch
+
+PROBLEM = "calc.add returns the difference of its arguments instead of their sum (issue 4711)."
+GOLD_PATCH = (
+    "diff --git a/calc.py b/calc.py\n"
+    "--- a/calc.py\n"
+    "+++ b/calc.py\n"
+    "@@ -1,2 +1,2 @@\n"
+    " def add(a, b):\n"
+    "-    return a - b\n"
+    "+    return a + b\n"
+)
+
+
+@pytest.fixture(scope="module")
+def policy_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, PolicyServerHandle]]:
+    tasks = tmp_path_factory.mktemp("tasks") / "tasks.jsonl"
+    tasks.write_text(json.dumps({"instance_id": "calc-4711", "patch": GOLD_PATCH, "problem_statement": PROBLEM}) + "\n")
+    servers: dict[str, PolicyServerHandle] = {}
+    try:
+        servers["oracle"] = launch("oracle", tasks=tasks)
+        servers["null"] = launch("null")
+        yield servers
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+def chat_loop(rs: RepoSandbox, url: str, kind: v1alpha1.AgentKind, **model_options: object) -> tuple[AgentLoop, ChatModel]:
+    config = AgentConfig.default(kind)
+    tools = tool_schemas(config.tools.enabled) if kind != v1alpha1.AgentKind.TEXT_BASH_AGENT else None
+    model = ChatModel(url, tools=tools, sampling={"temperature": 0.0}, **model_options)  # type: ignore[arg-type]
+    task = TaskInfo(problem_statement=PROBLEM, working_dir=str(rs.repo), base_commit=rs.base_commit,
+                    repo="example/calc", instance_id="calc-4711")
+    return AgentLoop(model, rs.sandbox, config, task), model
+
+
+def working_tree_diff(rs: RepoSandbox) -> str:
+    git(rs.repo, "add", "-A")
+    return git(rs.repo, "diff", "--cached", rs.base_commit)
+
+
+@pytest.mark.parametrize("kind", [v1alpha1.AgentKind.CHAT_AGENT, v1alpha1.AgentKind.TEXT_BASH_AGENT])
+async def test_oracle_solves_the_task(
+    repo_sandbox: RepoSandbox, policy_servers: dict[str, PolicyServerHandle], kind: v1alpha1.AgentKind
+) -> None:
+    loop, model = chat_loop(repo_sandbox, policy_servers["oracle"].url, kind)
+    async with model:
+        result = await loop.run()
+    assert result.exit_status == "submitted", result.error
+    assert (repo_sandbox.repo / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
+    assert result.submission == working_tree_diff(repo_sandbox)
+    assert "-    return a - b\n+    return a + b" in (result.submission or "")
+    assert result.state.turns == 2
+    if kind == v1alpha1.AgentKind.CHAT_AGENT:
+        assert [m["role"] for m in model.messages] == ["system", "user", "assistant", "tool", "assistant"]
+        assert model.messages[2]["tool_calls"][0]["function"]["name"] == "bash"
+    else:
+        assert [m["role"] for m in model.messages] == ["system", "user", "assistant", "user", "assistant"]
+        assert "```bash\nsubmit\n```" in model.messages[-1]["content"]
+    assert model.context_tokens > 0
+
+
+async def test_null_policy_submits_an_empty_patch(
+    repo_sandbox: RepoSandbox, policy_servers: dict[str, PolicyServerHandle]
+) -> None:
+    loop, model = chat_loop(repo_sandbox, policy_servers["null"].url, v1alpha1.AgentKind.CHAT_AGENT)
+    async with model:
+        result = await loop.run()
+    assert result.exit_status == "submitted"
+    assert result.submission == ""
+    assert result.state.turns == 1
+
+
+async def test_transient_server_errors_are_retried(
+    repo_sandbox: RepoSandbox, policy_servers: dict[str, PolicyServerHandle]
+) -> None:
+    url = policy_servers["null"].url
+    httpx.post(f"{url}/faults", json={"fail_next": 2}).raise_for_status()
+    loop, model = chat_loop(repo_sandbox, url, v1alpha1.AgentKind.CHAT_AGENT, backoff_seconds=0.05)
+    async with model:
+        result = await loop.run()
+    assert result.exit_status == "submitted"
+    assert httpx.get(f"{url}/faults").json()["fail_next"] == 0
+
+
+async def test_server_errors_beyond_the_retries_are_exit_api(
+    repo_sandbox: RepoSandbox, policy_servers: dict[str, PolicyServerHandle]
+) -> None:
+    url = policy_servers["null"].url
+    httpx.post(f"{url}/faults", json={"fail_next": 3}).raise_for_status()
+    loop, model = chat_loop(repo_sandbox, url, v1alpha1.AgentKind.CHAT_AGENT, max_retries=2, backoff_seconds=0.05)
+    async with model:
+        result = await loop.run()
+    assert result.exit_status == "exit_api"
+    assert result.error is not None and "503" in result.error and "failed 3 times" in result.error
+
+
+async def test_wrong_endpoint_is_a_clear_protocol_error(policy_servers: dict[str, PolicyServerHandle]) -> None:
+    async with ChatModel(f"{policy_servers['null'].url}/not-openai", max_retries=0) as model:
+        model.add_messages([{"role": "user", "content": "hi"}])
+        with pytest.raises(ModelProtocolError, match="404: no OpenAI-compatible chat completions endpoint"):
+            await model.generate()
+
+
+async def test_unreachable_server_is_unavailable() -> None:
+    from swerex_fixture import free_port
+
+    async with ChatModel(f"http://127.0.0.1:{free_port()}", max_retries=1, backoff_seconds=0.01) as model:
+        model.add_messages([{"role": "user", "content": "hi"}])
+        with pytest.raises(ModelUnavailableError, match="ConnectError"):
+            await model.generate()
+
+
+def test_endpoint_forms() -> None:
+    assert chat_completions_url("http://h:1") == "http://h:1/v1/chat/completions"
+    assert chat_completions_url("http://h:1/v1/") == "http://h:1/v1/chat/completions"
+    assert chat_completions_url("http://h:1/v1/chat/completions") == "http://h:1/v1/chat/completions"
+
