@@ -1,0 +1,269 @@
+"""Parse the model's tool calls from its decoded reply, in the model family's own markup.
+
+The parser is chosen from markers in the tokenizer's chat template (what the model
+was trained to emit), never from a model name:
+
+- ``hermes``: Qwen2.5/Qwen3/QwQ ``<tool_call>{"name": .., "arguments": {..}}</tool_call>``
+- ``qwen-xml``: Qwen3-Coder/Qwen3.5 ``<tool_call><function=name><parameter=k>v</parameter></function></tool_call>``
+- ``glm``: GLM-4.5+ ``<tool_call>name<arg_key>k</arg_key><arg_value>v</arg_value></tool_call>``
+- ``deepseek-v3``: ``<｜tool▁call▁begin｜>function<｜tool▁sep｜>name\\n```json\\n{..}\\n```<｜tool▁call▁end｜>``
+- ``deepseek-v3.1``: ``<｜tool▁call▁begin｜>name<｜tool▁sep｜>{..}<｜tool▁call▁end｜>``
+
+Malformed markup never raises: the reply comes back with ``error`` set (the agent
+loop turns it into a format-error observation, SWE-agent's ``exit_format`` path).
+
+``parse_bash_block`` is the text action format of TextBashAgent (mini-swe-agent
+style): exactly one fenced ```bash block per reply.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent_runner.model import ToolCall
+
+ParserName = str
+
+
+@dataclass
+class ParsedReply:
+    content: str
+    """The reply without tool-call markup (reasoning included if the model emitted it)."""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    error: str | None = None
+
+
+_DS_BEGIN, _DS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
+_DS_CALL = re.compile(r"<｜tool▁call▁begin｜>(.*?)<｜tool▁call▁end｜>", re.S)
+_DS_SEP = "<｜tool▁sep｜>"
+
+
+def detect_parser(chat_template: str | None) -> ParserName | None:
+    """The tool-call markup a chat template teaches, or None if it teaches none."""
+    source = chat_template or ""
+    if _DS_SEP in source:
+        return "deepseek-v3" if "```json" in source else "deepseek-v3.1"
+    if "<arg_key>" in source:
+        return "glm"
+    if "<function=" in source and "<parameter=" in source:
+        return "qwen-xml"
+    if "<tool_call>" in source:
+        return "hermes"
+    return None
+
+
+class ToolCallParser:
+    """Parse replies of one markup family; ``tools`` (OpenAI schemas) type the arguments."""
+
+    def __init__(self, name: ParserName, tools: Sequence[Mapping[str, Any]] | None = None) -> None:
+        if name not in _PARSERS:
+            raise ValueError(f"unknown tool-call parser {name!r}; valid: {', '.join(sorted(_PARSERS))}")
+        self.name = name
+        self._parse = _PARSERS[name]
+        self._string_params: dict[str, set[str]] = {}
+        for tool in tools or []:
+            fn = tool.get("function", tool)
+            props = (fn.get("parameters") or {}).get("properties") or {}
+            self._string_params[str(fn.get("name"))] = {k for k, v in props.items() if v.get("type") == "string"}
+
+    def parse(self, text: str, *, id_prefix: str = "call") -> ParsedReply:
+        reply = self._parse(text, self._string_params)
+        for index, call in enumerate(reply.tool_calls):
+            call.id = f"{id_prefix}_{index}"
+        return reply
+
+
+def _call(name: str, arguments: Any) -> ToolCall:
+    if not isinstance(arguments, dict):
+        raise _Malformed(f"arguments of {name!r} must be a JSON object, got {type(arguments).__name__}")
+    return ToolCall(id="", name=name, arguments=arguments)
+
+
+class _Malformed(ValueError):
+    pass
+
+
+def _blocks(text: str, open_tag: str, close_tag: str) -> tuple[str, list[str]]:
+    """Content before the first block, and the bodies of all blocks; raise on bad nesting."""
+    first = text.find(open_tag)
+    if first < 0:
+        if close_tag in text:
+            raise _Malformed(f"found {close_tag} without an opening {open_tag}")
+        return text, []
+    content, rest, bodies = text[:first], text[first:], []
+    while rest:
+        rest = rest.lstrip()
+        if not rest:
+            break
+        if not rest.startswith(open_tag):
+            raise _Malformed(f"unexpected text after a tool call: {rest[:60]!r}")
+        end = rest.find(close_tag)
+        if end < 0:
+            raise _Malformed(f"{open_tag} is never closed with {close_tag}")
+        body = rest[len(open_tag) : end]
+        if open_tag in body:
+            raise _Malformed(f"{open_tag} opened again before {close_tag}")
+        bodies.append(body)
+        rest = rest[end + len(close_tag) :]
+    return content, bodies
+
+
+def _guard(parse: Callable[[str, dict[str, set[str]]], ParsedReply]) -> Callable[[str, dict[str, set[str]]], ParsedReply]:
+    def wrapped(text: str, string_params: dict[str, set[str]]) -> ParsedReply:
+        try:
+            return parse(text, string_params)
+        except _Malformed as exc:
+            return ParsedReply(content=text, error=str(exc))
+
+    return wrapped
+
+
+@_guard
+def _parse_hermes(text: str, string_params: dict[str, set[str]]) -> ParsedReply:
+    content, bodies = _blocks(text, "<tool_call>", "</tool_call>")
+    calls = []
+    for body in bodies:
+        try:
+            data = json.loads(body)
+        except json.JSONDecodeError as exc:
+            raise _Malformed(f"tool call is not valid JSON ({exc.msg} at char {exc.pos}): {body.strip()[:80]!r}") from exc
+        if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not data["name"]:
+            raise _Malformed(f'tool call needs {{"name": ..., "arguments": {{...}}}}, got {body.strip()[:80]!r}')
+        arguments = data.get("arguments", data.get("parameters", {}))
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except json.JSONDecodeError as exc:
+                raise _Malformed(f"arguments of {data['name']!r} are a string that is not JSON") from exc
+        calls.append(_call(data["name"], arguments))
+    return ParsedReply(content=content.rstrip(), tool_calls=calls)
+
+
+def _typed(name: str, key: str, raw: str, string_params: dict[str, set[str]]) -> Any:
+    # Templates render non-string values with tojson; a declared string stays text.
+    if key in string_params.get(name, set()):
+        return raw
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+_GLM_PAIR = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.S)
+
+
+@_guard
+def _parse_glm(text: str, string_params: dict[str, set[str]]) -> ParsedReply:
+    content, bodies = _blocks(text, "<tool_call>", "</tool_call>")
+    calls = []
+    for body in bodies:
+        cut = body.find("<arg_key>")
+        name = (body if cut < 0 else body[:cut]).strip()
+        if not name or "<" in name:
+            raise _Malformed(f"tool call has no function name: {body.strip()[:80]!r}")
+        args_text = "" if cut < 0 else body[cut:]
+        pairs = _GLM_PAIR.findall(args_text)
+        leftover = _GLM_PAIR.sub("", args_text).strip()
+        if leftover:
+            raise _Malformed(f"unbalanced <arg_key>/<arg_value> in call to {name!r}: {leftover[:60]!r}")
+        calls.append(_call(name, {k.strip(): _typed(name, k.strip(), v, string_params) for k, v in pairs}))
+    return ParsedReply(content=content.rstrip(), tool_calls=calls)
+
+
+_XML_FUNCTION = re.compile(r"^\s*<function=([^>\s]+)>(.*)</function>\s*$", re.S)
+_XML_PARAM = re.compile(r"<parameter=([^>\s]+)>\n?(.*?)\n?</parameter>", re.S)
+
+
+@_guard
+def _parse_qwen_xml(text: str, string_params: dict[str, set[str]]) -> ParsedReply:
+    content, bodies = _blocks(text, "<tool_call>", "</tool_call>")
+    calls = []
+    for body in bodies:
+        match = _XML_FUNCTION.match(body)
+        if not match:
+            raise _Malformed(f"tool call needs <function=name>...</function>: {body.strip()[:80]!r}")
+        name, inner = match.group(1), match.group(2)
+        if _XML_PARAM.sub("", inner).strip():
+            raise _Malformed(f"unbalanced <parameter=...> in call to {name!r}")
+        calls.append(_call(name, {k: _typed(name, k, v, string_params) for k, v in _XML_PARAM.findall(inner)}))
+    return ParsedReply(content=content.rstrip(), tool_calls=calls)
+
+
+def _deepseek(text: str, split_call: Callable[[str], tuple[str, str]]) -> ParsedReply:
+    content, bodies = _blocks(text, _DS_BEGIN, _DS_END)
+    if len(bodies) > 1:
+        raise _Malformed("more than one tool-calls section")
+    calls = []
+    for section in bodies:
+        found = _DS_CALL.findall(section)
+        if not found or _DS_CALL.sub("", section).strip():
+            raise _Malformed(f"malformed tool-calls section: {section[:80]!r}")
+        for body in found:
+            name, raw = split_call(body)
+            try:
+                arguments = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise _Malformed(f"arguments of {name!r} are not valid JSON ({exc.msg})") from exc
+            calls.append(_call(name, arguments))
+    return ParsedReply(content=content.rstrip(), tool_calls=calls)
+
+
+def _split_v3(body: str) -> tuple[str, str]:
+    kind, sep, rest = body.partition(_DS_SEP)
+    if not sep:
+        raise _Malformed(f"tool call without {_DS_SEP}")
+    name, newline, fenced = rest.partition("\n")
+    fence = re.fullmatch(r"\s*```json\s*\n(.*?)\n?```\s*", fenced, re.S)
+    if not name.strip() or not newline or not fence:
+        raise _Malformed(f"tool call needs name and a ```json block: {body[:80]!r}")
+    return name.strip(), fence.group(1)
+
+
+def _split_v31(body: str) -> tuple[str, str]:
+    name, sep, raw = body.partition(_DS_SEP)
+    if not sep or not name.strip():
+        raise _Malformed(f"tool call needs name{_DS_SEP}arguments: {body[:80]!r}")
+    return name.strip(), raw
+
+
+@_guard
+def _parse_deepseek_v3(text: str, string_params: dict[str, set[str]]) -> ParsedReply:
+    return _deepseek(text, _split_v3)
+
+
+@_guard
+def _parse_deepseek_v31(text: str, string_params: dict[str, set[str]]) -> ParsedReply:
+    return _deepseek(text, _split_v31)
+
+
+_PARSERS: dict[str, Callable[[str, dict[str, set[str]]], ParsedReply]] = {
+    "hermes": _parse_hermes,
+    "qwen-xml": _parse_qwen_xml,
+    "glm": _parse_glm,
+    "deepseek-v3": _parse_deepseek_v3,
+    "deepseek-v3.1": _parse_deepseek_v31,
+}
+
+
+# --- the text action format (TextBashAgent) ----------------------------------------------
+
+_BASH_BLOCK = re.compile(r"```bash[ \t]*\n(.*?)\n?```", re.S)
+
+
+class BashFormatError(ValueError):
+    """The reply does not hold exactly one ```bash block (tell the model and let it retry)."""
+
+
+def parse_bash_block(text: str) -> str:
+    """The command of the reply's single fenced ```bash block."""
+    blocks = _BASH_BLOCK.findall(text)
+    if len(blocks) != 1:
+        raise BashFormatError(
+            f"expected exactly one ```bash code block in the reply, found {len(blocks)}; "
+            "reply with your reasoning and one ```bash block holding one command"
+        )
+    return str(blocks[0]).strip()
