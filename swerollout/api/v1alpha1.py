@@ -363,8 +363,8 @@ class SandboxHandle(ApiModel):
     """The live pod that holds the sandbox; kept across aborts so resume continues there."""
 
     pod_name: Name | None = None
-    pod_uid: ShortText | None = None
-    pod_ip: ShortText | None = None
+    pod_uid: ShortText | None = Field(default=None, alias="podUID")
+    pod_ip: ShortText | None = Field(default=None, alias="podIP")
     node_name: ShortText | None = None
     started_at: datetime | None = None
     """When the sandbox became ready."""

@@ -1,0 +1,199 @@
+"""The operator against the real API server, under the chart's ServiceAccount.
+
+No node agent runs here: the tests play the kubelet's part where they need to
+(patching pod status), so what is tested is the operator alone.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from swerollout.api import v1alpha1 as api
+from swerollout.controlplane import ControlPlane
+from tests.operator.conftest import OperatorProcess
+
+
+def rollout(name: str, **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "apiVersion": api.API_VERSION,
+        "kind": api.KIND,
+        "metadata": {"name": name, "labels": {api.LABEL_BATCH: "b1"}},
+        "spec": {
+            "instance": {
+                "instanceId": f"demo__{name}",
+                "repo": "demo/calc",
+                "baseCommit": "abcdef0",
+                "image": "registry.example/calc:1",
+                "problemStatement": "fix it",
+            },
+            "inference": {"endpoint": "http://sglang:30000", "tokenizer": "qwen-2.5"},
+        },
+    }
+    body["spec"].update(spec)
+    return body
+
+
+def wait_for(what: str, probe: Callable[[], Any], timeout: float = 60.0, op: OperatorProcess | None = None) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}" + (f"\noperator log:\n{op.log_tail()}" if op else ""))
+        time.sleep(0.2)
+
+
+def get_json(kubectl: Callable[..., Any], *args: str) -> Any:
+    result = kubectl("get", *args, "-o", "json", check=False)
+    return json.loads(result.stdout) if result.returncode == 0 else None
+
+
+def phase(kubectl: Callable[..., Any], ns: str, name: str) -> str | None:
+    obj = get_json(kubectl, "swer", name, "-n", ns)
+    return ((obj or {}).get("status") or {}).get("phase")
+
+
+def pods_of(kubectl: Callable[..., Any], ns: str, name: str) -> list[dict[str, Any]]:
+    return get_json(kubectl, "pods", "-n", ns, "-l", f"{api.LABEL_ROLLOUT}={name}")["items"]
+
+
+def mark_ready(kubectl: Callable[..., Any], ns: str, pod: str, ip: str = "10.1.2.3") -> None:
+    status = {
+        "status": {
+            "phase": "Running",
+            "podIP": ip,
+            "conditions": [
+                {"type": "PodScheduled", "status": "True"},
+                {"type": "Ready", "status": "True"},
+            ],
+        }
+    }
+    kubectl("patch", "pod", pod, "-n", ns, "--subresource=status", "--type=merge", "-p", json.dumps(status))
+
+
+def test_rollout_gets_one_owned_pod_and_status(operator: OperatorProcess, kubectl: Callable[..., Any], namespace: str) -> None:
+    kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(rollout("r1")))
+    wait_for("phase Starting", lambda: phase(kubectl, namespace, "r1") == "Starting", op=operator)
+    obj = get_json(kubectl, "swer", "r1", "-n", namespace)
+    status = obj["status"]
+    assert status["observedGeneration"] == obj["metadata"]["generation"]
+    assert status["attempts"] == 1
+    assert status["sandbox"]["podName"] == "r1-a1"
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["SandboxReady"]["status"] == "False"
+
+    (pod,) = pods_of(kubectl, namespace, "r1")
+    assert pod["metadata"]["name"] == "r1-a1"
+    owner = pod["metadata"]["ownerReferences"][0]
+    assert owner["uid"] == obj["metadata"]["uid"] and owner["controller"] is True
+    assert pod["metadata"]["labels"][api.LABEL_BATCH] == "b1"
+    assert pod["spec"]["automountServiceAccountToken"] is False
+    secret = get_json(kubectl, "secret", "r1-runner", "-n", namespace)
+    assert set(secret["data"]) == {"ingest-token", "swerex-token"}
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == obj["metadata"]["uid"]
+
+    mark_ready(kubectl, namespace, "r1-a1")
+    wait_for("phase Running", lambda: phase(kubectl, namespace, "r1") == "Running", op=operator)
+    status = get_json(kubectl, "swer", "r1", "-n", namespace)["status"]
+    assert status["sandbox"]["podIP"] == "10.1.2.3"
+    assert status["sandbox"]["podUID"] == pod["metadata"]["uid"]
+    events = get_json(kubectl, "events", "-n", namespace, "--field-selector", "involvedObject.name=r1")["items"]
+    assert {"PodCreated", "SandboxReady"} <= {e["reason"] for e in events}
+    metrics = operator.metrics()
+    assert 'swerollout_rollouts{phase="Running"} 1.0' in metrics
+    assert "swerollout_reconcile_errors_total{" not in metrics  # no handler ever raised
+
+
+def test_image_pull_failure_is_reported_with_the_image(
+    operator: OperatorProcess, kubectl: Callable[..., Any], namespace: str
+) -> None:
+    kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(rollout("pull")))
+    wait_for("pod", lambda: pods_of(kubectl, namespace, "pull"), op=operator)
+    status = {
+        "status": {
+            "phase": "Pending",
+            "containerStatuses": [
+                {
+                    "name": "sandbox",
+                    "image": "registry.example/calc:1",
+                    "imageID": "",
+                    "ready": False,
+                    "restartCount": 0,
+                    "state": {"waiting": {"reason": "ErrImagePull", "message": "manifest unknown"}},
+                }
+            ],
+        }
+    }
+    kubectl("patch", "pod", "pull-a1", "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps(status))
+    wait_for("phase Failed", lambda: phase(kubectl, namespace, "pull") == "Failed", op=operator)
+    obj = get_json(kubectl, "swer", "pull", "-n", namespace)
+    assert "registry.example/calc:1" in obj["status"]["message"]
+    assert "ErrImagePull" in obj["status"]["message"]
+    complete = next(c for c in obj["status"]["conditions"] if c["type"] == "Complete")
+    assert complete["reason"] == "ErrImagePull"
+
+
+def test_startup_timeout_fails_with_a_reason(operator: OperatorProcess, kubectl: Callable[..., Any], namespace: str) -> None:
+    kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(rollout("slow", sandbox={"startupTimeoutSeconds": 10})))
+    wait_for("phase Failed", lambda: phase(kubectl, namespace, "slow") == "Failed", timeout=60, op=operator)
+    obj = get_json(kubectl, "swer", "slow", "-n", namespace)
+    assert "startupTimeoutSeconds" in obj["status"]["message"]
+    assert "slow-a1" in obj["status"]["message"]
+
+
+def test_restarts_at_any_point_create_no_second_pod(
+    operator: OperatorProcess, kubectl: Callable[..., Any], namespace: str
+) -> None:
+    names = [f"batch-{i}" for i in range(8)]
+    for i, name in enumerate(names):
+        kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(rollout(name)))
+        if i in (2, 5):
+            operator.kill()  # SIGKILL while work is in flight
+            operator.start()
+    operator.kill()
+    operator.start()
+    for name in names:
+        wait_for(f"{name} Starting", lambda n=name: phase(kubectl, namespace, n) == "Starting", op=operator)
+    operator.kill()
+    operator.start()
+    time.sleep(2)  # give a restarted operator the chance to do something wrong
+    for name in names:
+        pods = pods_of(kubectl, namespace, name)
+        assert [p["metadata"]["name"] for p in pods] == [f"{name}-a1"], name
+        assert get_json(kubectl, "swer", name, "-n", namespace)["status"]["attempts"] == 1
+
+
+def test_delete_removes_everything_it_made(operator: OperatorProcess, kubectl: Callable[..., Any], namespace: str) -> None:
+    kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(rollout("gone")))
+    wait_for("pod", lambda: pods_of(kubectl, namespace, "gone"), op=operator)
+    obj = get_json(kubectl, "swer", "gone", "-n", namespace)
+    assert api.FINALIZER in obj["metadata"]["finalizers"]
+    kubectl("delete", "swer", "gone", "-n", namespace, "--wait=false")
+    wait_for("rollout gone", lambda: get_json(kubectl, "swer", "gone", "-n", namespace) is None, op=operator)
+    # No kubelet: a deleted pod lingers with a deletionTimestamp until its grace period.
+    wait_for(
+        "pod deleted",
+        lambda: all(p["metadata"].get("deletionTimestamp") for p in pods_of(kubectl, namespace, "gone")),
+        op=operator,
+    )
+    assert get_json(kubectl, "secret", "gone-runner", "-n", namespace) is None
+
+
+def test_operator_token_cannot_do_more_than_the_chart_grants(
+    operator: OperatorProcess, control_plane: ControlPlane, namespace: str
+) -> None:
+    def can(*args: str, ns: str = namespace) -> bool:
+        out = control_plane.kubectl("auth", "can-i", *args, "-n", ns, kubeconfig=operator.kubeconfig)
+        return out.stdout.strip() == "yes"
+
+    assert can("create", "pods") and can("watch", "swerollouts.swerollout.io")
+    assert can("patch", "swerollouts.swerollout.io", "--subresource=status")
+    assert not can("list", "secrets"), "the operator reads only the secrets it names"
+    assert not can("create", "deployments.apps")
+    assert not can("delete", "swerollouts.swerollout.io"), "deleting rollouts is the trainer's business"
+    assert not can("get", "swerollouts.swerollout.io", ns="kube-system")
+    assert not can("create", "pods", ns="kube-system")
