@@ -1,0 +1,127 @@
+"""Agent config: built-in YAML, strict templates, spec.agent overlay, action parsing and the blocklist."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent_runner.config import ActionFormat, AgentConfig, ConfigError
+from agent_runner.exit_status import ExitStatus, autosubmitted, is_truncated, produced_patch
+from agent_runner.model import ToolCall
+from agent_runner.tools import (
+    BashAction,
+    EditorAction,
+    FormatError,
+    SubmitAction,
+    blocked_command,
+    parse_text_action,
+    parse_tool_call,
+    tool_schemas,
+)
+from swerollout.api import v1alpha1
+
+TASK = {"problem_statement": "p", "working_dir": "/testbed", "repo": "r", "instance_id": "i", "base_commit": "abc"}
+
+
+def test_builtin_configs_render_every_template() -> None:
+    for kind in v1alpha1.AgentKind:
+        config = AgentConfig.default(kind)
+        rendered = config.render("instance_template", TASK)
+        assert "/testbed" in rendered and "p" in rendered
+        assert config.render("format_error_template", {**TASK, "error": "E"}).startswith("Your reply could not be used: E")
+    assert AgentConfig.default(v1alpha1.AgentKind.TEXT_BASH_AGENT).tools.action_format == ActionFormat.TEXT_BASH
+
+
+def test_unknown_template_variable_fails_at_load() -> None:
+    data = AgentConfig.default().model_dump()
+    data["templates"]["next_step_template"] = "{{ observaton }}"
+    with pytest.raises(ConfigError, match=r"next_step_template uses unknown variable\(s\) \['observaton'\]"):
+        AgentConfig.from_dict(data)
+
+
+def test_unknown_keys_are_rejected(tmp_path: Path) -> None:
+    data = AgentConfig.default().model_dump(mode="json")
+    data["limits"]["max_turn"] = 3
+    with pytest.raises(ConfigError, match="max_turn"):
+        AgentConfig.from_dict(data)
+    broken = tmp_path / "agent.yaml"
+    broken.write_text("templates: [unclosed")
+    with pytest.raises(ConfigError, match="cannot read agent config"):
+        AgentConfig.from_yaml(broken)
+
+
+def test_render_is_strict() -> None:
+    with pytest.raises(ConfigError, match="observation"):
+        AgentConfig.default().render("next_step_template", TASK)
+
+
+def test_from_spec_overlays_the_defaults() -> None:
+    agent = v1alpha1.Agent(
+        kind=v1alpha1.AgentKind.CHAT_AGENT,
+        templates=v1alpha1.Templates(system_template="Be brief about {{repo}}."),
+        tools=v1alpha1.Tools(enabled=[v1alpha1.ToolName.BASH, v1alpha1.ToolName.SUBMIT], blocklist=["rm -rf"],
+                             max_observation_chars=500),
+        max_turns=7, max_requeries=1, command_timeout_seconds=9, total_execution_timeout_seconds=99,
+    )
+    config = AgentConfig.from_spec(agent, max_context_tokens=4096)
+    assert config.render("system_template", TASK) == "Be brief about r."
+    assert config.templates.instance_template == AgentConfig.default().templates.instance_template
+    assert [t["function"]["name"] for t in tool_schemas(config.tools.enabled)] == ["bash", "submit"]
+    assert config.tools.blocklist == ["rm -rf"] and config.tools.max_observation_chars == 500
+    assert (config.limits.max_turns, config.limits.max_requeries) == (7, 1)
+    assert (config.limits.command_timeout, config.limits.total_execution_time) == (9.0, 99.0)
+    assert config.limits.max_context_tokens == 4096
+
+
+def test_spec_template_with_a_typo_is_rejected() -> None:
+    agent = v1alpha1.Agent(templates=v1alpha1.Templates(format_error_template="{{ err }}"))
+    with pytest.raises(ConfigError, match="format_error_template uses unknown variable"):
+        AgentConfig.from_spec(agent)
+
+
+def test_submit_must_stay_enabled() -> None:
+    agent = v1alpha1.Agent(tools=v1alpha1.Tools(enabled=[v1alpha1.ToolName.BASH]))
+    with pytest.raises(ConfigError, match="must include 'submit'"):
+        AgentConfig.from_spec(agent)
+
+
+def test_text_actions() -> None:
+    assert parse_text_action("Thinking.\n```bash\nls -la\n```\n") == BashAction(command="ls -la")
+    assert parse_text_action("```bash\nsubmit\n```") == SubmitAction()
+    assert parse_text_action("```\ncat <<'EOF' > f\na\nEOF\n```") == BashAction(command="cat <<'EOF' > f\na\nEOF")
+    with pytest.raises(FormatError, match="found no fenced"):
+        parse_text_action("just talk")
+    with pytest.raises(FormatError, match="found 2 fenced"):
+        parse_text_action("```bash\nls\n```\n```bash\npwd\n```")
+
+
+def test_tool_calls() -> None:
+    enabled = ["bash", "str_replace_editor", "submit"]
+    assert parse_tool_call(ToolCall(id="1", name="bash", arguments={"command": "ls"}), enabled) == BashAction(command="ls")
+    editor = parse_tool_call(ToolCall(id="1", name="str_replace_editor",
+                                      arguments={"command": "view", "path": "/a", "view_range": None}), enabled)
+    assert editor == EditorAction(command="view", path="/a")
+    with pytest.raises(FormatError, match="bad arguments for str_replace_editor: command"):
+        parse_tool_call(ToolCall(id="1", name="str_replace_editor", arguments={"command": "delete", "path": "/a"}),
+                        enabled)
+    with pytest.raises(FormatError, match="bad arguments for bash: command: Field required"):
+        parse_tool_call(ToolCall(id="1", name="bash", arguments={"cmd": "ls"}), enabled)
+    with pytest.raises(FormatError, match="no tool named 'str_replace_editor'"):
+        parse_tool_call(ToolCall(id="1", name="str_replace_editor", arguments={}), ["bash", "submit"])
+
+
+def test_blocklist() -> None:
+    config = AgentConfig.default().tools
+    assert blocked_command("vim calc.py", config.blocklist, config.blocklist_standalone)
+    assert blocked_command("  python3  ", config.blocklist, config.blocklist_standalone)
+    assert blocked_command("tail -f log", config.blocklist, config.blocklist_standalone)
+    assert not blocked_command("vimdiff a b", config.blocklist, config.blocklist_standalone)
+    assert not blocked_command("python3 -c 'print(1)'", config.blocklist, config.blocklist_standalone)
+
+
+def test_exit_status_helpers() -> None:
+    assert autosubmitted(ExitStatus.EXIT_FORMAT) == "submitted (exit_format)"
+    assert produced_patch("submitted") and produced_patch("submitted (exit_context)")
+    assert not produced_patch("exit_context")
+    assert is_truncated("submitted (exit_context)") and not is_truncated("submitted")
