@@ -30,7 +30,7 @@ import asyncio
 import shlex
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -91,6 +91,8 @@ class CommandResult(BaseModel):
     stderr: str = ""
     """Only for `execute(..., merge_stderr=False)`; otherwise stderr is part of `output`."""
 
+
+_M = TypeVar("_M", bound=BaseModel)
 
 # The session's bash runs the model's command inside this guard. The claim and
 # the exit-code record live outside the repository so that diffs never see them.
@@ -381,7 +383,7 @@ class Sandbox:
         raise AssertionError("unreachable")
 
     @staticmethod
-    def _parse(model: type[Any], status: int, body: Any, endpoint: str) -> Any:
+    def _parse(model: type[_M], status: int, body: Any, endpoint: str) -> _M:
         try:
             return model.model_validate(body)
         except ValidationError as exc:
