@@ -213,6 +213,9 @@ class ControlPlane:
             began = time.monotonic()
             binaries = self.binaries
             self.workdir.mkdir(parents=True, exist_ok=True)
+            with _running_lock:
+                if any(p.workdir == self.workdir and p is not self for p in _running):
+                    raise WorkdirBusy(f"another ControlPlane in this process already runs in {self.workdir}")
             owner = self._pidfile.owner_alive_elsewhere()
             if owner is not None:
                 raise WorkdirBusy(

@@ -150,12 +150,21 @@ class PidFileStore:
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
 
-    def owner_alive_elsewhere(self) -> int | None:
-        """The pid of another live process that owns this workdir, if any."""
+    def live_children(self) -> list[ProcessRecord]:
+        """Recorded children still running (checked against the workdir, not just the pid)."""
         content = self.read()
-        if content is None or content.owner_pid == os.getpid():
+        if content is None:
+            return []
+        return [
+            r for r in content.processes if is_alive(r.pid) and cmdline_mentions(r.pid, str(self.workdir))
+        ]
+
+    def owner_alive_elsewhere(self) -> int | None:
+        """The pid of another live process whose control plane still runs in this workdir."""
+        content = self.read()
+        if content is None or content.owner_pid == os.getpid() or not is_alive(content.owner_pid):
             return None
-        return content.owner_pid if is_alive(content.owner_pid) else None
+        return content.owner_pid if self.live_children() else None
 
     def reap_orphans(self, grace_seconds: float = 3.0) -> list[int]:
         """Kill the children a dead owner left behind; returns the pids it killed."""
@@ -164,9 +173,8 @@ class PidFileStore:
             return []
         killed = []
         # Reverse start order: the apiserver before its etcd.
-        for record in reversed(content.processes):
-            if is_alive(record.pid) and cmdline_mentions(record.pid, str(self.workdir)):
-                terminate_group(record.pid, None, grace_seconds)
-                killed.append(record.pid)
+        for record in reversed(self.live_children()):
+            terminate_group(record.pid, None, grace_seconds)
+            killed.append(record.pid)
         self.remove()
         return killed

@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from swerollout.controlplane import ControlPlane
+from swerollout.controlplane import ControlPlane, WorkdirBusy
 from swerollout.controlplane.processes import PIDFILE_NAME, is_alive
-from swerollout.kube import NAMESPACES, PODS, ROLEBINDINGS, ROLES, Forbidden, KubeClient, load_kubeconfig
+from swerollout.controlplane.cleanup import purge_namespace
+from swerollout.kube import CONFIGMAPS, NAMESPACES, PODS, ROLEBINDINGS, ROLES, Forbidden, KubeClient, load_kubeconfig
 
 
 def test_control_plane_serves_the_pinned_version_and_default_namespace(control_plane: ControlPlane) -> None:
@@ -32,6 +33,58 @@ def test_control_plane_serves_the_pinned_version_and_default_namespace(control_p
 
 def test_admin_kubeconfig_is_private(control_plane: ControlPlane) -> None:
     assert control_plane.kubeconfig_path.stat().st_mode & 0o077 == 0
+
+
+def test_a_second_manager_in_the_same_process_and_workdir_is_refused(control_plane: ControlPlane) -> None:
+    with pytest.raises(WorkdirBusy):
+        ControlPlane(control_plane.workdir).start()
+    assert control_plane.running
+    with control_plane.admin_client() as kube:
+        assert kube.get(NAMESPACES, "default")
+
+
+def test_kubectl_apply_from_stdin_and_helm_install(
+    control_plane: ControlPlane, kube: KubeClient, namespace: str, tmp_path: Path
+) -> None:
+    manifest = f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: from-stdin\n  namespace: {namespace}\n"
+    applied = control_plane.kubectl("apply", "-f", "-", input=manifest)
+    assert applied.returncode == 0, applied.stderr
+    assert kube.get(CONFIGMAPS, "from-stdin", namespace)["metadata"]["name"] == "from-stdin"
+
+    chart = tmp_path / "chart"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: tiny\nversion: 0.1.0\nkubeVersion: '>=1.30.0-0'\n")
+    (chart / "templates" / "cm.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: from-helm\ndata:\n  k: {{ .Values.k | quote }}\n"
+    )
+    installed = control_plane.helm("install", "tiny", str(chart), "-n", namespace, "--set", "k=v")
+    assert installed.returncode == 0, installed.stderr
+    assert kube.get(CONFIGMAPS, "from-helm", namespace)["data"] == {"k": "v"}
+    listed = control_plane.helm("list", "-n", namespace, "-o", "json")
+    assert [r["name"] for r in json.loads(listed.stdout)] == ["tiny"]
+
+
+def test_purge_namespace_removes_bound_pods_and_finalized_objects(control_plane: ControlPlane) -> None:
+    with control_plane.admin_client() as kube:
+        ns = "purge-me"
+        kube.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "bound"},
+            "spec": {"nodeName": "gone-node", "containers": [{"name": "c", "image": "x"}]},
+        }
+        kube.create(PODS, pod, ns)
+        kube.create(
+            CONFIGMAPS,
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "held", "finalizers": ["x.io/hold"]}},
+            ns,
+        )
+        purge_namespace(kube, ns)
+        assert kube.list(PODS, ns)["items"] == []
+        assert kube.list(CONFIGMAPS, ns)["items"] == []
+        # Without a namespace controller the namespace itself stays Terminating.
+        assert kube.get(NAMESPACES, ns)["status"]["phase"] == "Terminating"
 
 
 def _pod_reader_role(namespace: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -142,6 +195,10 @@ def test_sigterm_to_the_owner_stops_its_control_plane(tmp_path: Path) -> None:
     proc, pids = _start_child_plane(tmp_path / "cp", die_with_owner=False)
     try:
         assert set(pids) == {"etcd", "kube-apiserver"}
+        assert all(is_alive(p) for p in pids.values())
+        # A second manager must not take over (or reap) a live owner's control plane.
+        with pytest.raises(WorkdirBusy):
+            ControlPlane(tmp_path / "cp").start()
         assert all(is_alive(p) for p in pids.values())
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == -signal.SIGTERM
