@@ -67,7 +67,6 @@ class TestStatus(str, enum.Enum):
 
 
 _PASSING = {TestStatus.PASSED.value, TestStatus.XFAIL.value}
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _SKIP_SUMMARY = re.compile(r"^\[\d+\]$")
 _EXIT_CODE = re.compile(rf"{re.escape(TEST_EXIT_CODE)}:\s*(-?\d+)")
 # Evidence that pytest ran even when nothing was parsed (e.g. "no tests ran" is not it).
@@ -77,20 +76,23 @@ _PYTEST_RAN = re.compile(r"=+ .*\b[1-9]\d* (passed|failed|error|errors|skipped|x
 def parse_pytest_log(log: str) -> dict[str, str]:
     """Test id -> status from pytest's ``-rA`` short summary lines (``PASSED tests/x.py::t``).
 
-    ``FAILED id - message`` keeps only the id; ``SKIPPED [2] file:line: reason`` lines are
-    pytest's grouped skip summaries, not tests. Colour codes are removed first.
+    Same reading as swebench's ``parse_log_pytest``: ``FAILED id - message`` keeps only
+    the id, an id is cut at its first space, and ``SKIPPED [2] file:line: reason`` lines
+    (pytest's grouped skip summaries) are not tests. Coloured output is not understood
+    (nor is it by swebench's parser): eval scripts run pytest without a terminal.
     """
     statuses: dict[str, str] = {}
-    known = tuple(s.value + " " for s in TestStatus)
-    for raw in log.splitlines():
-        line = _ANSI.sub("", raw).rstrip()
-        if not line.startswith(known):
+    known = {s.value for s in TestStatus}
+    for line in log.splitlines():
+        if not line.startswith(tuple(known)):
             continue
-        status, _, rest = line.partition(" ")
-        if status in (TestStatus.FAILED.value, TestStatus.ERROR.value):
-            rest = rest.split(" - ", 1)[0]
-        name = rest.strip().split(" ", 1)[0] if rest.strip() else ""
-        if not name or (status == TestStatus.SKIPPED.value and _SKIP_SUMMARY.match(name)):
+        if line.startswith(TestStatus.FAILED.value):
+            line = line.replace(" - ", " ")
+        words = line.split()
+        if len(words) < 2 or words[0] not in known:
+            continue
+        status, name = words[0], words[1]
+        if status == TestStatus.SKIPPED.value and _SKIP_SUMMARY.match(name):
             continue
         statuses[name] = status
     return statuses
@@ -98,8 +100,6 @@ def parse_pytest_log(log: str) -> dict[str, str]:
 
 _BUILTIN_PARSERS: dict[str, Callable[[str], dict[str, str]]] = {
     "parse_log_pytest": parse_pytest_log,
-    # pytest_v2 differs from pytest only in stripping colour codes, which ours always does.
-    "parse_log_pytest_v2": parse_pytest_log,
 }
 
 
