@@ -1,0 +1,109 @@
+"""The versioned binary container and the trajectory model that rides on it."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+from swerollout.wire import CorruptBlobError, UnsupportedVersionError, decode, encode
+from swerollout.wire.codec import FORMAT_VERSION, MAGIC, sha256_hex
+from swerollout.wire.trajectory import Trajectory
+
+
+def _trajectory() -> Trajectory:
+    return Trajectory(
+        run_uid="uid-1",
+        prompt_ids=[151644, 8948, 198],
+        response_ids=[40, 1079, 151645, 198, 151644, 77091, 198, 9],
+        loss_mask=[1, 1, 1, 0, 0, 0, 0, 1],
+        logprobs=[-0.25, -1.5, -0.125, 0.0, 0.0, 0.0, 0.0, -3.0],
+        weight_versions=["v1", "v1", "v1", None, None, None, None, "v2"],
+        messages=[{"role": "user", "content": "fix ünïcode"}],
+        exit_status="submitted",
+        submission="diff --git a/x b/x\n",
+        turns=2,
+        timings={"generation": 1.5},
+        routed_experts=["AAEC", None],
+        info={"rids": ["a.", "b."]},
+    )
+
+
+def test_round_trip_arrays_and_meta() -> None:
+    blob = encode("thing", {"a": [1, "x"]}, {"ids": [1, 2, 3], "mask": np.array([0, 1], dtype="|u1")}, dtypes={"ids": "<i4"})
+    got = decode(blob, kind="thing")
+    assert got.meta == {"a": [1, "x"]}
+    assert got.arrays["ids"].dtype.str == "<i4" and got.arrays["ids"].tolist() == [1, 2, 3]
+    assert got.arrays["mask"].tolist() == [0, 1]
+
+
+def test_trajectory_round_trip() -> None:
+    original = _trajectory()
+    assert Trajectory.from_bytes(original.to_bytes()) == original  # values are float32-exact here
+
+
+def test_trajectory_rejects_misaligned_arrays() -> None:
+    with pytest.raises(ValueError, match="loss_mask has 1 entries, response_ids has 2"):
+        Trajectory(response_ids=[1, 2], loss_mask=[1], logprobs=[0.0, 0.0], weight_versions=[None, None])
+
+
+def test_compact_at_scale() -> None:
+    n = 32_000
+    rng = np.random.default_rng(0)
+    traj = Trajectory(
+        response_ids=rng.integers(0, 150_000, n).tolist(),
+        loss_mask=[1] * n,
+        logprobs=(-rng.random(n)).tolist(),
+        weight_versions=["v7"] * n,
+    )
+    blob = traj.to_bytes()
+    assert len(blob) < n * (4 + 1 + 4 + 2)  # never more than the raw packed arrays
+
+
+def test_corruption_is_detected() -> None:
+    blob = bytearray(_trajectory().to_bytes())
+    blob[-5] ^= 0x01
+    with pytest.raises(CorruptBlobError, match="checksum"):
+        Trajectory.from_bytes(bytes(blob))
+
+
+def test_truncation_is_detected() -> None:
+    blob = _trajectory().to_bytes()
+    with pytest.raises(CorruptBlobError, match="truncated"):
+        decode(blob[:-10])
+    with pytest.raises(CorruptBlobError, match="shorter"):
+        decode(blob[:10])
+
+
+def test_wrong_magic() -> None:
+    with pytest.raises(CorruptBlobError, match="not a swerollout blob"):
+        decode(b"PK\x03\x04" + bytes(60))
+
+
+def test_newer_format_version_is_refused() -> None:
+    blob = bytearray(encode("x", {}))
+    struct.pack_into("<H", blob, len(MAGIC), FORMAT_VERSION + 1)
+    with pytest.raises(UnsupportedVersionError, match=f"v{FORMAT_VERSION + 1}.*upgrade"):
+        decode(bytes(blob))
+
+
+def test_newer_trajectory_schema_is_refused() -> None:
+    meta = _trajectory().model_dump(exclude={"prompt_ids", "response_ids", "loss_mask", "logprobs", "weight_versions"})
+    meta["schema_version"] = 99
+    meta["version_table"] = [None]
+    blob = encode("trajectory", meta, {"prompt_ids": np.zeros(0, "<i4"), "response_ids": np.zeros(0, "<i4"), "loss_mask": np.zeros(0, "|u1"), "logprobs": np.zeros(0, "<f4"), "version_index": np.zeros(0, "<u2")})
+    with pytest.raises(UnsupportedVersionError, match="schema v99"):
+        Trajectory.from_bytes(blob)
+
+
+def test_kind_mismatch() -> None:
+    with pytest.raises(UnsupportedVersionError, match="holds a 'snapshot', expected a 'trajectory'"):
+        Trajectory.from_bytes(encode("snapshot", {}))
+
+
+def test_sha256_hex_matches_hashlib() -> None:
+    import hashlib
+
+    blob = encode("x", {"k": 1})
+    assert sha256_hex(blob) == hashlib.sha256(blob).hexdigest()
