@@ -1,0 +1,172 @@
+"""The Helm chart: lint, render with default and non-default values, install for real."""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from swerollout.api import crdgen
+from swerollout.binaries import find_binaries
+from swerollout.controlplane import ControlPlane
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "swerollout"
+
+
+@pytest.fixture(scope="module")
+def helm_bin() -> Callable[..., Any]:
+    import subprocess
+
+    binary = str(find_binaries().helm)
+
+    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run([binary, *args], capture_output=True, text=True, timeout=120)
+        if check and result.returncode != 0:
+            raise AssertionError(f"helm {' '.join(args)} failed:\n{result.stderr}")
+        return result
+
+    return run
+
+
+def render(helm_bin: Callable[..., Any], *values: str) -> list[dict[str, Any]]:
+    out = helm_bin("template", "rel", str(CHART), "--namespace", "swer-system", *values).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def test_lint_passes_strict(helm_bin: Callable[..., Any]) -> None:
+    result = helm_bin("lint", "--strict", str(CHART))
+    assert "0 chart(s) failed" in result.stdout
+
+
+def test_chart_crd_is_the_generated_one() -> None:
+    assert (CHART / "crds" / crdgen.CRD_FILENAME).read_text() == crdgen.render()
+
+
+def test_default_render_is_namespaced_least_privilege(helm_bin: Callable[..., Any]) -> None:
+    docs = render(helm_bin)
+    kinds = {d["kind"] for d in docs}
+    assert {"ServiceAccount", "Role", "RoleBinding", "Deployment", "Service", "Secret", "PersistentVolumeClaim"} <= kinds
+    assert "ServiceMonitor" not in kinds
+    # The only cluster-scoped grant is the TokenReview/SubjectAccessReview delegation.
+    (cluster_role,) = by_kind(docs, "ClusterRole")
+    assert {r["resources"][0] for r in cluster_role["rules"]} == {"tokenreviews", "subjectaccessreviews"}
+    (role,) = by_kind(docs, "Role")
+    assert role["metadata"]["namespace"] == "swer-system"
+    for rule in role["rules"]:
+        assert "*" not in rule["verbs"] and "*" not in rule["resources"], rule
+        if rule["resources"] == ["secrets"]:
+            assert set(rule["verbs"]) == {"get", "create", "delete"}
+
+    (deploy,) = by_kind(docs, "Deployment")
+    pod = deploy["spec"]["template"]["spec"]
+    assert deploy["spec"]["replicas"] == 1 and deploy["spec"]["strategy"]["type"] == "Recreate"
+    (container,) = pod["containers"]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["resources"]["requests"] and container["resources"]["limits"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert "--namespace=swer-system" in container["args"]
+    assert pod["serviceAccountName"] == by_kind(docs, "ServiceAccount")[0]["metadata"]["name"]
+    ports = {p["name"]: p["port"] for p in by_kind(docs, "Service")[0]["spec"]["ports"]}
+    assert ports == {"metrics": 8080, "ingest": 8081}
+
+
+def test_operator_args_parse(helm_bin: Callable[..., Any]) -> None:
+    """The args the chart renders are accepted by the operator's own parser."""
+    from swerollout_operator.__main__ import parse_args
+
+    for values in ([], ["--set", "rbac.clusterWide=true", "--set", "operator.keepFailedPods=true"]):
+        (deploy,) = by_kind(render(helm_bin, *values), "Deployment")
+        args = deploy["spec"]["template"]["spec"]["containers"][0]["args"]
+        settings, _, _ = parse_args([a for a in args if not a.startswith("--store") and not a.startswith("--s3")])
+        assert settings.ingest_port == 8081
+
+
+def test_non_default_values(helm_bin: Callable[..., Any]) -> None:
+    docs = render(
+        helm_bin,
+        "--set", "rbac.clusterWide=true",
+        "--set", "serviceMonitor.enabled=true",
+        "--set", "store.type=s3",
+        "--set", "store.s3.bucket=rollouts",
+        "--set", "resultsEndpoint.enabled=false",
+        "--set", "grafanaDashboard.enabled=false",
+    )
+    kinds = [d["kind"] for d in docs]
+    assert "Role" not in kinds and "PersistentVolumeClaim" not in kinds
+    (cluster_role,) = by_kind(docs, "ClusterRole")
+    assert any(r["resources"] == ["pods"] for r in cluster_role["rules"])
+    assert by_kind(docs, "ServiceMonitor")[0]["spec"]["endpoints"][0]["port"] == "metrics"
+    args = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--all-namespaces" in args and "--store=s3://rollouts/swerollout/" in args
+
+    extra = render(helm_bin, "--set", "rbac.watchNamespaces={team-a,team-b}")
+    assert sorted(r["metadata"]["namespace"] for r in by_kind(extra, "Role")) == ["swer-system", "team-a", "team-b"]
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        (["--set", "store.type=nfs"], "/store/type"),
+        (["--set", "service.ingestPort=70000"], "/service/ingestPort"),
+        (["--set", "operator.logLevel=LOUD"], "/operator/logLevel"),
+        (["--set", "store.type=s3"], "store.s3.bucket is required"),
+        (["--set", "unknownKey=1"], "unknownKey"),
+    ],
+)
+def test_bad_values_are_rejected_with_the_key(helm_bin: Callable[..., Any], values: list[str], message: str) -> None:
+    result = helm_bin("template", "rel", str(CHART), *values, check=False)
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def test_install_into_the_control_plane_and_upgrade_keeps_the_token_key(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    release = f"swerollout-{secrets.token_hex(3)}"
+    result = control_plane.helm("install", release, str(CHART), "-n", namespace, "--wait=false")
+    assert result.returncode == 0, result.stderr
+    for kind, name in [
+        ("serviceaccount", release),
+        ("role", release),
+        ("rolebinding", release),
+        ("deployment", release),
+        ("service", release),
+        ("secret", f"{release}-token-key"),
+        ("crd", "swerollouts.swerollout.io"),
+    ]:
+        ns_args = [] if kind == "crd" else ["-n", namespace]
+        got = control_plane.kubectl("get", kind, name, *ns_args, "-o", "json")
+        assert got.returncode == 0, f"{kind}/{name} missing: {got.stderr}"
+    key_before = json.loads(control_plane.kubectl("get", "secret", f"{release}-token-key", "-n", namespace, "-o", "json").stdout)
+    assert len(base64.b64decode(key_before["data"]["key"])) >= 32
+
+    result = control_plane.helm("upgrade", release, str(CHART), "-n", namespace, "--set", "operator.logLevel=DEBUG", "--wait=false")
+    assert result.returncode == 0, result.stderr
+    key_after = json.loads(control_plane.kubectl("get", "secret", f"{release}-token-key", "-n", namespace, "-o", "json").stdout)
+    assert key_after["data"]["key"] == key_before["data"]["key"]
+    status = control_plane.helm("status", release, "-n", namespace)
+    assert "deployed" in status.stdout
+    uninstall = control_plane.helm("uninstall", release, "-n", namespace, "--wait=false")
+    assert uninstall.returncode == 0, uninstall.stderr
+
+
+def test_documented_crd_upgrade_command_works(control_plane: ControlPlane, helm_bin: Callable[..., Any]) -> None:
+    """README: `helm show crds ... | kubectl apply --server-side --force-conflicts -f -`."""
+    crds = helm_bin("show", "crds", str(CHART)).stdout
+    result = control_plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=crds)
+    assert result.returncode == 0, result.stderr
+    assert "swerollouts.swerollout.io" in result.stdout
