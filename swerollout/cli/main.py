@@ -16,6 +16,8 @@ from collections.abc import Sequence
 COMMANDS: dict[str, tuple[str, str]] = {
     "policy-server": ("swerollout.cli.policy_server", "run the SGLang-compatible policy server (tiny-lm, oracle, null)"),
     "sandbox-bundle": ("swerollout.cli.sandbox_bundle", "install the portable swerex bundle (rollout pods' init container)"),
+    "dev": ("swerollout.cli.dev", "run the embedded default on this machine: dev up | status | down"),
+    "logs": ("swerollout.cli.logs", "print a dev-mode pod container's output (-f to follow)"),
     "tasks": ("swerollout.cli.tasks", "list and materialize the bundled SWE tasks"),
 }
 

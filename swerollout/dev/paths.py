@@ -1,0 +1,51 @@
+"""Files of a dev environment, all under one directory (default ``./.swerollout/dev``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_DEV_DIR = Path(".swerollout") / "dev"
+
+
+@dataclass(frozen=True)
+class DevPaths:
+    root: Path
+
+    @classmethod
+    def under(cls, workdir: str | Path | None) -> DevPaths:
+        """``<workdir>/.swerollout/dev``, or ``./.swerollout/dev`` without a workdir."""
+        base = Path(workdir) if workdir else Path.cwd()
+        return cls((base / DEFAULT_DEV_DIR).resolve())
+
+    @property
+    def kubeconfig(self) -> Path:
+        """Admin kubeconfig for the user (kubectl, the client)."""
+        return self.root / "kubeconfig"
+
+    @property
+    def state(self) -> Path:
+        """The supervisor's state file: its pid and each component's pid/status."""
+        return self.root / "state.json"
+
+    @property
+    def lock(self) -> Path:
+        return self.root / "supervisor.lock"
+
+    @property
+    def controlplane(self) -> Path:
+        return self.root / "controlplane"
+
+    @property
+    def node(self) -> Path:
+        """The node agent's root (pod directories and container logs)."""
+        return self.root / "node"
+
+    @property
+    def logs(self) -> Path:
+        """One log file per component."""
+        return self.root / "logs"
+
+    @property
+    def operator_kubeconfig(self) -> Path:
+        return self.root / "operator.kubeconfig"
