@@ -1,0 +1,34 @@
+"""Architecture rules that keep the codebase navigable, enforced in the suite."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_import_contracts_hold() -> None:
+    """operator and runner never import each other; the shared package imports neither."""
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "lint-imports"), "--config", str(ROOT / "pyproject.toml")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout
+
+
+def test_stdlib_operator_is_not_shadowed() -> None:
+    """operator/ is a source folder, not a package: `import operator` is still the stdlib."""
+    assert not (ROOT / "operator" / "__init__.py").exists()
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", "import operator, sys; print(operator.__file__)"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert Path(result.stdout.strip()).is_relative_to(Path(sys.base_prefix))
