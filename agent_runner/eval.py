@@ -18,9 +18,14 @@ output) gives an unresolved report with reward 0 and a `failure` that says why.
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import enum
 import re
 import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -373,3 +378,46 @@ class _Evaluation:
 async def evaluate(sandbox: EvalSandbox, request: EvalRequest) -> EvalReport:
     """Apply the candidate and test patches in `sandbox` (a fresh checkout), run the eval script, grade it."""
     return await _Evaluation(sandbox, request).run()
+
+
+async def _evaluate_at(url: str, token: str, request: EvalRequest) -> EvalReport:
+    # Imported here so the pure parts of this module need no HTTP stack.
+    from .sandbox import Sandbox
+
+    sandbox = await Sandbox.connect(url, token, timeout=120.0)
+    try:
+        return await evaluate(sandbox, request)
+    finally:
+        await sandbox.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m agent_runner.eval``: the eval pod's entry point until the runner's main loop hands it work.
+
+    Prints the report as JSON (or writes it to --out). Exit 0 when a report was made,
+    whatever the verdict; 2 when the evaluation itself could not run.
+    """
+    parser = argparse.ArgumentParser(prog="python -m agent_runner.eval", description=main.__doc__)
+    parser.add_argument("--request", type=Path, required=True, help="EvalRequest JSON file")
+    parser.add_argument("--sandbox-url", required=True, help="swerex-remote of the fresh eval sandbox")
+    parser.add_argument("--token-file", type=Path, required=True, help="file holding swerex-remote's auth token")
+    parser.add_argument("--out", type=Path, help="write the report here instead of stdout")
+    args = parser.parse_args(argv)
+    try:
+        request = EvalRequest.model_validate_json(args.request.read_text())
+        token = args.token_file.read_text().strip()
+        report = asyncio.run(_evaluate_at(args.sandbox_url, token, request))
+    except Exception as exc:  # the CLI boundary: every failure becomes one clear line
+        print(f"error: evaluation did not run: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    text = report.model_dump_json(indent=2)
+    if args.out:
+        args.out.write_text(text + "\n")
+    else:
+        print(text)
+    print(report.message, file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
