@@ -212,16 +212,15 @@ class AgentLoop:
 
     def _parse(self, turn: ModelTurn) -> Action:
         tools = self.config.tools
-        if tools.action_format == ActionFormat.TEXT_BASH:
-            action = parse_text_action(turn.text)
-        else:
-            if len(turn.tool_calls) != 1:
-                why = turn.parse_error or f"expected exactly one tool call, got {len(turn.tool_calls)}"
-                raise FormatError(self._render("format_error_template", error=why))
-            try:
+        try:
+            if tools.action_format == ActionFormat.TEXT_BASH:
+                action = parse_text_action(turn.text)
+            elif len(turn.tool_calls) != 1:
+                raise FormatError(turn.parse_error or f"expected exactly one tool call, got {len(turn.tool_calls)}")
+            else:
                 action = parse_tool_call(turn.tool_calls[0], tools.enabled)
-            except FormatError as exc:
-                raise FormatError(self._render("format_error_template", error=str(exc))) from None
+        except FormatError as exc:
+            raise FormatError(self._render("format_error_template", error=str(exc))) from None
         if isinstance(action, BashAction) and blocked_command(action.command, tools.blocklist, tools.blocklist_standalone):
             raise FormatError(self._render("blocklist_error_template", action=action.command.strip()))
         return action

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from agent_runner.model import ToolCall
+from agent_runner.tool_calls import BashFormatError, parse_bash_block
 
 
 class FormatError(Exception):
@@ -65,16 +65,12 @@ def parse_tool_call(call: ToolCall, enabled: Iterable[str]) -> Action:
     return action
 
 
-_FENCE = re.compile(r"```(?:bash|sh|shell)?[ \t]*\n(.*?)\n?```", re.DOTALL)
-
-
 def parse_text_action(text: str) -> Action:
-    """The text format: exactly one ```bash fenced block; the command `submit` submits."""
-    blocks = _FENCE.findall(text)
-    if len(blocks) != 1:
-        found = "no" if not blocks else str(len(blocks))
-        raise FormatError(f"found {found} fenced ```bash blocks, expected exactly one")
-    command = blocks[0].strip()
+    """The text format (parsed by agent_runner.tool_calls): one ```bash block; `submit` submits."""
+    try:
+        command = parse_bash_block(text)
+    except BashFormatError as exc:
+        raise FormatError(str(exc)) from None
     if not command:
         raise FormatError("the ```bash block is empty")
     if command == "submit":

@@ -89,10 +89,10 @@ def test_submit_must_stay_enabled() -> None:
 def test_text_actions() -> None:
     assert parse_text_action("Thinking.\n```bash\nls -la\n```\n") == BashAction(command="ls -la")
     assert parse_text_action("```bash\nsubmit\n```") == SubmitAction()
-    assert parse_text_action("```\ncat <<'EOF' > f\na\nEOF\n```") == BashAction(command="cat <<'EOF' > f\na\nEOF")
-    with pytest.raises(FormatError, match="found no fenced"):
+    assert parse_text_action("```bash\ncat <<'EOF' > f\na\nEOF\n```") == BashAction(command="cat <<'EOF' > f\na\nEOF")
+    with pytest.raises(FormatError, match="exactly one ```bash code block in the reply, found 0"):
         parse_text_action("just talk")
-    with pytest.raises(FormatError, match="found 2 fenced"):
+    with pytest.raises(FormatError, match="found 2"):
         parse_text_action("```bash\nls\n```\n```bash\npwd\n```")
 
 

@@ -200,7 +200,8 @@ async def test_text_bash_agent(repo_sandbox: RepoSandbox) -> None:
     assert "+    return a + b" in (result.submission or "")
     replies = [m for m in model.messages if m["role"] == "user"][1:]
     assert all(m["role"] == "user" for m in replies)
-    assert "found 2 fenced" in replies[1]["content"]
+    assert replies[1]["content"].startswith("Your reply could not be used: expected exactly one ```bash")
+    assert "found 2" in replies[1]["content"]
 
 
 async def test_dead_sandbox_is_exit_environment_error(swerex_server: SwerexHandle, git_repo: Path) -> None:
