@@ -127,6 +127,14 @@ def load_kubeconfig(path: str | os.PathLike[str], context: str | None = None) ->
         raise ConfigError(f"kubeconfig {path}: cluster {ctx.get('cluster')!r} has no server")
     base = path.parent
     token_file = user.get("tokenFile")
+    has_credentials = any(
+        user.get(k) for k in ("token", "tokenFile", "client-certificate", "client-certificate-data")
+    )
+    if not has_credentials and (user.get("exec") or user.get("auth-provider")):
+        raise ConfigError(
+            f"kubeconfig {path}: user {ctx.get('user')!r} uses an exec/auth-provider plugin, which this "
+            f"client does not run; use a token or client-certificate kubeconfig"
+        )
     return KubeConfig(
         server=str(cluster["server"]).rstrip("/"),
         ca_pem=_read_data_or_file(cluster, "certificate-authority-data", "certificate-authority", base),

@@ -50,6 +50,11 @@ class KubeError(Exception):
         self.causes = causes
         self.body = body or {}
         """The raw Status object the server sent, when it sent one."""
+        details = self.body.get("details") or {}
+        self.retry_after_seconds: float | None = (
+            float(details["retryAfterSeconds"]) if isinstance(details.get("retryAfterSeconds"), int | float) else None
+        )
+        """The server's own hint (429, some 5xx) for how long to wait before retrying."""
 
     def __str__(self) -> str:
         head = f"{self.status} {self.reason}: " if self.status else ""

@@ -23,6 +23,13 @@ def backoff_delays(attempts: int, base: float, cap: float) -> list[float]:
     return [random.uniform(0, min(cap, base * 2**i)) for i in range(max(0, attempts - 1))]
 
 
+def _honour_hint(delay: float, exc: KubeError, cap: float) -> float:
+    # The server's Retry-After is a floor, still capped so one answer cannot stall us.
+    if exc.retry_after_seconds is None:
+        return delay
+    return min(cap, max(delay, exc.retry_after_seconds))
+
+
 def retry(fn: Callable[[], T], *, attempts: int = 5, base_delay: float = 0.2, max_delay: float = 5.0) -> T:
     """Call ``fn`` until it succeeds, a non-retryable KubeError is raised, or attempts run out."""
     delays = backoff_delays(attempts, base_delay, max_delay)
@@ -32,6 +39,7 @@ def retry(fn: Callable[[], T], *, attempts: int = 5, base_delay: float = 0.2, ma
         except KubeError as exc:
             if not exc.retryable:
                 raise
+            delay = _honour_hint(delay, exc, max_delay)
         time.sleep(delay)
     return fn()
 
@@ -47,5 +55,6 @@ async def aretry(
         except KubeError as exc:
             if not exc.retryable:
                 raise
+            delay = _honour_hint(delay, exc, max_delay)
         await asyncio.sleep(delay)
     return await fn()

@@ -1,0 +1,103 @@
+"""Pure logic of the kube client: addressing, error mapping, config loading errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from swerollout.kube import (
+    NAMESPACES,
+    PODS,
+    SWEROLLOUTS,
+    AlreadyExists,
+    ConfigError,
+    Conflict,
+    Invalid,
+    ServerError,
+    TooManyRequests,
+    load_incluster,
+    load_kubeconfig,
+    retry,
+)
+from swerollout.kube.errors import ApiError, error_from_response
+
+
+def test_paths_for_core_group_cluster_scope_and_subresources() -> None:
+    assert PODS.path("ns") == "/api/v1/namespaces/ns/pods"
+    assert PODS.path() == "/api/v1/pods"
+    assert PODS.path("ns", "p", "binding") == "/api/v1/namespaces/ns/pods/p/binding"
+    assert SWEROLLOUTS.path("ns", "r", "status") == "/apis/swerollout.io/v1alpha1/namespaces/ns/swerollouts/r/status"
+    assert NAMESPACES.path(None, "default") == "/api/v1/namespaces/default"
+    assert (SWEROLLOUTS.group, SWEROLLOUTS.version) == ("swerollout.io", "v1alpha1")
+    with pytest.raises(ValueError, match="cluster-scoped"):
+        NAMESPACES.path("ns", "x")
+    with pytest.raises(ValueError, match="namespaced"):
+        PODS.path(None, "p")
+
+
+def test_status_bodies_map_to_the_error_family() -> None:
+    invalid = error_from_response(
+        422,
+        b'{"kind":"Status","reason":"Invalid","message":"bad","details":{"causes":'
+        b'[{"reason":"FieldValueRequired","message":"Required value","field":"spec.image"}]}}',
+    )
+    assert isinstance(invalid, Invalid)
+    assert [(c.field, c.reason) for c in invalid.causes] == [("spec.image", "FieldValueRequired")]
+    assert isinstance(error_from_response(409, b'{"kind":"Status","reason":"AlreadyExists"}'), AlreadyExists)
+    conflict = error_from_response(409, b'{"kind":"Status","reason":"Conflict"}')
+    assert isinstance(conflict, Conflict) and not isinstance(conflict, AlreadyExists)
+    throttled = error_from_response(429, b'{"kind":"Status","reason":"TooManyRequests","details":{"retryAfterSeconds":2}}')
+    assert isinstance(throttled, TooManyRequests)
+    assert throttled.retryable and throttled.retry_after_seconds == 2
+    gateway = error_from_response(503, b"<html>upstream down</html>")
+    assert isinstance(gateway, ServerError) and gateway.retryable
+    assert "upstream down" in gateway.message
+    odd = error_from_response(418, b"")
+    assert type(odd) is ApiError and not odd.retryable
+
+
+def test_retry_waits_at_least_the_servers_hint() -> None:
+    attempts: list[int] = []
+
+    def throttled_once() -> str:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise TooManyRequests("slow down", status=429, body={"details": {"retryAfterSeconds": 0.05}})
+        return "done"
+
+    assert retry(throttled_once, base_delay=0.0001) == "done"
+    assert len(attempts) == 2
+
+
+def test_kubeconfig_errors_name_the_problem(tmp_path: Path) -> None:
+    path = tmp_path / "config"
+    base = {
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "x",
+    }
+    path.write_text(yaml.safe_dump({**base, "users": [{"name": "u", "user": {"exec": {"command": "aws"}}}]}))
+    with pytest.raises(ConfigError, match="exec"):
+        load_kubeconfig(path)
+    path.write_text(yaml.safe_dump({**base, "users": []}))
+    with pytest.raises(ConfigError, match="no user named 'u'"):
+        load_kubeconfig(path)
+    path.write_text(yaml.safe_dump({**base, "users": [{"name": "u", "user": {"token": "t"}}]}))
+    assert load_kubeconfig(path).bearer_token() == "t"
+    with pytest.raises(ConfigError, match="no context named 'other'"):
+        load_kubeconfig(path, context="other")
+
+
+def test_incluster_needs_the_service_host_and_token(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="KUBERNETES_SERVICE_HOST"):
+        load_incluster(tmp_path, {})
+    with pytest.raises(ConfigError, match="token"):
+        load_incluster(tmp_path, {"KUBERNETES_SERVICE_HOST": "10.0.0.1"})
+    (tmp_path / "token").write_text("abc\n")
+    (tmp_path / "ca.crt").write_text("not used until connecting")
+    config = load_incluster(tmp_path, {"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "6443"})
+    assert config.server == "https://[fd00::1]:6443"
+    assert config.bearer_token() == "abc"
+    assert config.namespace == "default"
