@@ -446,8 +446,13 @@ class ControlPlane:
     # --- the CLI tools, pointed at this control plane -------------------------------
 
     def env(self) -> dict[str, str]:
-        """Environment for child processes: ``KUBECONFIG`` set to the admin kubeconfig."""
-        return dict(os.environ, KUBECONFIG=str(self.kubeconfig_path))
+        """Environment for kubectl/helm/operator children: the admin ``KUBECONFIG`` and a
+        discovery cache of this control plane's own (``KUBECACHEDIR``).
+
+        The default cache, ~/.kube/cache, is keyed by host:port: a later control plane
+        on a recycled port would read this one's discovery and miss its CRDs.
+        """
+        return dict(os.environ, KUBECONFIG=str(self.kubeconfig_path), KUBECACHEDIR=str(self.workdir / "kube-cache"))
 
     def kubectl(
         self, *args: str, input: str | None = None, kubeconfig: str | os.PathLike[str] | None = None,
@@ -457,7 +462,7 @@ class ControlPlane:
         config = str(kubeconfig or self.kubeconfig_path)
         return subprocess.run(
             [str(self.binaries.kubectl), f"--kubeconfig={config}", *args],
-            input=input, capture_output=True, text=True, timeout=timeout, check=False,
+            input=input, capture_output=True, text=True, timeout=timeout, check=False, env=self.env(),
         )
 
     def helm(
@@ -466,7 +471,7 @@ class ControlPlane:
         """Run the real helm against this control plane, with helm state under the workdir."""
         helm_home = self.workdir / "helm"
         env = dict(
-            os.environ,
+            self.env(),
             HELM_CACHE_HOME=str(helm_home / "cache"),
             HELM_CONFIG_HOME=str(helm_home / "config"),
             HELM_DATA_HOME=str(helm_home / "data"),

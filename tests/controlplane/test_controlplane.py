@@ -50,6 +50,8 @@ def test_kubectl_apply_from_stdin_and_helm_install(
     applied = control_plane.kubectl("apply", "-f", "-", input=manifest)
     assert applied.returncode == 0, applied.stderr
     assert kube.get(CONFIGMAPS, "from-stdin", namespace)["metadata"]["name"] == "from-stdin"
+    # Discovery is cached per control plane, never in a ~/.kube/cache shared across recycled ports.
+    assert any((control_plane.workdir / "kube-cache").rglob("*.json"))
 
     chart = tmp_path / "chart"
     (chart / "templates").mkdir(parents=True)
