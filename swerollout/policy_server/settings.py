@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from swerollout.policy_server.policies import POLICIES, policy_names
 from swerollout.policy_server.wire import FaultSettings
 
 DEFAULT_TOKENIZER = "qwen-2.5"
@@ -33,6 +34,13 @@ class ServerSettings(BaseModel):
     max_chat_tokens: int = Field(default=4096, ge=1)
     """max_tokens of a chat completion that sets none (capped by the remaining context)."""
     faults: FaultSettings = Field(default_factory=FaultSettings)
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, value: str) -> str:
+        if value not in POLICIES:
+            raise ValueError(f"unknown policy {value!r}; valid policies: {', '.join(policy_names())}")
+        return value
 
     @property
     def model_name(self) -> str:
