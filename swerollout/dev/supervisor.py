@@ -31,6 +31,7 @@ from types import FrameType
 from typing import IO
 
 from swerollout.controlplane import ControlPlane, free_port
+from swerollout.kube import NODES, NotFound
 from swerollout.nodeagent.agent import TAINT_EFFECT, TAINT_KEY, reap_all
 from swerollout.nodeagent.process import start_ticks
 
@@ -175,9 +176,28 @@ class Supervisor:
                 "--root", str(self.paths.node), "--stop-pods-on-exit"]
         child = Child("node-agent", argv, self.paths.logs / "node-agent.log")
         self.children[child.name] = child
-        self.state.components[child.name] = child.start()
-        self.state.components[child.name].detail = f"node local, pods in {self.paths.node}"
+        comp = child.start()
+        self.state.components[child.name] = comp
+        comp.detail = f"node local, pods in {self.paths.node}"
         self.save()
+        if not self._wait_node_ready(child, timeout=60):
+            comp.status = "failed"
+            comp.detail = f"Node 'local' did not become Ready; see {child.log}"
+            raise RuntimeError(comp.detail)
+
+    def _wait_node_ready(self, child: Child, timeout: float) -> bool:
+        assert self.plane is not None
+        deadline = time.monotonic() + timeout
+        with self.plane.admin_client() as kube:
+            while time.monotonic() < deadline and child.popen is not None and child.popen.poll() is None:
+                try:
+                    conditions = kube.get(NODES, "local").get("status", {}).get("conditions", [])
+                    if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+                        return True
+                except NotFound:
+                    pass
+                time.sleep(0.2)
+        return False
 
     def _start_operator(self) -> None:
         assert self.plane is not None

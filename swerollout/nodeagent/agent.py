@@ -153,8 +153,11 @@ class NodeAgent:
         try:
             await self.kube.create(NODES, body)
         except AlreadyExists:
-            await self.kube.patch(NODES, self.config.node_name, {"metadata": {"labels": labels}, "spec": {"taints": taints}})
+            pass
         await self.kube.patch_status(NODES, self.config.node_name, {"status": self._node_status()})
+        # The API server's TaintNodesByCondition admission adds node.kubernetes.io/not-ready to a new
+        # Node; the node lifecycle controller (absent here) would drop it once Ready is posted.
+        await self.kube.patch(NODES, self.config.node_name, {"metadata": {"labels": labels}, "spec": {"taints": taints}})
 
     async def _heartbeat(self) -> None:
         while True:
