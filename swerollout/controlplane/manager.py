@@ -28,6 +28,7 @@ still left is reaped by the next start in the same workdir (pidfile).
 from __future__ import annotations
 
 import atexit
+import hashlib
 import os
 import signal
 import socket
@@ -295,19 +296,20 @@ class ControlPlane:
         peer_url = f"http://127.0.0.1:{peer_port}"
         etcd_args = [
             str(binaries.etcd),
-            "--name=swerollout",
+            f"--name={self._etcd_member_name}",
             f"--data-dir={self.workdir / 'etcd-data'}",
             f"--listen-client-urls={self.etcd_url}",
             f"--advertise-client-urls={self.etcd_url}",
             f"--listen-peer-urls={peer_url}",
             f"--initial-advertise-peer-urls={peer_url}",
-            f"--initial-cluster=swerollout={peer_url}",
+            f"--initial-cluster={self._etcd_member_name}={peer_url}",
             "--log-level=warn",
         ]
         if self.config.etcd_unsafe_no_fsync:
             etcd_args.append("--unsafe-no-fsync")
         etcd = self._spawn("etcd", etcd_args + self.config.extra_etcd_args)
         self._wait_ready(etcd, f"{self.etcd_url}/health", None, deadline, lambda body: '"health":"true"' in body)
+        self._check_etcd_is_ours(etcd)
 
         self.server_url = f"https://127.0.0.1:{api_port}"
         api_args = [
@@ -338,6 +340,25 @@ class ControlPlane:
         self._wait_ready(
             api, f"{self.server_url}/readyz", pki, deadline, lambda body: body.strip() == "ok"
         )
+
+    @property
+    def _etcd_member_name(self) -> str:
+        # Unique per workdir and stable across restarts (etcd keeps the bootstrap name).
+        return "swerollout-" + hashlib.sha256(str(self.workdir).encode()).hexdigest()[:12]
+
+    def _check_etcd_is_ours(self, etcd: _Child) -> None:
+        """Another engineer's etcd may have grabbed the probed port first and answered our
+        health check; the member name tells them apart."""
+        try:
+            members = httpx.post(f"{self.etcd_url}/v3/cluster/member/list", json={}, timeout=5).json()
+        except (httpx.HTTPError, ValueError) as exc:
+            raise StartupFailed(f"etcd at {self.etcd_url} did not list its members: {exc}") from exc
+        names = [m.get("name") for m in members.get("members") or []]
+        if self._etcd_member_name not in names:
+            raise StartupFailed(
+                f"the etcd answering at {self.etcd_url} is not ours (members {names}); log {etcd.log_path}:\n"
+                f"{etcd.log_tail()}"
+            )
 
     def _wait_ready(
         self, child: _Child, url: str, pki: Pki | None, deadline: float, ok: Any
