@@ -1,0 +1,152 @@
+"""Logic shared by every backend; backends only implement blocking primitives.
+
+Hashing, key layout, ref checks and integrity verification live here once, so a
+backend is a thin layer of I/O (the style of httpx: shared logic in one base, the
+subclasses only move bytes). The async API runs each primitive in a worker thread
+so the operator's event loop never blocks on disk or network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+
+from swerollout.store.errors import IntegrityError, InvalidRefError
+from swerollout.store.models import (
+    ObjectKey,
+    ObjectKind,
+    Owner,
+    StoredObject,
+    StoreUsage,
+    parse_kind,
+    parse_sha256,
+    sha256_hex,
+)
+
+
+class BlockingBackendStore(ABC):
+    """A :class:`swerollout.store.protocol.ResultStore` built on blocking primitives."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._url!r})"
+
+    # -- primitives a backend implements (all blocking, all raising StoreError) --
+
+    @abstractmethod
+    def _ref(self, key: ObjectKey) -> str:
+        """The URI of a key."""
+
+    @abstractmethod
+    def _parse_ref(self, ref: str) -> ObjectKey:
+        """The key a ref names; InvalidRefError if it is not inside this store."""
+
+    @abstractmethod
+    def _write(self, key: ObjectKey, data: bytes) -> None:
+        """Make ``key`` hold ``data``, atomically: readers see the old object, or none, or all of ``data``."""
+
+    @abstractmethod
+    def _stored_intact(self, key: ObjectKey, size: int) -> bool:
+        """Whether ``key`` already holds an object that need not be written again."""
+
+    @abstractmethod
+    def _read(self, key: ObjectKey) -> bytes:
+        """The raw bytes at ``key``; NotFoundError if absent."""
+
+    @abstractmethod
+    def _exists(self, key: ObjectKey) -> bool: ...
+
+    @abstractmethod
+    def _list(self, owner: Owner | None) -> Iterable[tuple[ObjectKey, int]]:
+        """Every complete object (and its size) of one owner, or of the whole store."""
+
+    @abstractmethod
+    def _delete_owner(self, owner: Owner) -> int: ...
+
+    def _check(self) -> None:
+        """Raise if the store is unusable; backends override."""
+
+    def _close(self) -> None:
+        """Release resources; backends override."""
+
+    # -- the async API --
+
+    async def put(self, owner: Owner, kind: ObjectKind | str, data: bytes) -> StoredObject:
+        if not isinstance(owner, Owner):
+            raise InvalidRefError(f"owner must be a swerollout.store.Owner, got {type(owner).__name__}")
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise InvalidRefError(f"data must be bytes, got {type(data).__name__}")
+        payload = bytes(data)
+        key = ObjectKey(owner=owner, kind=parse_kind(kind), sha256=sha256_hex(payload))
+        await asyncio.to_thread(self._put_blocking, key, payload)
+        return StoredObject(ref=self._ref(key), sha256=key.sha256, bytes=len(payload))
+
+    def _put_blocking(self, key: ObjectKey, data: bytes) -> None:
+        # A retried upload finds its object already there and writes nothing.
+        if not self._stored_intact(key, len(data)):
+            self._write(key, data)
+
+    async def get(self, ref: str, *, expect_sha256: str | None = None) -> bytes:
+        key = self._parse_ref(ref)
+        if expect_sha256 is not None:
+            expected = parse_sha256(expect_sha256, what="expect_sha256")
+            if expected != key.sha256:
+                raise IntegrityError(
+                    f"ref {ref!r} names content {key.sha256} but the caller expected {expected}; "
+                    "the ref and the recorded sha256 disagree",
+                    ref=ref,
+                    expected=expected,
+                    actual=key.sha256,
+                )
+        data, actual = await asyncio.to_thread(self._read_and_hash, key)
+        if actual != key.sha256:
+            raise IntegrityError(
+                f"object {ref!r} is corrupted: its {len(data)} bytes hash to {actual}, "
+                f"not {key.sha256}; upload it again",
+                ref=ref,
+                expected=key.sha256,
+                actual=actual,
+            )
+        return data
+
+    def _read_and_hash(self, key: ObjectKey) -> tuple[bytes, str]:
+        data = self._read(key)
+        return data, sha256_hex(data)
+
+    async def exists(self, ref: str) -> bool:
+        key = self._parse_ref(ref)
+        return await asyncio.to_thread(self._exists, key)
+
+    async def delete_owner(self, owner: Owner) -> int:
+        return await asyncio.to_thread(self._delete_owner, owner)
+
+    async def list_owner(self, owner: Owner) -> list[StoredObject]:
+        def collect() -> list[StoredObject]:
+            return [
+                StoredObject(ref=self._ref(key), sha256=key.sha256, bytes=size) for key, size in self._list(owner)
+            ]
+
+        return sorted(await asyncio.to_thread(collect), key=lambda o: o.ref)
+
+    async def usage(self, owner: Owner | None = None) -> StoreUsage:
+        def total() -> StoreUsage:
+            objects = size_sum = 0
+            for _key, size in self._list(owner):
+                objects += 1
+                size_sum += size
+            return StoreUsage(objects=objects, bytes=size_sum)
+
+        return await asyncio.to_thread(total)
+
+    async def check(self) -> None:
+        await asyncio.to_thread(self._check)
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self._close)
