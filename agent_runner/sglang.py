@@ -20,6 +20,7 @@ normal result with ``finish == "abort"`` and whatever tokens were generated.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import re
 import secrets
@@ -71,6 +72,14 @@ class GenerateRequest(BaseModel):
             # Older SGLang rejects unknown top-level keys; send it only when asked.
             body.pop("return_routed_experts")
         return body
+
+    def to_json(self, ids_json: str | None = None) -> bytes:
+        """The request body; ``ids_json`` (array items without brackets) replaces input_ids."""
+        if ids_json is None:
+            return json.dumps(self.to_wire(), separators=(",", ":")).encode()
+        exclude = {"input_ids"} if self.return_routed_experts else {"input_ids", "return_routed_experts"}
+        rest = self.model_dump_json(exclude=exclude, exclude_none=True)
+        return ('{"input_ids":[' + ids_json + "]," + rest[1:]).encode()
 
 
 class FinishReasonWire(BaseModel):
@@ -230,20 +239,25 @@ class SGLangClient:
         rid_for_attempt: Callable[[int], str],
         return_routed_experts: bool = False,
         timeout: float | None = None,
+        input_ids_json: str | None = None,
     ) -> GenerateResult:
-        """POST /generate; ``rid_for_attempt(n)`` names the n-th try (1-based), each one new."""
+        """POST /generate; ``rid_for_attempt(n)`` names the n-th try (1-based), each one new.
+
+        ``input_ids_json`` is an optional pre-encoded form of ``input_ids`` (JSON array
+        items, no brackets), e.g. TokenBuffer.ids_json(); it must encode the same ids.
+        """
         url = f"{self.base_url}/generate"
         last: _Retryable | None = None
         for attempt in range(1, self.retry.attempts + 1):
             rid = rid_for_attempt(attempt)
             request = GenerateRequest(
                 rid=rid,
-                input_ids=input_ids,
+                input_ids=[] if input_ids_json is not None else input_ids,
                 sampling_params=sampling,
                 return_routed_experts=return_routed_experts,
             )
             try:
-                body = await self._post_generate(request, timeout)
+                body = await self._post_generate(request.to_json(input_ids_json), timeout)
                 return _to_result(rid, body, attempt)
             except _Retryable as exc:
                 last = exc
@@ -261,11 +275,14 @@ class SGLangClient:
             raise ModelTimeoutError(detail)
         raise ModelUnavailableError(detail)
 
-    async def _post_generate(self, request: GenerateRequest, timeout: float | None) -> GenerateResponseWire:
+    async def _post_generate(self, body: bytes, timeout: float | None) -> GenerateResponseWire:
         url = f"{self.base_url}/generate"
         try:
             response = await self._http.post(
-                "/generate", json=request.to_wire(), timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT
+                "/generate",
+                content=body,
+                headers={"content-type": "application/json"},
+                timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
             )
         except httpx.ConnectError as exc:
             raise _Retryable(f"cannot connect to SGLang at {self.base_url} ({exc}); is the server running?") from exc

@@ -28,6 +28,9 @@ class TokenBuffer:
     versions: list[str | None] = field(default_factory=lambda: [None])
     prompt_length: int = 0
     """Tokens of the first request (the rendered initial messages)."""
+    _json_chunks: list[str] = field(default_factory=list, repr=False, compare=False)
+    _json_count: int = field(default=0, repr=False, compare=False)
+    _json_text: str = field(default="", repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -69,6 +72,18 @@ class TokenBuffer:
                 return i
         self.versions.append(key)
         return len(self.versions) - 1
+
+    def ids_json(self) -> str:
+        """``input_ids`` as JSON array items (no brackets), encoded incrementally.
+
+        Every request sends the whole context; re-encoding 32k ids costs milliseconds
+        per turn, so only the ids appended since the last call are encoded.
+        """
+        if self._json_count < len(self.input_ids):
+            self._json_chunks.append(",".join(map(str, self.input_ids[self._json_count :])))
+            self._json_count = len(self.input_ids)
+            self._json_text = ",".join(self._json_chunks)
+        return self._json_text
 
     @property
     def weight_versions(self) -> list[str | None]:

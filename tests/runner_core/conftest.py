@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import json
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -63,3 +65,29 @@ def free_port_url() -> str:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     return f"http://127.0.0.1:{port}"
+
+
+ORACLE_INSTANCE = {
+    "instance_id": "demo__greet-1",
+    "problem_statement": "greet() should say 'Hello, NAME!'",
+    "patch": "diff --git a/greet.py b/greet.py\n--- a/greet.py\n+++ b/greet.py\n@@ -1 +1 @@\n-x\n+y\n",
+}
+
+
+@pytest.fixture
+def oracle_server(tmp_path: Any) -> Iterator[Callable[..., Any]]:
+    """Start the real SGLang-compatible policy server (oracle policy, qwen-2.5) in-process."""
+    from swerollout.policy_server import launch
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(ORACLE_INSTANCE) + "\n", encoding="utf-8")
+    started: list[Any] = []
+
+    def start(**settings: Any) -> Any:
+        handle = launch("oracle", tasks=tasks, tokenizer="qwen-2.5", **settings)
+        started.append(handle)
+        return handle
+
+    yield start
+    for handle in started:
+        handle.stop()

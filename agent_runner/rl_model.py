@@ -1,0 +1,253 @@
+"""RLTokenModel: the policy behind agent_runner.model.Model, with exact token bookkeeping.
+
+Each ``generate()`` sends the whole token list to SGLang's /generate and appends
+exactly the returned ``output_ids`` (loss_mask 1, their logprobs, the server's
+weight version). Environment messages become chat-template deltas (loss_mask 0,
+see chat_template.py) right before the next request, so several ``add_messages``
+calls between two turns render as one step, as the template would render them.
+
+Budgets: ``max_new_tokens`` of a request is the smallest of the caller's value, the
+sampling default, the room left in ``max_context_tokens`` and, when set, what is
+left of ``max_sampled_tokens`` (counted across aborts and resumes, so a resumed run
+never gets a fresh budget). A full context raises ContextBudgetError.
+
+Abort policy: DROP. When the server aborts a request (weight update, suspend), the
+tokens it generated in that request are discarded and counted in ``dropped_total``
+and the token budget; the token list still ends with the generation prompt, so the
+resumed ``generate()`` re-samples that turn from its start with the new weights.
+Every kept turn is therefore sampled by one weight version end to end, and no
+token without a logprob (SGLang may send fewer logprobs on abort) ever enters
+the buffer. The aborted ModelTurn reports ``new_tokens=0`` and the partial text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from agent_runner.chat_template import ChatTemplate
+from agent_runner.errors import ContextBudgetError, ModelError
+from agent_runner.model import FinishReason, ModelTurn, ToolCall
+from agent_runner.sglang import SamplingParams, SGLangClient, make_rid
+from agent_runner.snapshot import ModelState, Snapshot, TurnRecord
+from agent_runner.tokens import TokenBuffer
+from agent_runner.tool_calls import ToolCallParser, detect_parser
+from swerollout.wire.trajectory import Trajectory
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+_FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": FinishReason.ABORT}
+
+
+class RLTokenModel:
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        client: SGLangClient,
+        *,
+        sampling: SamplingParams,
+        max_context_tokens: int,
+        run_uid: str,
+        tools: Sequence[dict[str, Any]] | None = None,
+        weight_version: str | None = None,
+        max_sampled_tokens: int | None = None,
+        tool_call_format: str | None = "auto",
+        template_kwargs: dict[str, Any] | None = None,
+        return_routed_experts: bool = False,
+        request_timeout: float | None = None,
+    ) -> None:
+        """``weight_version`` labels tokens when the server reports none.
+        ``tool_call_format``: "auto" (from the chat template), a parser name, or None (text agents)."""
+        if max_context_tokens <= 0:
+            raise ValueError(f"max_context_tokens must be positive, got {max_context_tokens}")
+        self.tokenizer = tokenizer
+        self.client = client
+        self.sampling = sampling
+        self.max_context_tokens = max_context_tokens
+        self.max_sampled_tokens = max_sampled_tokens
+        self.run_uid = run_uid
+        self.weight_version = weight_version
+        self.return_routed_experts = return_routed_experts
+        self.request_timeout = request_timeout
+        self.template = ChatTemplate(tokenizer, tools=tools, template_kwargs=template_kwargs)
+        fmt = detect_parser(self.template.source) if tool_call_format == "auto" else tool_call_format
+        self.parser = ToolCallParser(fmt, tools) if fmt else None
+        self.buffer = TokenBuffer()
+        self.state = ModelState()
+
+    # --- the Model protocol ---------------------------------------------------------
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return [*self.state.messages, *self.state.pending]
+
+    @property
+    def context_tokens(self) -> int:
+        """Tokens the next request would send (pending messages not yet rendered excluded)."""
+        return len(self.buffer)
+
+    def add_messages(self, messages: list[dict[str, Any]]) -> None:
+        for message in messages:
+            if message.get("role") == "assistant":
+                raise ModelError("add_messages takes environment messages; assistant turns come from generate()")
+        self.state.pending.extend(dict(m) for m in messages)
+
+    async def generate(self, *, max_new_tokens: int | None = None) -> ModelTurn:
+        self._prepare_request()
+        limit = self._token_limit(max_new_tokens)
+        self.state.turn_counter += 1
+        turn = self.state.turn_counter
+        result = await self.client.generate(
+            self.buffer.input_ids,
+            self.sampling.model_copy(update={"max_new_tokens": limit}),
+            rid_for_attempt=lambda attempt: make_rid(self.run_uid, turn, attempt),
+            return_routed_experts=self.return_routed_experts,
+            timeout=self.request_timeout,
+            input_ids_json=self.buffer.ids_json(),
+        )
+        state = self.state
+        state.sampled_total += len(result.output_ids)
+        version = result.weight_version or self.weight_version
+        text = self._decode_reply(result.output_ids)
+        if result.finish == "abort":
+            state.dropped_total += len(result.output_ids)
+            state.turns.append(
+                TurnRecord(rid=result.rid, finish="abort", sampled=len(result.output_ids), kept=False,
+                           weight_version=version, attempts=result.attempts)
+            )
+            return ModelTurn(text=text, finish_reason=FinishReason.ABORT, new_tokens=0)
+        self.buffer.append_sampled(result.output_ids, result.logprobs, version)
+        state.awaiting_generation = False
+        state.last_sampled_id = result.output_ids[-1] if result.output_ids else None
+        state.turns.append(
+            TurnRecord(rid=result.rid, finish=result.finish, sampled=len(result.output_ids), kept=True,
+                       weight_version=version, attempts=result.attempts)
+        )
+        if self.return_routed_experts:
+            state.routed_experts.append(result.routed_experts)
+        tool_calls: list[ToolCall] = []
+        parse_error: str | None = None
+        content = text
+        if self.parser is not None:
+            parsed = self.parser.parse(text, id_prefix=f"call_{turn}")
+            tool_calls, parse_error = parsed.tool_calls, parsed.error
+            content = parsed.content if parsed.error is None else text
+        state.messages.append(_assistant_message(content, tool_calls))
+        return ModelTurn(
+            text=text,
+            tool_calls=tool_calls,
+            parse_error=parse_error,
+            finish_reason=_FINISH[result.finish],
+            new_tokens=len(result.output_ids),
+        )
+
+    # --- internals ------------------------------------------------------------------
+
+    def _prepare_request(self) -> None:
+        """Turn pending messages into tokens so the list ends with a generation prompt."""
+        state = self.state
+        if state.awaiting_generation:
+            if state.pending:
+                raise ModelError(
+                    "messages were added while a turn was still owed (after an abort, call generate() "
+                    "to re-sample the interrupted turn before adding environment messages)"
+                )
+            return
+        if not self.buffer.input_ids:
+            if not state.pending:
+                raise ModelError("no messages: add the system/user prompt before generate()")
+            self.buffer.set_prompt(self.template.prompt_ids(state.pending))
+        else:
+            delta = self.template.delta_ids(state.messages, state.pending, state.last_sampled_id)
+            self.buffer.append_context(delta)
+        state.messages.extend(state.pending)
+        state.pending.clear()
+        state.awaiting_generation = True
+
+    def _token_limit(self, requested: int | None) -> int:
+        room = self.max_context_tokens - len(self.buffer)
+        if room <= 0:
+            raise ContextBudgetError(
+                f"the context holds {len(self.buffer)} tokens, max_context_tokens is "
+                f"{self.max_context_tokens}: no room for another turn"
+            )
+        limits = [self.sampling.max_new_tokens, room]
+        if requested is not None:
+            limits.append(requested)
+        if self.max_sampled_tokens is not None:
+            left = self.max_sampled_tokens - self.state.sampled_total
+            if left <= 0:
+                raise ContextBudgetError(
+                    f"{self.state.sampled_total} tokens sampled (aborted ones included), "
+                    f"max_sampled_tokens is {self.max_sampled_tokens}"
+                )
+            limits.append(left)
+        return max(1, min(limits))
+
+    def _decode_reply(self, output_ids: list[int]) -> str:
+        """The reply's text without its final end-of-turn token."""
+        ids = output_ids
+        if ids and self.template.is_special(ids[-1]):
+            ids = ids[:-1]
+        return str(self.tokenizer.decode(ids, skip_special_tokens=False))
+
+    # --- snapshot / resume / result -------------------------------------------------
+
+    def snapshot(self, agent_state: dict[str, Any] | None = None) -> bytes:
+        return Snapshot(state=self.state, agent_state=agent_state or {}, buffer=self.buffer).to_bytes()
+
+    @classmethod
+    def restore(
+        cls, blob: bytes, tokenizer: PreTrainedTokenizerBase, client: SGLangClient, **kwargs: Any
+    ) -> tuple[RLTokenModel, dict[str, Any]]:
+        """A model continuing the snapshot's conversation, and the agent state it carried."""
+        snap = Snapshot.from_bytes(blob)
+        model = cls(tokenizer, client, **kwargs)
+        model.buffer = snap.buffer
+        model.state = snap.state
+        return model, snap.agent_state
+
+    def trajectory(
+        self,
+        *,
+        exit_status: str | None,
+        submission: str = "",
+        timings: dict[str, float] | None = None,
+        info: dict[str, Any] | None = None,
+    ) -> Trajectory:
+        buf = self.buffer
+        start = buf.prompt_length
+        extra = {
+            "rids": [t.rid for t in self.state.turns],
+            "sampled_total": self.state.sampled_total,
+            "dropped_total": self.state.dropped_total,
+            **(info or {}),
+        }
+        return Trajectory(
+            run_uid=self.run_uid,
+            prompt_ids=buf.input_ids[:start],
+            response_ids=buf.input_ids[start:],
+            loss_mask=list(buf.loss_mask[start:]),
+            logprobs=buf.logprobs[start:],
+            weight_versions=buf.weight_versions[start:],
+            messages=self.messages,
+            exit_status=exit_status,
+            submission=submission,
+            turns=sum(1 for t in self.state.turns if t.kept),
+            timings=timings or {},
+            routed_experts=self.state.routed_experts if self.return_routed_experts else None,
+            info=extra,
+        )
+
+
+def _assistant_message(content: str, tool_calls: list[ToolCall]) -> dict[str, Any]:
+    import json
+
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+            for c in tool_calls
+        ]
+    return message
