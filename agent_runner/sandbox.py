@@ -269,6 +269,14 @@ class Sandbox:
             info = body["swerexception"].get("extra_info") or {}
             output = (str(info.get("bash_stderr", "")) + str(info.get("bash_stdout", ""))).strip()
             return CommandResult(output=output.replace("/usr/bin/env: ", ""), exit_code=2)
+        if remote_class == "pexpect.exceptions.EOF":
+            # The command ended the shell (`exit`, `exec`, a crash). Start a new
+            # one so the run can go on; cwd and environment are back to defaults.
+            await self._restart_session()
+            return CommandResult(
+                output="(the shell exited; a new shell was started: cd and exported variables were reset)",
+                exit_code=None,
+            )
         if remote_class.endswith("SessionDoesNotExistError"):
             raise SandboxUnavailableError(f"the sandbox's bash session {self._session!r} is gone (server restarted?)")
         raise SandboxError(f"running {command[:200]!r}: {remote_class}: {self._remote_message(body)}")
@@ -283,8 +291,7 @@ class Sandbox:
         if status == 511:
             # Ctrl-C and kill both failed: the shell is wedged. A fresh session
             # loses cwd/env but keeps the sandbox usable.
-            await self._post("close_session", CloseBashSessionRequest(session=self._session))
-            await self._open_session([])
+            await self._restart_session()
             return CommandResult(output="(the shell did not respond to Ctrl-C and was restarted)", exit_code=None)
         observation = self._parse(BashObservation, status, body, "run_in_session")
         return CommandResult(output=observation.output, exit_code=None)
@@ -305,6 +312,11 @@ class Sandbox:
         if merge_stderr:
             return CommandResult(output=response.stdout + response.stderr, exit_code=response.exit_code)
         return CommandResult(output=response.stdout, stderr=response.stderr, exit_code=response.exit_code)
+
+    async def _restart_session(self) -> None:
+        # Closing a dead shell may fail; the new session is what matters.
+        await self._post_raw("close_session", CloseBashSessionRequest(session=self._session), uuid.uuid4().hex, 60.0)
+        await self._open_session([])
 
     async def _open_session(self, startup_source: list[str]) -> None:
         request = CreateBashSessionRequest(session=self._session, startup_source=startup_source, startup_timeout=10.0)

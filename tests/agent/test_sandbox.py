@@ -2,24 +2,27 @@
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import httpx
 import pytest
-from swerex_fixture import SwerexHandle
+from repo_helpers import RepoSandbox
 from tcp_proxy import DroppingProxy
 
 from agent_runner.sandbox import Sandbox, SandboxAuthError, SandboxUnavailableError
 
 
-async def test_session_keeps_cwd_and_environment(sandbox: Sandbox, git_repo: Path) -> None:
+async def test_session_keeps_cwd_and_environment(repo_sandbox: RepoSandbox) -> None:
+    sandbox, git_repo = repo_sandbox.sandbox, repo_sandbox.repo
     await sandbox.run("mkdir -p sub && cd sub && export GREETING=hello", timeout=10)
     where = await sandbox.run("pwd; echo $GREETING", timeout=10)
     assert where.output.split() == [str(git_repo / "sub"), "hello"]
     assert where.exit_code == 0
 
 
-async def test_exit_codes_are_reported(sandbox: Sandbox) -> None:
+async def test_exit_codes_are_reported(repo_sandbox: RepoSandbox) -> None:
+    sandbox, git_repo = repo_sandbox.sandbox, repo_sandbox.repo
     assert (await sandbox.run("false", timeout=10)).exit_code == 1
     assert (await sandbox.run("bash -c 'exit 7'", timeout=10)).exit_code == 7
     multi = await sandbox.run("echo one\necho two\n(exit 3)", timeout=10)
@@ -27,7 +30,8 @@ async def test_exit_codes_are_reported(sandbox: Sandbox) -> None:
     assert multi.exit_code == 3
 
 
-async def test_heredoc_and_syntax_errors(sandbox: Sandbox, git_repo: Path) -> None:
+async def test_heredoc_and_syntax_errors(repo_sandbox: RepoSandbox) -> None:
+    sandbox, git_repo = repo_sandbox.sandbox, repo_sandbox.repo
     made = await sandbox.run("cat > note.txt <<'EOF'\nline $HOME\nEOF\ncat note.txt", timeout=10)
     assert made.output.strip() == "line $HOME"
     assert made.exit_code == 0
@@ -37,7 +41,8 @@ async def test_heredoc_and_syntax_errors(sandbox: Sandbox, git_repo: Path) -> No
     assert (await sandbox.run("echo still-alive", timeout=10)).output.strip() == "still-alive"
 
 
-async def test_timed_out_command_is_interrupted_and_session_survives(sandbox: Sandbox, git_repo: Path) -> None:
+async def test_timed_out_command_is_interrupted_and_session_survives(repo_sandbox: RepoSandbox) -> None:
+    sandbox, git_repo = repo_sandbox.sandbox, repo_sandbox.repo
     await sandbox.run("cd /tmp", timeout=10)
     slow = await sandbox.run("echo started; sleep 30; echo finished > finished.txt", timeout=1)
     assert slow.timed_out
@@ -48,13 +53,15 @@ async def test_timed_out_command_is_interrupted_and_session_survives(sandbox: Sa
     assert not Path("/tmp/finished.txt").exists() or "finished" not in Path("/tmp/finished.txt").read_text()
 
 
-async def test_timeout_ignoring_sigint_is_killed(sandbox: Sandbox) -> None:
+async def test_timeout_ignoring_sigint_is_killed(repo_sandbox: RepoSandbox) -> None:
+    sandbox, git_repo = repo_sandbox.sandbox, repo_sandbox.repo
     stubborn = await sandbox.run("trap '' INT; sleep 30", timeout=1)
     assert stubborn.timed_out
     assert (await sandbox.run("echo ok", timeout=10)).output.strip() == "ok"
 
 
-async def test_files_round_trip_through_the_sandbox(sandbox: Sandbox, git_repo: Path) -> None:
+async def test_files_round_trip_through_the_sandbox(repo_sandbox: RepoSandbox) -> None:
+    sandbox, git_repo = repo_sandbox.sandbox, repo_sandbox.repo
     await sandbox.write_file(str(git_repo / "deep/dir/new.txt"), "héllo\nworld\n")
     assert (git_repo / "deep/dir/new.txt").read_text() == "héllo\nworld\n"
     assert await sandbox.read_file(str(git_repo / "calc.py")) == "def add(a, b):\n    return a - b\n"
@@ -62,7 +69,8 @@ async def test_files_round_trip_through_the_sandbox(sandbox: Sandbox, git_repo: 
         await sandbox.read_file(str(git_repo / "missing.txt"))
 
 
-async def test_execute_runs_outside_the_session(sandbox: Sandbox, git_repo: Path) -> None:
+async def test_execute_runs_outside_the_session(repo_sandbox: RepoSandbox) -> None:
+    sandbox, git_repo = repo_sandbox.sandbox, repo_sandbox.repo
     await sandbox.run("cd /tmp", timeout=10)
     result = await sandbox.execute("pwd; exit 4", cwd=str(git_repo))
     assert result.output.strip() == str(git_repo)
@@ -70,7 +78,8 @@ async def test_execute_runs_outside_the_session(sandbox: Sandbox, git_repo: Path
     assert (await sandbox.run("pwd", timeout=10)).output.strip() == "/tmp"
 
 
-async def test_wrong_token_is_a_clear_auth_error(swerex_server: SwerexHandle) -> None:
+async def test_wrong_token_is_a_clear_auth_error(repo_sandbox: RepoSandbox) -> None:
+    swerex_server = repo_sandbox.handle
     with pytest.raises(SandboxAuthError, match="auth token"):
         await Sandbox.connect(swerex_server.url, "wrong-token", timeout=5)
 
@@ -82,40 +91,41 @@ async def test_unreachable_server_is_unavailable() -> None:
         await Sandbox.connect(f"http://127.0.0.1:{free_port()}", "t", timeout=0.5)
 
 
-async def test_reconnect_reuses_the_live_session(swerex_server: SwerexHandle) -> None:
-    first = await Sandbox.connect(swerex_server.url, swerex_server.token)
+async def test_reconnect_reuses_the_live_session(repo_sandbox: RepoSandbox) -> None:
+    swerex_server = repo_sandbox.handle
+    first = await Sandbox.connect(swerex_server.url, swerex_server.token, session="reconnect")
     await first.run("export KEEP=me", timeout=10)
     await first.close()
-    second = await Sandbox.connect(swerex_server.url, swerex_server.token)
+    second = await Sandbox.connect(swerex_server.url, swerex_server.token, session="reconnect")
     try:
         assert (await second.run("echo $KEEP", timeout=10)).output.strip() == "me"
     finally:
-        await second.close()
+        await second.close(close_session=True)
 
 
 COUNT_COMMAND = "sleep 1; echo ran >> counter.txt; (exit 5)"
 
 
 @pytest.mark.parametrize("close_upstream", [True, False])
-async def test_dropped_connection_never_runs_a_command_twice(
-    swerex_server: SwerexHandle, git_repo: Path, close_upstream: bool
-) -> None:
+async def test_dropped_connection_never_runs_a_command_twice(repo_sandbox: RepoSandbox, close_upstream: bool) -> None:
+    swerex_server, git_repo = repo_sandbox.handle, repo_sandbox.repo
     proxy = await DroppingProxy(
         swerex_server.port, drop_when=b"counter.txt", close_upstream=close_upstream
     ).start()
-    sandbox = await Sandbox.connect(proxy.url, swerex_server.token)
+    sandbox = await Sandbox.connect(proxy.url, swerex_server.token, session=f"proxy-{uuid.uuid4().hex[:6]}")
     try:
         result = await sandbox.run(COUNT_COMMAND, timeout=20)
     finally:
-        await sandbox.close()
+        await sandbox.close(close_session=True)
         await proxy.stop()
     assert proxy.drops == 1
     assert (git_repo / "counter.txt").read_text() == "ran\n"
     assert result.exit_code == 5
 
 
-async def test_dropped_connection_after_server_forgot_the_answer(swerex_server: SwerexHandle, git_repo: Path) -> None:
+async def test_dropped_connection_after_server_forgot_the_answer(repo_sandbox: RepoSandbox) -> None:
     """The server only remembers its last answer; make it forget, then let the client re-send."""
+    swerex_server, git_repo = repo_sandbox.handle, repo_sandbox.repo
 
     async def another_request_in_between() -> None:
         async with httpx.AsyncClient() as other:
@@ -129,13 +139,23 @@ async def test_dropped_connection_after_server_forgot_the_answer(swerex_server: 
     proxy = await DroppingProxy(
         swerex_server.port, drop_when=b"counter.txt", before_drop=another_request_in_between
     ).start()
-    sandbox = await Sandbox.connect(proxy.url, swerex_server.token)
+    sandbox = await Sandbox.connect(proxy.url, swerex_server.token, session=f"proxy-{uuid.uuid4().hex[:6]}")
     try:
         result = await sandbox.run(COUNT_COMMAND, timeout=20)
         assert (await sandbox.run("echo next", timeout=10)).output.strip() == "next"
     finally:
-        await sandbox.close()
+        await sandbox.close(close_session=True)
         await proxy.stop()
     assert (git_repo / "counter.txt").read_text() == "ran\n"
     assert result.exit_code == 5
     assert "output was lost" in result.output
+
+
+async def test_exiting_the_shell_starts_a_new_one(repo_sandbox: RepoSandbox) -> None:
+    sandbox, git_repo = repo_sandbox.sandbox, repo_sandbox.repo
+    await sandbox.run("export GONE=1", timeout=10)
+    ended = await sandbox.run("exit 3", timeout=10)
+    assert ended.exit_code is None
+    assert "a new shell was started" in ended.output
+    after = await sandbox.run("echo ${GONE:-unset}", timeout=10)
+    assert (after.output.strip(), after.exit_code) == ("unset", 0)
