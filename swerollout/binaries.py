@@ -14,6 +14,7 @@ kube-apiserver, once); otherwise :class:`BinariesNotFound` says how to build the
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import subprocess
@@ -21,6 +22,8 @@ import threading
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
+
+log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = REPO_ROOT / "hack" / "k8s-bin" / "build.sh"
@@ -135,12 +138,14 @@ def find_binaries(*, build_if_missing: bool = True) -> Binaries:
     with _lock:
         bad = [name for name, (args, expect) in checks.items() if not _is_good(directory / name, args, expect)]
         if bad and build_if_missing and BUILD_SCRIPT.is_file():
+            # The build's progress goes straight to our stderr: it can take many minutes.
+            log.warning("building %s into %s with %s (one time)", ", ".join(bad), directory, BUILD_SCRIPT)
             env = dict(os.environ, SWEROLLOUT_BIN_DIR=str(directory))
-            proc = subprocess.run(["bash", str(BUILD_SCRIPT)], env=env, capture_output=True, text=True, check=False)
+            proc = subprocess.run(["bash", str(BUILD_SCRIPT)], env=env, stdout=subprocess.PIPE, text=True, check=False)
             if proc.returncode != 0:
                 raise BinariesNotFound(
-                    f"building {', '.join(bad)} with {BUILD_SCRIPT} failed (exit {proc.returncode}):\n"
-                    f"{proc.stderr[-4000:]}"
+                    f"building {', '.join(bad)} with {BUILD_SCRIPT} failed (exit {proc.returncode}); "
+                    f"its error output is above. It needs Go (GOTOOLCHAIN=local) and the Go module proxy."
                 )
             bad = [name for name, (args, expect) in checks.items() if not _is_good(directory / name, args, expect)]
         if bad:

@@ -48,6 +48,7 @@ from swerollout.controlplane.certs import Pki, ensure_pki
 from swerollout.controlplane.processes import PidFile, PidFileStore, ProcessRecord, spawn, terminate_group
 from swerollout.kube import (
     AlreadyExists,
+    AsyncKubeClient,
     KubeClient,
     NotFound,
     kubeconfig_document,
@@ -418,6 +419,11 @@ class ControlPlane:
         """A sync client with cluster-admin rights; close it (or use ``with``)."""
         self._require_started()
         return KubeClient(load_kubeconfig(self.kubeconfig_path))
+
+    def admin_async_client(self) -> AsyncKubeClient:
+        """An asyncio client with cluster-admin rights; ``await client.aclose()`` when done."""
+        self._require_started()
+        return AsyncKubeClient(load_kubeconfig(self.kubeconfig_path))
 
     def mint_token(
         self,

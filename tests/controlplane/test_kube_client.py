@@ -326,7 +326,7 @@ def test_watch_error_line_becomes_gone() -> None:
 
 
 async def test_async_client_crud_and_watch(control_plane: ControlPlane, namespace: str) -> None:
-    async with AsyncKubeClient.from_kubeconfig(control_plane.kubeconfig_path) as kube:
+    async with control_plane.admin_async_client() as kube:
         start = (await kube.list(CONFIGMAPS, namespace))["metadata"]["resourceVersion"]
         events: list[str] = []
 
@@ -348,8 +348,9 @@ async def test_async_client_crud_and_watch(control_plane: ControlPlane, namespac
         await kube.delete(CONFIGMAPS, "a", namespace)
         await asyncio.wait_for(watcher, 30)
         assert events == ["ADDED", "MODIFIED", "DELETED"]
+    async with AsyncKubeClient.from_kubeconfig(control_plane.kubeconfig_path) as other:
         with pytest.raises(NotFound):
-            await kube.get(CONFIGMAPS, "a", namespace)
+            await other.get(CONFIGMAPS, "a", namespace)
 
 
 # --- config loading --------------------------------------------------------------------
