@@ -10,7 +10,14 @@ at :class:`KubeError` with ``.status``, ``.reason``, ``.message`` and ``.retryab
 
 from swerollout.kube._base import PatchType, PropagationPolicy, TokenRequestResult, WatchEvent
 from swerollout.kube.client import AsyncKubeClient, KubeClient
-from swerollout.kube.config import KubeConfig, kubeconfig_document, load_incluster, load_kubeconfig, write_kubeconfig
+from swerollout.kube.config import (
+    KubeConfig,
+    kubeconfig_document,
+    load_config,
+    load_incluster,
+    load_kubeconfig,
+    write_kubeconfig,
+)
 from swerollout.kube.errors import (
     AlreadyExists,
     ApiError,
@@ -59,5 +66,5 @@ __all__ = [
     "NotFound", "PERSISTENTVOLUMECLAIMS", "PODS", "PatchType", "PropagationPolicy", "ROLEBINDINGS", "ROLES",
     "ResourceType", "SECRETS", "SERVICEACCOUNTS", "SERVICES", "SWEROLLOUTS", "ServerError", "StatusCause",
     "TokenRequestResult", "TooManyRequests", "TransportError", "Unauthorized", "WatchEvent", "aretry",
-    "kubeconfig_document", "load_incluster", "load_kubeconfig", "retry", "write_kubeconfig",
+    "kubeconfig_document", "load_config", "load_incluster", "load_kubeconfig", "retry", "write_kubeconfig",
 ]

@@ -174,6 +174,33 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
+def load_config(
+    kubeconfig: str | os.PathLike[str] | None = None,
+    *,
+    context: str | None = None,
+    environ: dict[str, str] | None = None,
+    incluster_dir: str | os.PathLike[str] = INCLUSTER_DIR,
+) -> KubeConfig:
+    """The usual search, like kubectl's: ``kubeconfig`` if given, else the first file
+    in ``$KUBECONFIG``, else ~/.kube/config, else the in-cluster identity."""
+    env = os.environ if environ is None else environ
+    if kubeconfig is not None:
+        return load_kubeconfig(kubeconfig, context)
+    from_env = [p for p in env.get("KUBECONFIG", "").split(os.pathsep) if p]
+    if from_env:
+        return load_kubeconfig(from_env[0], context)
+    home = Path(env.get("HOME") or Path.home()) / ".kube" / "config"
+    if home.is_file():
+        return load_kubeconfig(home, context)
+    try:
+        return load_incluster(incluster_dir, dict(env))
+    except ConfigError as exc:
+        raise ConfigError(
+            f"no Kubernetes credentials found: pass a kubeconfig, set KUBECONFIG, create {home}, "
+            f"or run in a pod ({exc})"
+        ) from exc
+
+
 def kubeconfig_document(
     server: str,
     ca_pem: bytes,

@@ -17,6 +17,7 @@ from swerollout.kube import (
     Invalid,
     ServerError,
     TooManyRequests,
+    load_config,
     load_incluster,
     load_kubeconfig,
     retry,
@@ -101,3 +102,34 @@ def test_incluster_needs_the_service_host_and_token(tmp_path: Path) -> None:
     assert config.server == "https://[fd00::1]:6443"
     assert config.bearer_token() == "abc"
     assert config.namespace == "default"
+
+
+def test_load_config_search_order(tmp_path: Path) -> None:
+    def write(name: str, server: str) -> Path:
+        doc = {
+            "clusters": [{"name": "c", "cluster": {"server": server}}],
+            "users": [{"name": "u", "user": {"token": "t"}}],
+            "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+            "current-context": "x",
+        }
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(doc))
+        return path
+
+    explicit = write("explicit", "https://explicit:1")
+    from_env = write("env", "https://env:1")
+    write("home/.kube/config", "https://home:1")
+    home = str(tmp_path / "home")
+    env = {"KUBECONFIG": f"{from_env}:{explicit}", "HOME": home}
+    assert load_config(explicit, environ=env).server == "https://explicit:1"
+    assert load_config(environ=env).server == "https://env:1"
+    assert load_config(environ={"HOME": home}).server == "https://home:1"
+    token_dir = tmp_path / "sa"
+    token_dir.mkdir()
+    (token_dir / "token").write_text("tok")
+    (token_dir / "ca.crt").write_text("")
+    pod_env = {"HOME": str(tmp_path / "nohome"), "KUBERNETES_SERVICE_HOST": "10.0.0.1"}
+    assert load_config(environ=pod_env, incluster_dir=token_dir).server == "https://10.0.0.1:443"
+    with pytest.raises(ConfigError, match="no Kubernetes credentials"):
+        load_config(environ={"HOME": str(tmp_path / "nohome")}, incluster_dir=token_dir)
