@@ -42,6 +42,13 @@ class WatchEvent(BaseModel):
     def resource_version(self) -> str:
         return str(self.object.get("metadata", {}).get("resourceVersion", ""))
 
+    @property
+    def initial_events_end(self) -> bool:
+        """True for the BOOKMARK that ends the initial state of a
+        ``send_initial_events`` watch (everything before it is the current state)."""
+        annotations = self.object.get("metadata", {}).get("annotations") or {}
+        return self.type == "BOOKMARK" and annotations.get("k8s.io/initial-events-end") == "true"
+
 
 class TokenRequestResult(BaseModel):
     model_config = ConfigDict(extra="forbid")

@@ -302,6 +302,22 @@ def test_watch_streams_live_events_with_label_selector(kube: KubeClient, namespa
     assert seen == [("ADDED", "live"), ("DELETED", "live")]
 
 
+def test_watch_with_initial_events_lists_then_bookmarks_then_streams(kube: KubeClient, namespace: str) -> None:
+    kube.create(CONFIGMAPS, configmap("existing"), namespace)
+    seen: list[tuple[str, str]] = []
+    bookmark_rv = ""
+    for event in kube.watch(CONFIGMAPS, namespace, send_initial_events=True, timeout_seconds=20):
+        if event.initial_events_end:
+            bookmark_rv = event.resource_version
+            kube.create(CONFIGMAPS, configmap("later"), namespace)
+            continue
+        seen.append((event.type, event.object["metadata"]["name"]))
+        if event.object["metadata"]["name"] == "later":
+            break
+    assert seen == [("ADDED", "existing"), ("ADDED", "later")]
+    assert int(bookmark_rv) > 0
+
+
 def test_watch_error_line_becomes_gone() -> None:
     # The shape the API server streams when a watch's resourceVersion was compacted
     # away. (A fresh apiserver's watch cache still serves old versions, so this
