@@ -19,7 +19,7 @@ from swerollout.policy_server.chat_format import ChatFormat
 from swerollout.policy_server.engine import Engine
 from swerollout.policy_server.errors import BadRequestError, InjectedFaultError
 from swerollout.policy_server.faults import FaultInjector
-from swerollout.policy_server.policies import PolicyContext, SamplingConfig, load_policy
+from swerollout.policy_server.policies import PolicyContext, load_policy
 from swerollout.policy_server.settings import ServerSettings
 from swerollout.policy_server.wire import (
     AbortRequest,
@@ -151,11 +151,8 @@ async def health(request: web.Request) -> web.Response:
 
 async def health_generate(request: web.Request) -> web.Response:
     """Runs one decode step of the policy outside the request table (not counted as load)."""
-    engine = _engine(request)
-    prompt = [engine.chat_format.end_of_turn_id]
-    generation = engine.policy.start(prompt, SamplingConfig(temperature=0.0, top_p=1.0, top_k=-1, seed=0))
     try:
-        await engine._step(generation)
+        await _engine(request).probe()
     except Exception as exc:  # noqa: BLE001 - any failure means unhealthy
         return _error(503, f"policy failed to generate: {exc}", kind="Unhealthy")
     return web.Response(status=200)

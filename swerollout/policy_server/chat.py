@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from swerollout.policy_server.chat_format import new_tool_call_id, parse_tool_calls
@@ -58,7 +59,9 @@ def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 async def chat_completion(
     engine: Engine, request: ChatCompletionRequest, *, model_name: str, default_max_tokens: int
 ) -> dict[str, Any]:
-    tools = [t.model_dump(mode="json") for t in request.tools] if request.tools else None
+    tools: list[dict[Any, Any] | Callable[..., Any]] | None = (
+        [t.model_dump(mode="json") for t in request.tools] if request.tools else None
+    )
     rendered = engine.tokenizer.apply_chat_template(
         template_messages(request.messages), tools=tools, add_generation_prompt=True, tokenize=False
     )

@@ -10,6 +10,7 @@ is implemented; a template without it is treated as text-only (fenced bash).
 from __future__ import annotations
 
 import json
+import os
 import re
 import uuid
 from dataclasses import dataclass
@@ -38,7 +39,9 @@ class ChatFormat:
     """Markers of one tokenizer's chat template."""
 
     assistant_header: str
-    """Text the template puts before every assistant turn (its generation prompt)."""
+    """The template's generation prompt (opens the assistant turn to be sampled)."""
+    assistant_marker: str
+    """Text that starts every assistant turn, in the history and in the open turn."""
     end_of_turn_id: int
     """Token that closes an assistant turn (e.g. Qwen's <|im_end|>)."""
     hermes_tools: bool
@@ -52,18 +55,28 @@ class ChatFormat:
         header = with_prompt[len(without):] if with_prompt.startswith(without) else ""
         if not header.strip():
             raise ValueError("the chat template adds no assistant header for add_generation_prompt")
-        end_of_turn = _end_of_turn_id(tokenizer)
+        # The header of a turn in the history can differ from the generation prompt
+        # (e.g. an opening <think> only on the open turn): count their common prefix.
+        history = _render(
+            tokenizer,
+            [*user, {"role": "assistant", "content": _PROBE_REPLY}, {"role": "user", "content": _PROBE_USER}],
+            add_generation_prompt=False,
+        )
+        before_reply = history[: history.find(_PROBE_REPLY)]
+        marker = os.path.commonprefix([header, before_reply[len(without):]]).strip() or header.strip()
         template = str(getattr(tokenizer, "chat_template", "") or "")
         return cls(
             assistant_header=header,
-            end_of_turn_id=end_of_turn,
-            hermes_tools=HERMES_OPEN in template and HERMES_TOOLS_MARKER in template,
+            assistant_marker=marker,
+            end_of_turn_id=_end_of_turn_id(tokenizer),
+            # GLM-4.5+ also prints <tool_call> but with <arg_key> markup, not Hermes JSON.
+            hermes_tools=HERMES_OPEN in template and HERMES_TOOLS_MARKER in template and "<arg_key>" not in template,
         )
 
     def prior_assistant_turns(self, prompt_text: str) -> int:
         """How many assistant turns the conversation already holds (not counting the open one)."""
-        count = prompt_text.count(self.assistant_header.strip())
-        if prompt_text.rstrip().endswith(self.assistant_header.strip()):
+        count = prompt_text.count(self.assistant_marker)
+        if self.assistant_marker in prompt_text[prompt_text.rstrip().rfind(self.assistant_header.strip()):]:
             count -= 1
         return max(count, 0)
 

@@ -307,6 +307,11 @@ class Engine:
             self._signal()
         return retract and entry.abort_message is None
 
+    async def probe(self) -> None:
+        """One greedy decode step outside the request table (health_generate; not counted as load)."""
+        sampling = SamplingConfig(temperature=0.0, top_p=1.0, top_k=-1, seed=0)
+        await self._step(self.policy.start([self.chat_format.end_of_turn_id], sampling))
+
     async def _step(self, generation: Generation) -> TokenSample | None:
         if self.policy.offload:
             return await asyncio.get_running_loop().run_in_executor(self._executor, generation.next_token)

@@ -59,7 +59,7 @@ def build_model(vocab_size: int, *, seed: int, context_length: int) -> Any:
         model = Qwen2ForCausalLM(config)
     finally:
         torch.random.set_rng_state(devices_state)
-    model.eval()
+    model.train(False)  # inference mode: no dropout
     return model
 
 
