@@ -68,6 +68,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[OperatorSettings, Path | 
         "extra_tolerations": args.pod_tolerations,
         "extra_node_selector": args.pod_node_selector,
         "keep_failed_pods": args.keep_failed_pods,
+        "store_url": args.store,
+        "s3_endpoint_url": args.s3_endpoint_url,
     }
     values.update({k: v for k, v in mapping.items() if v is not None})
     return OperatorSettings.model_validate(values), args.kubeconfig, args.log_level

@@ -57,26 +57,38 @@ def login(memo: Any, **kwargs: Any) -> kopf.ConnectionInfo | None:
 
 
 async def _sweep(memo: Any) -> None:
-    """One task for all rollouts (not a kopf timer per object, which costs a task each)."""
+    """One task for all rollouts (not a kopf timer per object, which costs a task each):
+    deadlines, coalesced progress writes, and retries of reconciles that failed."""
     runtime = _runtime(memo)
     while True:
-        await asyncio.sleep(2)
+        await asyncio.sleep(1)
         try:
-            await runtime.reconciler.check_startup_deadlines()
+            await runtime.reconciler.check_deadlines()
         except Exception:  # noqa: BLE001 - the sweeper must survive any single failure
             runtime.metrics.reconcile_errors.labels("sweep").inc()
-            log.exception("startup-deadline sweep failed")
+            log.exception("deadline sweep failed")
+        for uid in list(runtime.retry):
+            entry = runtime.reconciler.tracked.get(uid)
+            runtime.retry.discard(uid)
+            if entry is not None:
+                await _reconcile(runtime, entry.body)
 
 
-@kopf.on.resume(*ROLLOUTS)
-@kopf.on.create(*ROLLOUTS)
-async def rollout_present(body: kopf.Body, memo: Any, **_: Any) -> None:
-    runtime = _runtime(memo)
+async def _reconcile(runtime: OperatorRuntime, body: dict[str, Any]) -> None:
     try:
-        await runtime.reconciler.ensure_rollout(dict(body))
+        await runtime.reconciler.reconcile(body)
     except Exception:
         runtime.metrics.reconcile_errors.labels("rollout").inc()
-        raise
+        runtime.retry.add(body["metadata"]["uid"])
+        log.exception("reconciling %s/%s failed; retrying", body["metadata"]["namespace"], body["metadata"]["name"])
+
+
+@kopf.on.event(*ROLLOUTS)
+async def rollout_event(event: kopf.RawEvent, memo: Any, **_: Any) -> None:
+    """Every change (and the initial listing after a restart) reconciles the rollout."""
+    if event["type"] == "DELETED":
+        return
+    await _reconcile(_runtime(memo), dict(event["object"]))
 
 
 @kopf.on.delete(*ROLLOUTS)
@@ -91,11 +103,9 @@ async def rollout_deleted(body: kopf.Body, memo: Any, **_: Any) -> None:
 
 @kopf.on.event("", "v1", "pods", labels={api.LABEL_ROLLOUT: kopf.PRESENT})
 async def pod_changed(event: kopf.RawEvent, memo: Any, **_: Any) -> None:
-    if event["type"] == "DELETED":
-        return
     runtime = _runtime(memo)
     try:
-        await runtime.reconciler.on_pod(dict(event["object"]))
+        await runtime.reconciler.on_pod(dict(event["object"]), deleted=event["type"] == "DELETED")
     except Exception:
         runtime.metrics.reconcile_errors.labels("pod").inc()
         log.exception("handling pod event failed")

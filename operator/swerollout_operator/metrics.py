@@ -50,3 +50,46 @@ class OperatorMetrics:
         self.status_patches = Counter(
             "swerollout_status_patches_total", "Status patches written to SWERollouts.", registry=r
         )
+        self.rollout_duration = Histogram(
+            "swerollout_rollout_duration_seconds",
+            "From creation to Succeeded or Failed.",
+            buckets=(10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400),
+            registry=r,
+        )
+        self.turns = Histogram(
+            "swerollout_rollout_turns", "Model turns of finished rollouts.",
+            buckets=(1, 2, 5, 10, 20, 30, 50, 75, 100, 200), registry=r,
+        )
+        self.exit_statuses = Counter(
+            "swerollout_exit_status_total", "Finished rollouts by exit status.", ["exit_status"], registry=r
+        )
+        self.generated_tokens = Counter(
+            "swerollout_generated_tokens_total", "Tokens sampled by the policy, as reported by runners.", registry=r
+        )
+        self.generation_seconds = Histogram(
+            "swerollout_turn_generation_seconds", "Model time per turn (runner-side).",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120), registry=r,
+        )
+        self.tool_seconds = Histogram(
+            "swerollout_turn_tool_seconds", "Tool execution time per turn (runner-side).",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 120), registry=r,
+        )
+        self.aborts = Counter("swerollout_aborts_total", "Runs aborted mid-way, by reason.", ["reason"], registry=r)
+        self.resumes = Counter("swerollout_resumes_total", "Runs resumed from a snapshot.", registry=r)
+        self.replays = Counter(
+            "swerollout_replays_total", "Resumes into a fresh pod (the old one was gone).", registry=r
+        )
+        self.rewards = Histogram(
+            "swerollout_reward", "Rewards of graded rollouts.", buckets=(0.0, 0.25, 0.5, 0.75, 1.0), registry=r
+        )
+        self.resolved = Counter(
+            "swerollout_graded_total", "Graded rollouts, by whether the task was resolved.", ["resolved"], registry=r
+        )
+        self.eval_duration = Histogram(
+            "swerollout_eval_duration_seconds", "From eval pod creation to the reported reward.",
+            buckets=(1, 5, 10, 30, 60, 120, 300, 600, 1800), registry=r,
+        )
+        self.ingest_requests = Counter(
+            "swerollout_ingest_requests_total", "Ingest API requests, by route and HTTP status code.",
+            ["route", "code"], registry=r,
+        )

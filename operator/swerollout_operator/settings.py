@@ -51,6 +51,11 @@ class OperatorSettings(BaseModel):
     extra_node_selector: dict[str, str] = Field(default_factory=dict)
     """nodeSelector entries added to every pod."""
 
+    store_url: str = "file:///data"
+    """Result store: `file:///path` (a PVC by default) or `s3://bucket/prefix`."""
+    s3_endpoint_url: str | None = None
+    """Endpoint of an S3-compatible server (MinIO, Ceph); unset for AWS."""
+
     status_coalesce_seconds: float = Field(default=3.0, ge=0.0)
     """Minimum interval between progress status patches of one rollout (seconds)."""
     keep_failed_pods: bool = False

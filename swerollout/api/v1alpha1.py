@@ -418,6 +418,17 @@ class Result(ApiModel):
     """True when the run ended on the context limit."""
     has_patch: bool = False
     trajectory: ObjectRef | None = None
+    """The token-exact trajectory (swerollout.wire.trajectory encoding)."""
+    patch: ObjectRef | None = None
+    """The submission patch, as the eval pod receives it."""
+
+
+class EvaluationState(ApiModel):
+    """The eval pod of a finished rollout."""
+
+    attempt: int = Field(default=1, ge=1)
+    pod_name: Name | None = None
+    started_at: datetime | None = None
 
 
 class RewardStatus(ApiModel):
@@ -447,10 +458,13 @@ class SWERolloutStatus(ApiModel):
     observed_generation: int | None = Field(default=None, ge=0)
     attempts: int = Field(default=0, ge=0)
     """Pods started for this rollout (a replay into a fresh pod adds one)."""
+    replay: bool = False
+    """The current pod replaced a lost one: the runner replays the recorded actions before resuming."""
     sandbox: SandboxHandle | None = None
     progress: Progress | None = None
     partial: Partial | None = None
     result: Result | None = None
+    evaluation: EvaluationState | None = None
     reward: RewardStatus | None = None
     message: Annotated[str, StringConstraints(max_length=32768)] = ""
     """Human-readable summary of the latest phase change."""

@@ -123,6 +123,7 @@ def operator(control_plane: ControlPlane, crd: None, namespace: str, tmp_path: P
         "--metrics-port", str(port),
         "--ingest-port", str(_free_port()),
         "--token-key-file", str(key_file),
+        "--store", f"file://{tmp_path / 'store'}",
         "--log-level", "DEBUG",
     ]
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}

@@ -1,0 +1,249 @@
+"""The ingest API server: the runners' only way to talk to the control side.
+
+Per-rollout bearer tokens (derived, see tokens.py) checked in constant time; a
+missing token is 401, a token of another rollout 403, and neither writes
+anything. Bodies are size-limited. Uploads are content-addressed, so a retried
+upload is stored once; events go through the phase machine, so a retried event
+is recognised and acknowledged as a duplicate.
+
+Also serves the trainers' results endpoint, which authenticates Kubernetes
+identities with TokenReview and authorizes them with SubjectAccessReview (only
+identities allowed to get swerollouts in that namespace may read results).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+
+from swerollout.api import v1alpha1 as api
+from swerollout.kube import AsyncKubeClient, KubeError
+from swerollout.store import NotFoundError, ObjectKind as StoreKind, Owner, ResultStore, StoreError
+from swerollout.wire import ingest as wire
+
+from .assignments import assignment_for
+from .metrics import OperatorMetrics
+from .reconciler import Reconciler, Tracked
+from .tokens import TokenKey, TokenKind
+
+log = logging.getLogger(__name__)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+_STORE_KIND = {
+    wire.ObjectKind.TRAJECTORY: StoreKind.TRAJECTORY,
+    wire.ObjectKind.SNAPSHOT: StoreKind.SNAPSHOT,
+    wire.ObjectKind.REPORT: StoreKind.REPORT,
+    wire.ObjectKind.PATCH: StoreKind.OTHER,
+}
+
+
+def _error(status: int, error: str, message: str) -> web.Response:
+    return web.json_response(wire.ErrorBody(error=error, message=message).model_dump(), status=status)
+
+
+class IngestServer:
+    def __init__(
+        self,
+        reconciler: Reconciler,
+        store: ResultStore,
+        token_key: TokenKey,
+        metrics: OperatorMetrics,
+        kube: AsyncKubeClient,
+        *,
+        host: str,
+        port: int,
+    ) -> None:
+        self.reconciler = reconciler
+        self.store = store
+        self.token_key = token_key
+        self.metrics = metrics
+        self.kube = kube
+        self.host = host
+        self.port = port
+        self._runner: web.AppRunner | None = None
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=wire.MAX_OBJECT_BYTES, middlewares=[self._count])
+        p = wire.API_PREFIX + "/{ns}/{name}/{uid}"
+        app.router.add_get(p + "/assignment", self._runner_route(self._assignment), name="assignment")
+        app.router.add_post(p + "/progress", self._runner_route(self._progress), name="progress")
+        app.router.add_put(p + "/objects/{kind}", self._runner_route(self._put_object), name="put_object")
+        app.router.add_get(p + "/objects/{kind}/{sha256}", self._runner_route(self._get_object), name="get_object")
+        app.router.add_post(p + "/events", self._runner_route(self._event), name="events")
+        app.router.add_get("/v1/results/{ns}/{name}/{kind}", self._results, name="results")
+        return app
+
+    async def start(self) -> None:
+        self._runner = web.AppRunner(self.app(), access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, self.host, self.port).start()
+
+    async def stop(self) -> None:
+        if self._runner:
+            await self._runner.cleanup()
+
+    @web.middleware
+    async def _count(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        route = request.match_info.route.name or "unknown"
+        try:
+            response = await handler(request)
+        except web.HTTPException as exc:
+            self.metrics.ingest_requests.labels(route, str(exc.status)).inc()
+            raise
+        self.metrics.ingest_requests.labels(route, str(response.status)).inc()
+        return response
+
+    # -- authentication ------------------------------------------------------------
+
+    def _runner_route(self, handler: Callable[[web.Request, Tracked], Awaitable[web.StreamResponse]]) -> Handler:
+        async def wrapped(request: web.Request) -> web.StreamResponse:
+            ns, name, uid = request.match_info["ns"], request.match_info["name"], request.match_info["uid"]
+            header = request.headers.get(wire.TOKEN_HEADER, "")
+            scheme, _, token = header.partition(" ")
+            if scheme.lower() != "bearer" or not token:
+                return _error(401, "Unauthorized", "send `Authorization: Bearer <the rollout's ingest token>`")
+            if not self.token_key.verify(token.strip(), TokenKind.INGEST, ns, name, uid):
+                return _error(403, "Forbidden", f"this token is not valid for rollout {ns}/{name} ({uid})")
+            entry = self.reconciler.lookup(ns, name, uid)
+            if entry is None:
+                return _error(404, "NotFound", f"rollout {ns}/{name} ({uid}) does not exist (deleted?)")
+            return await handler(request, entry)
+
+        return wrapped
+
+    async def _json(self, request: web.Request, model: type[BaseModel]) -> Any:
+        if request.content_length is not None and request.content_length > wire.MAX_JSON_BYTES:
+            raise web.HTTPRequestEntityTooLarge(max_size=wire.MAX_JSON_BYTES, actual_size=request.content_length)
+        raw = await request.read()
+        if len(raw) > wire.MAX_JSON_BYTES:
+            raise web.HTTPRequestEntityTooLarge(max_size=wire.MAX_JSON_BYTES, actual_size=len(raw))
+        try:
+            return model.model_validate_json(raw)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(p) for p in first["loc"]) or "body"
+            raise web.HTTPBadRequest(
+                text=wire.ErrorBody(error="Invalid", message=f"{field}: {first['msg']}").model_dump_json(),
+                content_type="application/json",
+            ) from None
+
+    # -- runner routes ---------------------------------------------------------------
+
+    async def _assignment(self, request: web.Request, entry: Tracked) -> web.StreamResponse:
+        role = request.headers.get("X-Swerollout-Role", "rollout")
+        try:
+            attempt = int(request.headers.get("X-Swerollout-Attempt", "1"))
+            wait = min(float(request.query.get("wait", "0")), wire.MAX_WAIT_SECONDS)
+        except ValueError:
+            return _error(400, "Invalid", "X-Swerollout-Attempt and ?wait must be numbers")
+        after = request.query.get("after")
+        deadline = asyncio.get_running_loop().time() + wait
+        while True:
+            assignment = assignment_for(entry.body, role=role, attempt=attempt)
+            remaining = deadline - asyncio.get_running_loop().time()
+            if assignment.id != after or remaining <= 0 or entry.uid not in self.reconciler.tracked:
+                return web.json_response(assignment.model_dump(mode="json"))
+            async with entry.changed:
+                try:
+                    await asyncio.wait_for(entry.changed.wait(), timeout=remaining)
+                except asyncio.TimeoutError:
+                    pass
+
+    async def _progress(self, request: web.Request, entry: Tracked) -> web.StreamResponse:
+        progress = await self._json(request, wire.Progress)
+        await self.reconciler.on_progress(entry, progress)
+        return web.json_response(wire.Ack(phase=entry.phase.value).model_dump())
+
+    async def _put_object(self, request: web.Request, entry: Tracked) -> web.StreamResponse:
+        try:
+            kind = wire.ObjectKind(request.match_info["kind"])
+        except ValueError:
+            return _error(400, "Invalid", f"object kind must be one of {[k.value for k in wire.ObjectKind]}")
+        data = await request.read()
+        digest = hashlib.sha256(data).hexdigest()
+        claimed = request.headers.get(wire.SHA256_HEADER)
+        if claimed and claimed != digest:
+            # A truncated or corrupted upload: store nothing.
+            return _error(400, "DigestMismatch", f"body sha256 {digest} != {wire.SHA256_HEADER} {claimed}")
+        owner = Owner(namespace=entry.namespace, uid=entry.uid)
+        try:
+            stored = await self.store.put(owner, _STORE_KIND[kind], data)
+        except StoreError as exc:
+            return _error(503, "StoreUnavailable", str(exc))
+        ref = wire.StoredObjectRef(kind=kind, sha256=stored.sha256, bytes=stored.bytes, ref=stored.ref)
+        return web.json_response(ref.model_dump(mode="json"))
+
+    async def _get_object(self, request: web.Request, entry: Tracked) -> web.StreamResponse:
+        sha = request.match_info["sha256"]
+        # Only objects this rollout's status points at can be read back.
+        status = entry.status
+        candidates = [
+            (status.get("partial") or {}).get("snapshot"),
+            (status.get("result") or {}).get("patch"),
+            (status.get("result") or {}).get("trajectory"),
+        ]
+        ref = next((c["ref"] for c in candidates if c and c.get("sha256") == sha), None)
+        if ref is None:
+            return _error(404, "NotFound", f"no object {sha} is referenced by this rollout's status")
+        try:
+            data = await self.store.get(ref, expect_sha256=sha)
+        except NotFoundError:
+            return _error(404, "NotFound", f"object {sha} is missing from the store")
+        except StoreError as exc:
+            return _error(503, "StoreUnavailable", str(exc))
+        return web.Response(body=data, content_type="application/octet-stream")
+
+    async def _event(self, request: web.Request, entry: Tracked) -> web.StreamResponse:
+        event = await self._json(request, wire.RunnerEvent)
+        try:
+            ack = await self.reconciler.on_runner_event(entry, event)
+        except KubeError as exc:
+            return _error(503, "ApiUnavailable", f"could not record the event: {exc}")
+        return web.json_response(ack.model_dump())
+
+    # -- trainer results endpoint -------------------------------------------------------
+
+    async def _results(self, request: web.Request) -> web.StreamResponse:
+        ns, name, kind = request.match_info["ns"], request.match_info["name"], request.match_info["kind"]
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            return _error(401, "Unauthorized", "send `Authorization: Bearer <a Kubernetes token>`")
+        try:
+            review = await self.kube.token_review(token.strip())
+            if not review.get("authenticated"):
+                return _error(401, "Unauthorized", "the token is not valid for this cluster")
+            user = review.get("user") or {}
+            access = await self.kube.subject_access_review(
+                user.get("username", ""), "get", api.PLURAL, namespace=ns, group=api.GROUP,
+                groups=user.get("groups") or [], name=name,
+            )
+        except KubeError as exc:
+            return _error(503, "ApiUnavailable", f"could not check the caller: {exc}")
+        if not access.get("allowed"):
+            return _error(403, "Forbidden", f"{user.get('username')} may not get swerollouts in {ns}")
+        entry = next((e for e in self.reconciler.tracked.values() if e.namespace == ns and e.name == name), None)
+        if entry is None:
+            return _error(404, "NotFound", f"rollout {ns}/{name} not found")
+        status = entry.status
+        refs = {
+            "trajectory": (status.get("result") or {}).get("trajectory"),
+            "patch": (status.get("result") or {}).get("patch"),
+            "snapshot": (status.get("partial") or {}).get("snapshot"),
+            "report": (status.get("reward") or {}).get("report"),
+        }
+        if kind not in refs:
+            return _error(400, "Invalid", f"kind must be one of {sorted(refs)}")
+        ref = refs[kind]
+        if not ref:
+            return _error(404, "NotFound", f"rollout {ns}/{name} has no {kind} (phase {entry.phase.value})")
+        try:
+            data = await self.store.get(ref["ref"], expect_sha256=ref["sha256"])
+        except StoreError as exc:
+            return _error(503, "StoreUnavailable", str(exc))
+        return web.Response(body=data, content_type="application/octet-stream")

@@ -1,0 +1,154 @@
+"""The ingest API's wire models: the one contract between the runner and the operator.
+
+Runners hold no Kubernetes credentials; this HTTP API is their only way to talk to
+the control side. The runner long-polls for its assignment and pushes progress,
+objects (trajectories, snapshots, eval reports) and events. The operator turns
+events into phase transitions; everything is idempotent, so a retried request
+after a dropped connection changes nothing the first one did not.
+
+Paths (all under the operator's ingest port, bearer token per rollout):
+
+    GET  /v1/rollouts/{ns}/{name}/{uid}/assignment?after=<id>&wait=<s>  -> Assignment
+    POST /v1/rollouts/{ns}/{name}/{uid}/progress                     Progress -> Ack
+    PUT  /v1/rollouts/{ns}/{name}/{uid}/objects/{kind}               bytes -> StoredObjectRef
+    GET  /v1/rollouts/{ns}/{name}/{uid}/objects/{kind}/{sha256}      -> bytes
+    POST /v1/rollouts/{ns}/{name}/{uid}/events                       RunnerEvent -> Ack
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+API_PREFIX = "/v1/rollouts"
+TOKEN_HEADER = "Authorization"
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+SHA256_HEADER = "X-Content-SHA256"
+MAX_OBJECT_BYTES = 512 * 1024 * 1024
+"""Largest object a runner may upload (trajectories at 1M tokens are ~10 MiB)."""
+MAX_JSON_BYTES = 1024 * 1024
+"""Largest JSON body (progress, events)."""
+MAX_WAIT_SECONDS = 60.0
+
+
+class WireModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ObjectKind(str, Enum):
+    TRAJECTORY = "trajectory"
+    SNAPSHOT = "snapshot"
+    REPORT = "report"
+    PATCH = "patch"
+
+
+class StoredObjectRef(WireModel):
+    kind: ObjectKind
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    bytes: int = Field(ge=0)
+    ref: str
+    """Store URI (operator-side); runners address objects by kind and sha256."""
+
+
+class AssignmentKind(str, Enum):
+    WAIT = "wait"
+    """Nothing to do yet; poll again."""
+    RUN = "run"
+    """Start the agent from the beginning."""
+    RESUME = "resume"
+    """Restore the snapshot and continue; with `replay`, first replay the recorded
+    actions into this (fresh) sandbox."""
+    ABORT = "abort"
+    """Abort the in-flight generation now, snapshot, report `aborted`, keep the sandbox."""
+    EVAL = "eval"
+    """Apply the patch in this (fresh) sandbox, run the eval script, report the reward."""
+    STOP = "stop"
+    """The rollout is over for this pod; exit."""
+
+
+class Assignment(WireModel):
+    id: str
+    """Changes whenever the work changes; the runner acts once per id."""
+    kind: AssignmentKind
+    attempt: int = 1
+    spec: dict[str, Any] | None = None
+    """The SWERollout spec (wire form) for run/resume/eval."""
+    snapshot: StoredObjectRef | None = None
+    """For resume: the snapshot to restore."""
+    replay: bool = False
+    """For resume: the sandbox is new; replay the recorded actions first."""
+    patch: StoredObjectRef | None = None
+    """For eval: the candidate patch."""
+    exit_status: str | None = None
+    """For eval: the rollout's exit status (for gating and the report)."""
+
+
+class Progress(WireModel):
+    """Fine-grained progress; the operator coalesces it into status and metrics."""
+
+    turns: int = Field(ge=0)
+    context_tokens: int = Field(ge=0)
+    generated_tokens: int = Field(ge=0)
+    generation_seconds: list[float] = Field(default_factory=list, max_length=1000)
+    """Model time of each turn since the last report."""
+    tool_seconds: list[float] = Field(default_factory=list, max_length=1000)
+    """Tool execution time of each turn since the last report."""
+
+
+class EventKind(str, Enum):
+    STARTED = "started"
+    """The runner picked the assignment up (run or resume)."""
+    ABORTED = "aborted"
+    """The run stopped mid-way; `snapshot` holds its state."""
+    FINISHED = "finished"
+    """The run ended; `trajectory` holds the result."""
+    EVALUATED = "evaluated"
+    """The eval pod graded the patch; `reward` holds the result."""
+    FAILED = "failed"
+    """The runner cannot do its assignment (sandbox unreachable, bad spec, ...)."""
+
+
+class RewardReport(WireModel):
+    resolved: bool
+    reward: float
+    graded: bool = True
+    fail_to_pass_passed: int = 0
+    fail_to_pass_total: int = 0
+    pass_to_pass_passed: int = 0
+    pass_to_pass_total: int = 0
+    message: str = ""
+
+
+class RunnerEvent(WireModel):
+    kind: EventKind
+    assignment_id: str
+    """The assignment this event answers."""
+    reason: str = ""
+    """For aborted: `Suspended` or `InferenceAborted`; for failed: a CamelCase reason."""
+    message: str = Field(default="", max_length=32768)
+    snapshot: StoredObjectRef | None = None
+    trajectory: StoredObjectRef | None = None
+    patch: StoredObjectRef | None = None
+    report: StoredObjectRef | None = None
+    reward: RewardReport | None = None
+    exit_status: str | None = None
+    turns: int = 0
+    prompt_tokens: int = 0
+    response_tokens: int = 0
+    context_tokens: int = 0
+    truncated: bool = False
+    weight_version: str | None = None
+
+
+class Ack(WireModel):
+    ok: bool = True
+    duplicate: bool = False
+    """True when this request repeated one already applied (same idempotency key)."""
+    phase: str | None = None
+
+
+class ErrorBody(WireModel):
+    error: str
+    message: str
