@@ -105,9 +105,16 @@ class PodRuntime:
 
     # ---- status -----------------------------------------------------------------
 
+    def _pod_failure(self) -> tuple[str, str] | None:
+        if self.failure is not None:
+            return self.failure
+        if self._deadline_message and not any("running" in s.state for s in [*self.init_slots, *self.slots]):
+            return ("DeadlineExceeded", self._deadline_message)
+        return None
+
     @property
     def phase(self) -> str:
-        if self.failure is not None:
+        if self._pod_failure() is not None:
             return "Failed"
         if not self.initialized:
             return "Pending"
@@ -163,8 +170,9 @@ class PodRuntime:
         }
         if self.start_time:
             out["startTime"] = self.start_time
-        if self.failure is not None:
-            out["reason"], out["message"] = self.failure
+        failure = self._pod_failure()
+        if failure is not None:
+            out["reason"], out["message"] = failure
         return out
 
     def _touch(self) -> None:
@@ -440,6 +448,7 @@ class PodRuntime:
         log = self.dir.log(c.name, slot.restart_count)
         proc = ContainerProcess.spawn(launch, env=full_env, cwd=cwd, log_path=log, exit_file=ctr_dir / "exit")
         proc.record.dump(ctr_dir / "process.json")
+        slot.process = proc
         slot.state = {"running": {"startedAt": now_rfc3339()}}
         self._probe_context[c.name] = (full_env, str(cwd), prefix if self.bwrap is not None else [])
         self._prune_logs(c.name, slot.restart_count)
