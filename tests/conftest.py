@@ -45,7 +45,7 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
     try:
         yield plane
     finally:
-        plane.stop()
+        plane.stop(delete_data=True)
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ def measure(times: int) -> list[float]:
             began = time.monotonic()
             plane = ControlPlane(tmp).start()
             results.append(time.monotonic() - began)
-            plane.stop()
+            plane.stop(delete_data=True)
     return results
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import atexit
 import hashlib
 import os
+import shutil
 import signal
 import socket
 import ssl
@@ -252,13 +253,19 @@ class ControlPlane:
             self.startup_seconds = time.monotonic() - began
             return self
 
-    def stop(self) -> None:
-        """Stop the apiserver, then etcd; idempotent. Leaves no process behind."""
+    def stop(self, *, delete_data: bool = False) -> None:
+        """Stop the apiserver, then etcd; idempotent. Leaves no process behind.
+
+        ``delete_data`` also removes etcd's data dir (over 60 MB of preallocated WAL
+        even when nearly empty); PKI, logs and kubeconfig stay for debugging.
+        """
         with self._lock:
             self._stop_children()
             self._pidfile.remove()
             with _running_lock:
                 _running.discard(self)
+            if delete_data:
+                shutil.rmtree(self.workdir / "etcd-data", ignore_errors=True)
 
     def __enter__(self) -> ControlPlane:
         return self.start()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -212,6 +213,7 @@ def test_sigterm_to_the_owner_stops_its_control_plane(tmp_path: Path) -> None:
         for pid in pids.values():
             if is_alive(pid):
                 os.killpg(pid, signal.SIGKILL)
+        shutil.rmtree(tmp_path / "cp" / "etcd-data", ignore_errors=True)
 
 
 def test_sigkill_of_the_owner_takes_its_control_plane_down(tmp_path: Path) -> None:
@@ -225,6 +227,7 @@ def test_sigkill_of_the_owner_takes_its_control_plane_down(tmp_path: Path) -> No
         for pid in pids.values():
             if is_alive(pid):
                 os.killpg(pid, signal.SIGKILL)
+        shutil.rmtree(tmp_path / "cp" / "etcd-data", ignore_errors=True)
 
 
 def test_start_after_a_crashed_owner_reaps_the_orphans_and_stop_leaves_nothing(tmp_path: Path) -> None:
@@ -237,13 +240,18 @@ def test_start_after_a_crashed_owner_reaps_the_orphans_and_stop_leaves_nothing(t
         proc.wait()
         assert all(is_alive(p) for p in orphans.values())
 
-        with ControlPlane(workdir) as plane:
+        plane = ControlPlane(workdir).start()
+        try:
             assert _wait_all_gone(list(orphans.values()))
             fresh = plane.pids()
             assert set(fresh.values()).isdisjoint(orphans.values())
             with plane.admin_client() as kube:
                 assert kube.get(NAMESPACES, "default")["metadata"]["name"] == "default"
+        finally:
+            plane.stop(delete_data=True)
         assert _wait_all_gone(list(fresh.values()), timeout=1.0)
+        assert not (workdir / "etcd-data").exists()
+        assert (workdir / "pki" / "ca.crt").exists()
         assert not (workdir / PIDFILE_NAME).exists()
         assert not plane.running
     finally:
