@@ -194,6 +194,7 @@ def default_eval_script(evaluation: Evaluation) -> str:
         [
             "#!/bin/bash",
             "set -uo pipefail",
+            "export PYTHONDONTWRITEBYTECODE=1 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1",
             'echo ">>>>> Start Test Output"',
             "python -m pytest -rA --tb=short -p no:cacheprovider " + " ".join(shlex.quote(f) for f in files),
             "SWEBENCH_TEST_EXIT_CODE=$?",

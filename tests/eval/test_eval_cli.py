@@ -21,7 +21,10 @@ def test_cli_evaluates_and_reports_json(
     monkeypatch.setenv("PATH", str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"])
     instance = bundled["spanlib-merge"]
     checkout = tasks.checkout(instance.image, instance.base_commit, tmp_path / "checkout")
-    request = EvalRequest(instance=tasks.to_api_instance(instance), patch=instance.patch, workdir=str(checkout))
+    # builtin grader: a fresh process would spend seconds importing swebench's harness.
+    request = EvalRequest(
+        instance=tasks.to_api_instance(instance), patch=instance.patch, workdir=str(checkout), grader="builtin"
+    )
     (tmp_path / "request.json").write_text(request.model_dump_json())
     handle = start_swerex(checkout)
     try:
@@ -41,8 +44,8 @@ def test_cli_evaluates_and_reports_json(
         handle.stop()
     assert done.returncode == 0, done.stderr
     report = EvalReport.model_validate(json.loads((tmp_path / "report.json").read_text()))
-    assert report.resolved and report.reward == 1.0
+    assert report.resolved and report.reward == 1.0 and report.backend == "builtin"
     assert report.fail_to_pass.success == instance.FAIL_TO_PASS
-    assert "resolved: FAIL_TO_PASS 3/3, PASS_TO_PASS 6/6" in done.stderr
+    assert "resolved: FAIL_TO_PASS 3/3, PASS_TO_PASS 6/6 (builtin)" in done.stderr
     assert refused.returncode == 2
     assert "rejected the auth token" in refused.stderr and refused.stdout == ""

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from evalkit import WRONG_PATCHES, SandboxFactory
 
-from agent_runner.eval import EvalFailure, EvalRequest, evaluate, skipped_report
+from agent_runner.eval import EvalFailure, EvalReport, EvalRequest, evaluate, skipped_report
+from agent_runner.grading import grade_log
 from swerollout import tasks
 from swerollout.api.v1alpha1 import Mode
 
@@ -19,11 +20,38 @@ def api(instance: tasks.SWEBenchInstance) -> tasks.Instance:
     return tasks.to_api_instance(instance)
 
 
+def assert_backends_agree(report: EvalReport, instance: tasks.SWEBenchInstance) -> None:
+    """The builtin grader reads the real eval output exactly as swebench's harness did."""
+    assert report.backend is not None and report.backend.startswith("swebench ")
+    ours = grade_log(
+        report.test_output,
+        instance_id=instance.instance_id,
+        repo=instance.repo,
+        fail_to_pass=instance.FAIL_TO_PASS,
+        pass_to_pass=instance.PASS_TO_PASS,
+        log_parser=instance.log_parser,
+        backend="builtin",
+    )
+    assert ours.problem is None
+    assert (ours.tests, ours.fail_to_pass, ours.pass_to_pass, ours.resolved) == (
+        report.tests, report.fail_to_pass, report.pass_to_pass, report.resolved,
+    )
+
+
 @pytest.mark.parametrize("name", TASK_NAMES)
-async def test_gold_patch_resolves(name: str, bundled: dict[str, tasks.SWEBenchInstance], fresh_sandbox: SandboxFactory) -> None:
+async def test_empty_then_gold_patch(name: str, bundled: dict[str, tasks.SWEBenchInstance], fresh_sandbox: SandboxFactory) -> None:
+    """An empty patch is not resolved (and leaves the sandbox untouched); the gold patch is."""
     instance = bundled[name]
     async with fresh_sandbox(api(instance)) as (sandbox, workdir):
+        empty = await evaluate(sandbox, EvalRequest(instance=api(instance), patch="  \n", workdir=workdir))
+        untouched = await sandbox.execute(["git", "status", "--porcelain", "--ignored"], cwd=workdir)
         report = await evaluate(sandbox, EvalRequest(instance=api(instance), patch=instance.patch, workdir=workdir))
+    assert not empty.resolved and empty.reward == 0.0
+    assert empty.failure is EvalFailure.EMPTY_PATCH and not empty.patch_applied
+    assert empty.fail_to_pass.failure == instance.FAIL_TO_PASS
+    assert empty.to_reward_status().fail_to_pass_passed == 0
+    assert untouched.output.strip() == ""
+
     assert report.failure is None, report.message
     assert report.resolved and report.reward == 1.0
     assert report.patch_applied and report.apply_method == "git apply --verbose"
@@ -34,6 +62,7 @@ async def test_gold_patch_resolves(name: str, bundled: dict[str, tasks.SWEBenchI
     assert (status.value, status.resolved, status.graded) == (1.0, True, True)
     assert status.fail_to_pass_passed == status.fail_to_pass_total == len(instance.FAIL_TO_PASS)
     assert status.pass_to_pass_passed == status.pass_to_pass_total == len(instance.PASS_TO_PASS)
+    assert_backends_agree(report, instance)
 
 
 @pytest.mark.parametrize("name", TASK_NAMES)
@@ -53,19 +82,7 @@ async def test_wrong_patch_is_not_resolved(
         assert report.tests.get(test) in ("FAILED", "ERROR")
     assert report.eval_exit_code == 0  # the wrapper ran; the tests' own status is in the log
     assert ">>>>> Test Exit Code: 1" in report.test_output
-
-
-@pytest.mark.parametrize("name", TASK_NAMES)
-async def test_empty_patch_is_not_resolved(
-    name: str, bundled: dict[str, tasks.SWEBenchInstance], fresh_sandbox: SandboxFactory
-) -> None:
-    instance = bundled[name]
-    async with fresh_sandbox(api(instance)) as (sandbox, workdir):
-        report = await evaluate(sandbox, EvalRequest(instance=api(instance), patch="  \n", workdir=workdir))
-    assert not report.resolved and report.reward == 0.0
-    assert report.failure is EvalFailure.EMPTY_PATCH
-    assert report.fail_to_pass.failure == instance.FAIL_TO_PASS
-    assert report.to_reward_status().fail_to_pass_passed == 0
+    assert_backends_agree(report, instance)
 
 
 async def test_patch_that_does_not_apply_is_unresolved_with_reason(
