@@ -86,11 +86,15 @@ class FilesystemStore(BlockingBackendStore):
         self._options = options or FilesystemOptions()
         if not root.is_absolute():
             raise StoreConfigError(f"the filesystem store root must be an absolute path, got {str(root)!r}")
-        with _mapped_os_errors(f"opening the store root {root}"):
-            if self._options.create_root:
+        if self._options.create_root and not root.is_dir():
+            try:
                 root.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-            if not root.is_dir():
-                raise StoreConfigError(f"the filesystem store root {root} does not exist or is not a directory")
+            except OSError as exc:
+                # Whatever the errno, a root that cannot be created is a configuration problem.
+                raise StoreConfigError(f"cannot create the filesystem store root {root}: {exc.strerror}") from exc
+        if not root.is_dir():
+            raise StoreConfigError(f"the filesystem store root {root} does not exist or is not a directory")
+        with _mapped_os_errors(f"opening the store root {root}"):
             self._root = root.resolve(strict=True)
         self._root_uri = self._root.as_uri()
         super().__init__(self._root_uri)

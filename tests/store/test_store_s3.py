@@ -86,7 +86,7 @@ async def test_foreign_keys_under_the_prefix_are_not_served_or_counted(moto: Mot
         await store.aclose()
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(120)  # includes starting a second moto server on a loaded machine
 async def test_a_stopped_server_is_unavailable_not_a_hang(moto_factory: object) -> None:
     server: MotoServer = moto_factory()  # type: ignore[operator]
     client = server.client()
