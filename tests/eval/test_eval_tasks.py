@@ -11,12 +11,12 @@ from evalkit import WRONG_PATCHES, SandboxFactory
 from agent_runner.eval import EvalFailure, EvalReport, EvalRequest, evaluate, skipped_report
 from agent_runner.grading import grade_log
 from swerollout import tasks
-from swerollout.api.v1alpha1 import Mode
+from swerollout.api.v1alpha1 import Instance, Mode
 
 TASK_NAMES = [p.name for p in tasks.task_dirs()]
 
 
-def api(instance: tasks.SWEBenchInstance) -> tasks.Instance:
+def api(instance: tasks.SWEBenchInstance) -> Instance:
     return tasks.to_api_instance(instance)
 
 
