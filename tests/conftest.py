@@ -14,15 +14,15 @@ from __future__ import annotations
 import re
 import secrets
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 
 from swerollout.controlplane import ControlPlane
 from swerollout.controlplane.cleanup import purge_namespace
-from swerollout.kube import NAMESPACES, KubeClient
+from swerollout.kube import NAMESPACES, AsyncKubeClient, KubeClient
 
-CLUSTER_FIXTURES = {"control_plane", "kube", "kubectl", "helm", "namespace"}
+CLUSTER_FIXTURES = {"control_plane", "kube", "akube", "kubectl", "helm", "namespace"}
 
 Runner = Callable[..., "subprocess.CompletedProcess[str]"]
 
@@ -52,6 +52,13 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
 def kube(control_plane: ControlPlane) -> Iterator[KubeClient]:
     """A sync admin client of the session control plane."""
     with control_plane.admin_client() as client:
+        yield client
+
+
+@pytest.fixture
+async def akube(control_plane: ControlPlane) -> AsyncIterator[AsyncKubeClient]:
+    """An asyncio admin client of the session control plane."""
+    async with control_plane.admin_async_client() as client:
         yield client
 
 

@@ -369,6 +369,22 @@ async def test_async_client_crud_and_watch(control_plane: ControlPlane, namespac
             await other.get(CONFIGMAPS, "a", namespace)
 
 
+async def test_akube_fixture_patches_status(akube: AsyncKubeClient, namespace: str) -> None:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "s"},
+        "spec": {"containers": [{"name": "c", "image": "x"}]},
+    }
+    await akube.create(PODS, pod, namespace)
+    await akube.bind_pod(namespace, "s", "n1")
+    patched = await akube.patch_status(PODS, "s", {"status": {"phase": "Succeeded"}}, namespace)
+    assert patched["status"]["phase"] == "Succeeded"
+    assert (await akube.get_status(PODS, "s", namespace))["spec"]["nodeName"] == "n1"
+    deleted = await akube.delete(PODS, "s", namespace, grace_period_seconds=0)
+    assert deleted["metadata"]["name"] == "s"
+
+
 # --- config loading --------------------------------------------------------------------
 
 
