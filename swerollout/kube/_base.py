@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from swerollout.kube.config import KubeConfig
-from swerollout.kube.errors import KubeError, error_from_response, error_from_status
+from swerollout.kube.errors import KubeError, TransportError, error_from_response, error_from_status
 from swerollout.kube.resources import PODS, SERVICEACCOUNTS, SUBJECTACCESSREVIEWS, TOKENREVIEWS, ResourceType
 
 PatchType = Literal["merge", "strategic", "json", "apply"]
@@ -122,7 +122,10 @@ class BaseKubeClient:
         line = line.strip()
         if not line:
             return None
-        raw = json.loads(line)
+        try:
+            raw = json.loads(line)
+        except ValueError as exc:
+            raise TransportError(f"the watch stream broke mid-line: {line[:200]!r}") from exc
         if raw.get("type") == "ERROR":
             status = raw.get("object") or {}
             raise error_from_status(int(status.get("code") or 500), status)

@@ -336,6 +336,9 @@ def test_watch_error_line_becomes_gone() -> None:
     assert (caught.value.status, caught.value.reason) == (410, "Expired")
     assert "too old" in caught.value.message
     assert KubeClient._decode_watch_line("") is None
+    with pytest.raises(TransportError) as broken:
+        KubeClient._decode_watch_line('{"type":"ADDED","obj')
+    assert broken.value.retryable
 
 
 # --- async -----------------------------------------------------------------------------
