@@ -4,8 +4,37 @@
     with KubeClient.from_kubeconfig(path) as kube:
         pod = kube.get(PODS, "name", "namespace")
 
-Objects are plain dicts as the API server sends them. Errors are one family rooted
-at :class:`KubeError` with ``.status``, ``.reason``, ``.message`` and ``.retryable``.
+Objects are plain dicts as the API server sends them. A type is addressed by
+``ResourceType(apiVersion, plural, namespaced)``; constants cover the usual ones.
+
+Operations (same names on :class:`AsyncKubeClient`, awaited): get, list (one page;
+``continue_token``), iter_items (all pages), create, replace, patch (``patch_type``
+merge | strategic | json | apply), apply (server-side apply, ``field_manager``,
+``force``), delete (``propagation_policy``, ``grace_period_seconds``, ``uid`` /
+``resource_version`` preconditions), delete_collection, watch (``resource_version``,
+bookmarks, ``send_initial_events``), get_status / patch_status / replace_status,
+bind_pod, request_token (TokenRequest), token_review, subject_access_review, and
+``request`` for any other path.
+
+Errors are one family rooted at :class:`KubeError` with ``.status``, ``.reason``,
+``.message``, ``.causes`` (field errors of a 422) and ``.retryable``:
+
+====  ===================  =========
+ 400  BadRequest           no
+ 401  Unauthorized         no
+ 403  Forbidden            no
+ 404  NotFound             no
+ 409  Conflict             no (re-read, then retry yourself)
+ 409  AlreadyExists        no (a Conflict subclass)
+ 410  Gone                 no (relist, then watch again)
+ 422  Invalid              no
+ 429  TooManyRequests      yes (``retry_after_seconds``)
+ 5xx  ServerError          yes
+  -   TransportError       yes (no answer at all)
+  -   ConfigError          no (kubeconfig / in-cluster files)
+====  ===================  =========
+
+:func:`retry` / :func:`aretry` retry the retryable ones a bounded number of times.
 """
 
 from swerollout.kube._base import PatchType, PropagationPolicy, TokenRequestResult, WatchEvent
