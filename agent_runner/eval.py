@@ -48,11 +48,12 @@ __all__ = [
 ]
 
 # SWE-bench's order (swebench.harness.run_evaluation.GIT_APPLY_CMDS); the patch file is appended.
+# One addition: `patch` must not leave `*.orig` backups of fuzzed files in the tree.
 APPLY_COMMANDS = (
     "git apply --verbose",
     "git apply --verbose --3way",
     "git apply --verbose --reject",
-    "patch --batch --forward --fuzz=5 -p1 -i",
+    "patch --batch --forward --fuzz=5 --no-backup-if-mismatch -p1 -i",
 )
 # How much of a command's or the eval's output a report keeps (the tail matters most).
 _APPLY_OUTPUT_CHARS = 4_000

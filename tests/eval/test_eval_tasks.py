@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from evalkit import WRONG_PATCHES, SandboxFactory
 
-from agent_runner.eval import EvalFailure, EvalReport, EvalRequest, evaluate, skipped_report
+from agent_runner.eval import APPLY_COMMANDS, EvalFailure, EvalReport, EvalRequest, evaluate, skipped_report
 from agent_runner.grading import grade_log
 from swerollout import tasks
 from swerollout.api.v1alpha1 import Instance, Mode
@@ -188,3 +188,20 @@ def test_gated_rollout_gets_zero_without_evaluation(bundled: dict[str, tasks.SWE
     assert (status.value, status.resolved, status.graded) == (0.0, False, False)
     assert status.fail_to_pass_total == 1 and status.fail_to_pass_passed == 0
     assert "exit_context" in status.message
+
+
+async def test_fuzzy_patch_falls_back_to_patch_fuzz(
+    bundled: dict[str, tasks.SWEBenchInstance], fresh_sandbox: SandboxFactory
+) -> None:
+    """A patch whose outer context line drifted is refused by git apply but applied by `patch --fuzz`."""
+    instance = bundled["timefmt-duration"]
+    drifted_line = "     seconds = int(seconds)\n"
+    assert drifted_line in instance.patch
+    fuzzy = instance.patch.replace(drifted_line, "     seconds = int(seconds)  # whole seconds only\n", 1)
+    fuzzy = "".join(line for line in fuzzy.splitlines(keepends=True) if not line.startswith("index "))
+    async with fresh_sandbox(api(instance)) as (sandbox, workdir):
+        report = await evaluate(sandbox, EvalRequest(instance=api(instance), patch=fuzzy, workdir=workdir))
+        leftovers = await sandbox.execute(["bash", "-c", "find . -name '*.rej' -o -name '*.orig'"], cwd=workdir)
+    assert report.apply_method == APPLY_COMMANDS[-1] and APPLY_COMMANDS[-1].startswith("patch ")
+    assert report.resolved and report.reward == 1.0, report.message
+    assert leftovers.output.strip() == ""
