@@ -15,8 +15,12 @@ tokenizer's own chat template (no model-name special cases):
    close an assistant turn (e.g. Qwen's ``<|im_end|>\\n``), the new messages, and the
    opening of the next assistant turn. Earlier messages are rendered as short stubs
    (same roles, placeholder content): templates decide how to render what follows
-   from the roles before it, not from their text, so the cost of a delta grows with
-   the new messages and the number of earlier messages, not with their length.
+   from the roles before it, not from their text. Long histories are further cut
+   to a window (the messages before the first assistant turn, the first exchange,
+   and the last few messages), so a delta costs the same at turn 5 and turn 500.
+   The window is checked against the full stubbed history whenever the history
+   length passes a power of two; if a template ever renders the tail differently,
+   windowing is switched off for it (exact again, at O(history) cost).
 2. If the model ended its turn with a special token (its end-of-turn/stop token) and
    the tail begins with that token's text (after optional whitespace the model did
    not produce), the tail is cut after it: that token is already in the list as a
@@ -57,6 +61,10 @@ Message = Mapping[str, Any]
 _SENTINEL = "\u2063SWEROLLOUT-TURN-END\u2063"
 # Content of stubbed history messages (never empty: some templates skip empty turns).
 _STUB = "."
+# Messages kept at the end of a windowed history (see the module docstring).
+_WINDOW = 8
+# Histories shorter than this are always rendered whole.
+_WINDOW_FROM = 24
 
 
 class ChatTemplate:
@@ -68,7 +76,9 @@ class ChatTemplate:
         *,
         tools: Sequence[Mapping[str, Any]] | None = None,
         template_kwargs: Mapping[str, Any] | None = None,
+        window: bool = True,
     ) -> None:
+        """``window=False`` always renders the whole (stubbed) history for a delta."""
         if not getattr(tokenizer, "chat_template", None):
             raise ChatTemplateError(
                 f"tokenizer {getattr(tokenizer, 'name_or_path', '?')!r} has no chat template; "
@@ -77,6 +87,8 @@ class ChatTemplate:
         self.tokenizer = tokenizer
         self.tools = [dict(t) for t in tools] if tools else None
         self.template_kwargs = dict(template_kwargs or {})
+        self._window_ok = window
+        self._window_checked: set[int] = set()
         self._special_ids = frozenset(int(i) for i in tokenizer.all_special_ids) | frozenset(
             int(i) for i, tok in tokenizer.added_tokens_decoder.items() if tok.special
         )
@@ -119,15 +131,32 @@ class ChatTemplate:
         """
         if not history or history[-1].get("role") != "assistant":
             raise ChatTemplateError("an environment delta needs a history ending with an assistant turn")
-        stubbed = [_stub(m) for m in history[:-1]]
-        stubbed.append({"role": "assistant", "content": _SENTINEL})
-        text = self.render([*stubbed, *new_messages], add_generation_prompt=True)
+        earlier = history[:-1]
+        if not self._window_ok or len(earlier) < _WINDOW_FROM:
+            return self._tail(_stubs(earlier), new_messages)
+        tail = self._tail(_window(earlier), new_messages)
+        size_class = len(earlier).bit_length()
+        if size_class not in self._window_checked:
+            self._window_checked.add(size_class)
+            exact = self._tail(_stubs(earlier), new_messages)
+            if exact != tail:
+                self._window_ok = False
+                return exact
+        return tail
+
+    def _tail(self, earlier: list[dict[str, Any]], new_messages: Sequence[Message]) -> str:
+        text = self.render([*earlier, {"role": "assistant", "content": _SENTINEL}, *new_messages], add_generation_prompt=True)
         at = text.rfind(_SENTINEL)
         if at < 0:
             raise ChatTemplateError(
                 "the chat template dropped the assistant turn's content; cannot locate the turn end"
             )
         return text[at + len(_SENTINEL) :]
+
+    @property
+    def windowing(self) -> bool:
+        """False once the history window was found to change this template's tails."""
+        return self._window_ok
 
     def delta_text(
         self,
@@ -167,6 +196,26 @@ class ChatTemplate:
             if tail.lstrip().startswith(stop_text):
                 tail = tail.lstrip()[len(stop_text) :]
         return self.encode(tail)
+
+
+def _stubs(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    return [_stub(m) for m in messages]
+
+
+def _window(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Stubs of: everything before the first assistant turn, the first exchange, the last few."""
+    roles = [m.get("role") for m in messages]
+    if "assistant" not in roles:
+        return _stubs(messages)
+    first = roles.index("assistant")
+    second = next((i for i in range(first + 1, len(roles)) if roles[i] == "assistant"), len(roles))
+    start = len(roles) - _WINDOW
+    # Begin the window at an assistant turn so each kept exchange is whole.
+    while start < len(roles) and roles[start] != "assistant":
+        start += 1
+    if start <= second:
+        return _stubs(messages)
+    return _stubs([*messages[:second], *messages[start:]])
 
 
 def _stub(message: Message) -> dict[str, Any]:

@@ -96,9 +96,9 @@ class TokenBuffer:
         sizes = {len(self.loss_mask), len(self.logprobs), len(self.version_index)}
         if sizes != {n}:
             raise ValueError(f"token arrays disagree in length: ids={n}, others={sorted(sizes)}")
-        if any(m not in (0, 1) for m in self.loss_mask):
+        if n and max(self.loss_mask) > 1:
             raise ValueError("loss_mask holds values other than 0 and 1")
-        if any(i < 0 or i >= len(self.versions) for i in self.version_index):
+        if n and (min(self.version_index) < 0 or max(self.version_index) >= len(self.versions)):
             raise ValueError("a weight-version index points outside the version table")
         if not 0 <= self.prompt_length <= n:
             raise ValueError(f"prompt_length {self.prompt_length} outside 0..{n}")

@@ -216,6 +216,23 @@ def test_delta_cost_does_not_depend_on_history_text() -> None:
     assert template.delta_ids(short, env, None) == template.delta_ids(long, env, None)
 
 
+@pytest.mark.parametrize("name", ["qwen-2.5", "qwen-3", "glm-4.5v", "glm-4.7-flash", "deepseek-v3", "deepseek-v3.1"])
+def test_history_window_gives_the_same_deltas(name: str) -> None:
+    # 70 exchanges with tool results, a user nudge every 9th turn, an empty result every 5th.
+    windowed = ChatTemplate(load_tokenizer(name), tools=TOOLS)
+    whole = ChatTemplate(load_tokenizer(name), tools=TOOLS, window=False)
+    history: list[dict[str, Any]] = [{"role": "system", "content": "s"}, {"role": "user", "content": "task"}]
+    for turn in range(70):
+        history.append({"role": "assistant", "content": f"step {turn}"})
+        if turn % 9 == 8:
+            env: list[dict[str, Any]] = [{"role": "user", "content": "keep going"}]
+        else:
+            env = [{"role": "tool", "tool_call_id": f"c{turn}", "content": "" if turn % 5 == 0 else f"out {turn}"}]
+        assert windowed.delta_text(history, env, None) == whole.delta_text(history, env, None), turn
+        history.extend(env)
+    assert windowed.windowing
+
+
 def test_no_template_is_a_clear_error() -> None:
     with pytest.raises(ChatTemplateError, match="no chat template"):
         ChatTemplate(load_tokenizer("deepseek-v3.2"))
