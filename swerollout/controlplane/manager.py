@@ -326,7 +326,6 @@ class ControlPlane:
             "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1",
             f"--secure-port={api_port}",
-            f"--cert-dir={self.workdir / 'apiserver-certs'}",
             f"--tls-cert-file={pki.serving_cert}",
             f"--tls-private-key-file={pki.serving_key}",
             f"--client-ca-file={pki.ca_cert}",
