@@ -47,7 +47,7 @@ cases on real tokenizers.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agent_runner.errors import ChatTemplateError
@@ -85,7 +85,7 @@ class ChatTemplate:
                 "pick an instruct/chat tokenizer or a directory with chat_template.jinja"
             )
         self.tokenizer = tokenizer
-        self.tools = [dict(t) for t in tools] if tools else None
+        self.tools: list[dict[Any, Any] | Callable[..., Any]] | None = [dict(t) for t in tools] if tools else None
         self.template_kwargs = dict(template_kwargs or {})
         self._window_ok = window
         self._window_checked: set[int] = set()
@@ -168,7 +168,7 @@ class ChatTemplate:
         tail = self.tail_text(history, new_messages)
         if last_sampled_id is None or not self.is_special(last_sampled_id):
             return tail
-        stop_text = self.tokenizer.decode([last_sampled_id], skip_special_tokens=False)
+        stop_text = str(self.tokenizer.decode([last_sampled_id], skip_special_tokens=False))
         stripped = tail.lstrip()
         if stop_text and stripped.startswith(stop_text):
             return stripped[len(stop_text) :]
@@ -181,21 +181,6 @@ class ChatTemplate:
         last_sampled_id: int | None,
     ) -> list[int]:
         return self.encode(self.delta_text(history, new_messages, last_sampled_id))
-
-    def closing_ids(self, history: Sequence[Message], last_sampled_id: int | None) -> list[int]:
-        """Tokens that close the last assistant turn when no message follows (end of run)."""
-        if not history or history[-1].get("role") != "assistant":
-            return []
-        stubbed = [_stub(m) for m in history[:-1]]
-        stubbed.append({"role": "assistant", "content": _SENTINEL})
-        text = self.render(stubbed, add_generation_prompt=False)
-        at = text.rfind(_SENTINEL)
-        tail = text[at + len(_SENTINEL) :] if at >= 0 else ""
-        if last_sampled_id is not None and self.is_special(last_sampled_id):
-            stop_text = self.tokenizer.decode([last_sampled_id], skip_special_tokens=False)
-            if tail.lstrip().startswith(stop_text):
-                tail = tail.lstrip()[len(stop_text) :]
-        return self.encode(tail)
 
 
 def _stubs(messages: Sequence[Message]) -> list[dict[str, Any]]:

@@ -22,6 +22,7 @@ the buffer. The aborted ModelTurn reports ``new_tokens=0`` and the partial text.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -113,16 +114,28 @@ class RLTokenModel:
         if result.finish == "abort":
             state.dropped_total += len(result.output_ids)
             state.turns.append(
-                TurnRecord(rid=result.rid, finish="abort", sampled=len(result.output_ids), kept=False,
-                           weight_version=version, attempts=result.attempts)
+                TurnRecord(
+                    rid=result.rid,
+                    finish="abort",
+                    sampled=len(result.output_ids),
+                    kept=False,
+                    weight_version=version,
+                    attempts=result.attempts,
+                )
             )
             return ModelTurn(text=text, finish_reason=FinishReason.ABORT, new_tokens=0)
         self.buffer.append_sampled(result.output_ids, result.logprobs, version)
         state.awaiting_generation = False
         state.last_sampled_id = result.output_ids[-1] if result.output_ids else None
         state.turns.append(
-            TurnRecord(rid=result.rid, finish=result.finish, sampled=len(result.output_ids), kept=True,
-                       weight_version=version, attempts=result.attempts)
+            TurnRecord(
+                rid=result.rid,
+                finish=result.finish,
+                sampled=len(result.output_ids),
+                kept=True,
+                weight_version=version,
+                attempts=result.attempts,
+            )
         )
         if self.return_routed_experts:
             state.routed_experts.append(result.routed_experts)
@@ -242,8 +255,6 @@ class RLTokenModel:
 
 
 def _assistant_message(content: str, tool_calls: list[ToolCall]) -> dict[str, Any]:
-    import json
-
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if tool_calls:
         message["tool_calls"] = [

@@ -26,6 +26,7 @@ import re
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import Any, Literal
 
@@ -377,8 +378,6 @@ def _retry_after(value: str | None) -> float | None:
     except ValueError:
         pass
     try:
-        from datetime import datetime, timezone
-
         when = parsedate_to_datetime(value)
         return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
     except (TypeError, ValueError):

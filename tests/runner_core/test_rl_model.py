@@ -196,6 +196,7 @@ async def test_several_add_messages_render_as_one_step(fake_sglang: FakeSGLang) 
     model.add_messages([{"role": "tool", "tool_call_id": "b", "content": "two"}])
     await model.generate()
     text = tok.decode(model.buffer.input_ids)
+    assert fake_sglang.requests[-1]["input_ids"] == model.buffer.input_ids[: len(fake_sglang.requests[-1]["input_ids"])]
     assert "<tool_response>\none\n</tool_response>\n<tool_response>\ntwo\n</tool_response>" in text
     assert text.count("<|im_start|>user") == 2  # both results in one user turn
     await model.client.aclose()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -175,3 +177,39 @@ def test_rids_are_never_prefixes_of_each_other() -> None:
         assert not other.startswith(one), (one, other)
     assert all(r.count(".") == 1 and r.endswith(".") for r in rids)
     assert make_rid("uid-9", 7, 1).startswith("uid-9-t0007-a01-")
+
+
+async def test_abort_by_rid_against_the_policy_server(oracle_server: Callable[..., Any]) -> None:
+    import asyncio
+
+    from swerollout.tokenizers import load_tokenizer
+
+    server = oracle_server(weight_version="w9", faults={"delay_per_token": 0.02})
+    tok = load_tokenizer("qwen-2.5")
+    prompt = tok.apply_chat_template([{"role": "user", "content": "Task demo__greet-1"}], tokenize=False, add_generation_prompt=True)
+    ids = tok.encode(prompt, add_special_tokens=False)
+    rid = make_rid("uid-live", 1, 1)
+    async with SGLangClient(server.url, retry=FAST) as client:
+        assert await client.health()
+        task = asyncio.create_task(client.generate(ids, SamplingParams(max_new_tokens=400), rid_for_attempt=lambda _: rid))
+        await asyncio.sleep(0.3)
+        await client.abort(rid)
+        result = await task
+    assert result.finish == "abort" and result.rid == rid
+    assert 0 < len(result.output_ids) < 400 and result.weight_version == "w9"
+
+
+async def test_oracle_server_round_trip_with_text_spellings(oracle_server: Callable[..., Any]) -> None:
+    from swerollout.tokenizers import load_tokenizer
+
+    server = oracle_server()
+    tok = load_tokenizer("qwen-2.5")
+    ids = tok.encode(
+        tok.apply_chat_template([{"role": "user", "content": "Task demo__greet-1"}], tokenize=False, add_generation_prompt=True),
+        add_special_tokens=False,
+    )
+    async with SGLangClient(server.url, retry=FAST) as client:
+        result = await client.generate(ids, SamplingParams(max_new_tokens=400, temperature=0.0), rid_for_attempt=_rids())  # type: ignore[arg-type]
+    assert result.finish == "stop" and result.aligned
+    assert result.output_ids[-1] == tok.convert_tokens_to_ids("<|im_end|>")
+    assert "git apply" in tok.decode(result.output_ids)
