@@ -22,6 +22,15 @@ Why a command never runs twice (swe-rex 1.4 behaviour, read from its source):
   (`mkdir` fails if it exists) and records the exit code there. A re-sent
   command whose claim fails does not run again; we report the recorded exit
   code and say that the output was lost.
+
+Why exit codes are never lost: swe-rex reads `$?` with a second `echo` and a
+1-second expect, which fails on a loaded machine and leaves the session's
+output out of step. We skip that (check="ignore"): the guard prints the exit
+code after the command's output, behind a marker unique to the request, and
+the command runs through `eval` of a quoted string so that swe-rex's bashlex
+split always succeeds (its fallback path needs the skipped step to stay in
+sync). `eval` keeps the session semantics (cd, exports, functions persist);
+a syntax error surfaces at run time as bash's message with exit code 2.
 """
 
 from __future__ import annotations
@@ -98,6 +107,34 @@ _M = TypeVar("_M", bound=BaseModel)
 # the exit-code record live outside the repository so that diffs never see them.
 _DUPLICATE_MARKER = "__SWEROLLOUT_COMMAND_ALREADY_RAN__"
 _LEDGER_ROOT = "/tmp/swerollout-ledger"
+
+
+def _exit_marker(request_id: str) -> str:
+    return f"__SWEROLLOUT_EXIT_{request_id}="
+
+
+def _start_marker(request_id: str) -> str:
+    return f"__SWEROLLOUT_START_{request_id}__"
+
+
+def _split_exit_code(raw: str, request_id: str) -> CommandResult:
+    """Cut the command's output out from between the guard's start and exit-code lines.
+
+    Whatever the terminal printed before the start line (readline's newline on
+    accepting the input) is not the command's output.
+    """
+    start = raw.find(_start_marker(request_id) + "\n")
+    if start != -1:
+        raw = raw[start + len(_start_marker(request_id)) + 1 :]
+    marker = "\n" + _exit_marker(request_id)
+    index = raw.rfind(marker)
+    if index == -1:
+        # The command never reached the guard's epilogue (it replaced the shell's
+        # stdout, for instance); the output is all we have.
+        return CommandResult(output=raw, exit_code=None)
+    code, _, rest = raw[index + len(marker) :].partition("\n")
+    exit_code = int(code) if code.strip().isdigit() else None
+    return CommandResult(output=raw[:index] + rest, exit_code=exit_code)
 
 
 @dataclass(frozen=True)
@@ -189,16 +226,16 @@ class Sandbox:
                 command=self._guarded(command, request_id),
                 session=self._session,
                 timeout=timeout,
-                check="silent",
+                check="ignore",
             )
             read_timeout = None if timeout is None else timeout + 30.0
             status, body = await self._post_raw("run_in_session", action, request_id, read_timeout)
             if status == 511:
-                return await self._command_failure(body, command)
+                return await self._command_failure(body, command, request_id)
             observation = self._parse(BashObservation, status, body, "run_in_session")
             if _DUPLICATE_MARKER in observation.output:
                 return await self._recover_lost_result(request_id)
-            return CommandResult(output=observation.output, exit_code=observation.exit_code)
+            return _split_exit_code(observation.output, request_id)
 
     async def execute(
         self,
@@ -242,11 +279,10 @@ class Sandbox:
 
     def _guarded(self, command: str, request_id: str) -> str:
         claim = shlex.quote(f"{self._ledger}/{request_id}")
-        # The model's command starts on the `then` line so bash's syntax-error
-        # line numbers match the model's own text.
         return (
-            f"if mkdir {claim} 2>/dev/null; then {command}\n"
-            f"__swerollout_rc=$?; echo $__swerollout_rc > {claim}/rc; (exit $__swerollout_rc)\n"
+            f"if mkdir {claim} 2>/dev/null; then printf '%s\\n' {_start_marker(request_id)}; eval {shlex.quote(command)}; "
+            f"__swerollout_rc=$?; echo $__swerollout_rc > {claim}/rc; "
+            f"printf '\\n%s%s\\n' {_exit_marker(request_id)} $__swerollout_rc; (exit $__swerollout_rc); "
             f"else echo {_DUPLICATE_MARKER}; fi"
         )
 
@@ -260,11 +296,13 @@ class Sandbox:
             exit_code=exit_code,
         )
 
-    async def _command_failure(self, body: Any, command: str) -> CommandResult:
+    async def _command_failure(self, body: Any, command: str, request_id: str) -> CommandResult:
         remote_class = self._remote_class(body)
         if remote_class.endswith("CommandTimeoutError"):
             interrupted = await self._interrupt_unlocked()
-            return CommandResult(output=interrupted.output, exit_code=None, timed_out=True)
+            # What the interrupt collected is the tail of the command's output.
+            output = interrupted.output.replace(_start_marker(request_id), "").strip("\n")
+            return CommandResult(output=output, exit_code=None, timed_out=True)
         if remote_class.endswith("BashIncorrectSyntaxError"):
             info = body["swerexception"].get("extra_info") or {}
             output = (str(info.get("bash_stderr", "")) + str(info.get("bash_stdout", ""))).strip()

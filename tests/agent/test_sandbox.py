@@ -30,6 +30,19 @@ async def test_exit_codes_are_reported(repo_sandbox: RepoSandbox) -> None:
     assert multi.exit_code == 3
 
 
+async def test_bash_syntax_that_bashlex_cannot_parse(repo_sandbox: RepoSandbox) -> None:
+    sandbox = repo_sandbox.sandbox
+    loop = await sandbox.run("for ((i=0;i<3;i++)); do printf $i; done", timeout=10)
+    assert (loop.output, loop.exit_code) == ("012", 0)
+    case = await sandbox.run("case abc in a*) echo matched; (exit 4);; esac", timeout=10)
+    assert (case.output.strip(), case.exit_code) == ("matched", 4)
+    test = await sandbox.run("x=$((1+2)); [[ $x == 3 ]] && echo \"it's $x\"", timeout=10)
+    assert (test.output.strip(), test.exit_code) == ("it's 3", 0)
+    function = await sandbox.run("greet() { echo \"hi $1\"; }", timeout=10)
+    assert function.exit_code == 0
+    assert (await sandbox.run("greet there", timeout=10)).output.strip() == "hi there"
+
+
 async def test_heredoc_and_syntax_errors(repo_sandbox: RepoSandbox) -> None:
     sandbox, git_repo = repo_sandbox.sandbox, repo_sandbox.repo
     made = await sandbox.run("cat > note.txt <<'EOF'\nline $HOME\nEOF\ncat note.txt", timeout=10)
@@ -47,6 +60,7 @@ async def test_timed_out_command_is_interrupted_and_session_survives(repo_sandbo
     slow = await sandbox.run("echo started; sleep 30; echo finished > finished.txt", timeout=1)
     assert slow.timed_out
     assert slow.exit_code is None
+    assert "__SWEROLLOUT" not in slow.output
     after = await sandbox.run("pwd", timeout=10)
     assert after.output.strip() == "/tmp"
     assert after.exit_code == 0
