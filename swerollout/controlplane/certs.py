@@ -20,6 +20,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from pydantic import BaseModel, ConfigDict
 
 CERT_VALIDITY = dt.timedelta(days=365)
+RENEW_BEFORE = dt.timedelta(days=7)
 
 
 class Pki(BaseModel):
@@ -99,6 +100,7 @@ def _issue(
     ca: bool,
     usages: list[x509.ObjectIdentifier],
     sans: list[x509.GeneralName],
+    validity: dt.timedelta,
 ) -> x509.Certificate:
     now = dt.datetime.now(dt.timezone.utc)
     builder = (
@@ -109,7 +111,7 @@ def _issue(
         .serial_number(x509.random_serial_number())
         # Backdate a little so a freshly made cert is valid on a clock that lags.
         .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + CERT_VALIDITY)
+        .not_valid_after(now + validity)
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
@@ -128,21 +130,36 @@ def _issue(
     return builder.sign(issuer_key, hashes.SHA256())
 
 
-def ensure_pki(directory: Path) -> Pki:
-    """Create the PKI in ``directory`` unless a complete one is already there.
+def _expires_soon(pki: Pki, margin: dt.timedelta) -> bool:
+    horizon = dt.datetime.now(dt.timezone.utc) + margin
+    for path in (pki.ca_cert, pki.serving_cert, pki.admin_cert):
+        try:
+            cert = x509.load_pem_x509_certificate(path.read_bytes())
+        except (OSError, ValueError):
+            return True
+        if cert.not_valid_after_utc < horizon:
+            return True
+    return False
+
+
+def ensure_pki(
+    directory: Path, *, validity: dt.timedelta = CERT_VALIDITY, renew_before: dt.timedelta = RENEW_BEFORE
+) -> Pki:
+    """Create the PKI in ``directory`` unless a complete, unexpiring one is already there.
 
     Reusing it keeps ServiceAccount tokens and kubeconfigs valid across restarts of
-    the same workdir.
+    the same workdir. A PKI whose certs expire within ``renew_before`` (or that cannot
+    be read) is replaced as a whole, which invalidates tokens minted before.
     """
     pki = Pki(dir=directory)
-    if pki.complete():
+    if pki.complete() and not _expires_soon(pki, renew_before):
         return pki
     directory.mkdir(parents=True, exist_ok=True)
     pem = serialization.Encoding.PEM
 
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = _name("swerollout-local-ca")
-    ca_cert = _issue(ca_name, ca_key, ca_name, ca_key, ca=True, usages=[], sans=[])
+    ca_cert = _issue(ca_name, ca_key, ca_name, ca_key, ca=True, usages=[], sans=[], validity=validity)
 
     serving_key = ec.generate_private_key(ec.SECP256R1())
     serving_sans: list[x509.GeneralName] = [
@@ -156,14 +173,14 @@ def ensure_pki(directory: Path) -> Pki:
     ]
     serving_cert = _issue(
         _name("kube-apiserver"), serving_key, ca_name, ca_key, ca=False,
-        usages=[ExtendedKeyUsageOID.SERVER_AUTH], sans=serving_sans,
+        usages=[ExtendedKeyUsageOID.SERVER_AUTH], sans=serving_sans, validity=validity,
     )
 
     # O=system:masters makes the admin a cluster superuser under RBAC.
     admin_key = ec.generate_private_key(ec.SECP256R1())
     admin_cert = _issue(
         _name("admin", "system:masters"), admin_key, ca_name, ca_key, ca=False,
-        usages=[ExtendedKeyUsageOID.CLIENT_AUTH], sans=[],
+        usages=[ExtendedKeyUsageOID.CLIENT_AUTH], sans=[], validity=validity,
     )
 
     sa_key = ec.generate_private_key(ec.SECP256R1())
