@@ -37,6 +37,7 @@ import ssl
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import IO, Any
@@ -368,7 +369,7 @@ class ControlPlane:
             )
 
     def _wait_ready(
-        self, child: _Child, url: str, pki: Pki | None, deadline: float, ok: Any
+        self, child: _Child, url: str, pki: Pki | None, deadline: float, ok: Callable[[str], bool]
     ) -> None:
         verify: ssl.SSLContext | bool = False
         if pki is not None:
