@@ -54,6 +54,9 @@ class OperatorProcess:
     metrics_url: str
     release: str
     kubeconfig: Path
+    ingest_url: str = ""
+    key_file: Path | None = None
+    store_dir: Path | None = None
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
     _logs: list[Any] = field(default_factory=list)
@@ -115,20 +118,22 @@ def operator(control_plane: ControlPlane, crd: None, namespace: str, tmp_path: P
     key_file = tmp_path / "token-key"
     key_file.write_bytes(base64.b64decode(secret["data"]["key"]))
     port = _free_port()
+    ingest_port = _free_port()
     argv = [
         sys.executable, "-m", "swerollout_operator",
         "--kubeconfig", str(kubeconfig),
         "--namespace", namespace,
         "--bind-host", "127.0.0.1",
         "--metrics-port", str(port),
-        "--ingest-port", str(_free_port()),
+        "--ingest-port", str(ingest_port),
         "--token-key-file", str(key_file),
         "--store", f"file://{tmp_path / 'store'}",
         "--log-level", "DEBUG",
     ]
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
     handle = OperatorProcess(
-        argv, env, tmp_path / "operator.log", f"http://127.0.0.1:{port}", release, kubeconfig
+        argv, env, tmp_path / "operator.log", f"http://127.0.0.1:{port}", release, kubeconfig,
+        ingest_url=f"http://127.0.0.1:{ingest_port}", key_file=key_file, store_dir=tmp_path / "store",
     )
     handle.start()
     try:

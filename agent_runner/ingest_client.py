@@ -1,0 +1,114 @@
+"""The runner's side of the ingest API (the wire models live in swerollout.wire.ingest).
+
+Every call is retried on transport errors, 429 and 5xx with capped exponential
+backoff for a long time: the operator restarts (rolling upgrade, crash) must not
+lose a runner's result. Retries are safe by construction: uploads are
+content-addressed and events carry an idempotency key and go through the phase
+machine, so a request that reached the operator before the connection dropped
+changes nothing the second time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import random
+import secrets
+from typing import Any
+
+import httpx
+
+from swerollout.wire import ingest as wire
+
+log = logging.getLogger(__name__)
+
+
+class IngestError(Exception):
+    """The operator refused a request (4xx other than 429): retrying will not help."""
+
+
+class IngestClient:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        namespace: str,
+        name: str,
+        uid: str,
+        token: str,
+        role: str = "rollout",
+        attempt: int = 1,
+        give_up_after: float = 900.0,
+    ) -> None:
+        self._prefix = f"{wire.API_PREFIX}/{namespace}/{name}/{uid}"
+        self._http = httpx.AsyncClient(
+            base_url=base_url.rstrip("/"),
+            headers={
+                "Authorization": f"Bearer {token}",
+                "X-Swerollout-Role": role,
+                "X-Swerollout-Attempt": str(attempt),
+            },
+            timeout=httpx.Timeout(30.0, read=wire.MAX_WAIT_SECONDS + 30.0),
+        )
+        self._give_up_after = give_up_after
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._give_up_after
+        delay = 0.5
+        while True:
+            try:
+                response = await self._http.request(method, self._prefix + path, **kwargs)
+            except httpx.TransportError as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+            else:
+                if response.status_code < 400:
+                    return response
+                if response.status_code != 429 and response.status_code < 500:
+                    raise IngestError(f"{method} {path}: {response.status_code} {response.text[:500]}")
+                problem = f"HTTP {response.status_code}"
+            if loop.time() + delay > deadline:
+                raise IngestError(f"{method} {path}: the operator did not answer for {self._give_up_after:.0f}s ({problem})")
+            log.warning("ingest %s %s failed (%s); retrying in %.1fs", method, path, problem, delay)
+            await asyncio.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 15.0)
+
+    async def assignment(self, *, after: str | None, wait: float) -> wire.Assignment:
+        params = {"wait": str(wait)}
+        if after:
+            params["after"] = after
+        response = await self._call("GET", "/assignment", params=params)
+        return wire.Assignment.model_validate_json(response.content)
+
+    async def progress(self, progress: wire.Progress) -> None:
+        await self._call("POST", "/progress", content=progress.model_dump_json(), headers={"Content-Type": "application/json"})
+
+    async def upload(self, kind: wire.ObjectKind, data: bytes) -> wire.StoredObjectRef:
+        response = await self._call(
+            "PUT",
+            f"/objects/{kind.value}",
+            content=data,
+            headers={wire.SHA256_HEADER: hashlib.sha256(data).hexdigest(), "Content-Type": "application/octet-stream"},
+        )
+        return wire.StoredObjectRef.model_validate_json(response.content)
+
+    async def download(self, ref: wire.StoredObjectRef) -> bytes:
+        response = await self._call("GET", f"/objects/{ref.kind.value}/{ref.sha256}")
+        data = response.content
+        if hashlib.sha256(data).hexdigest() != ref.sha256:
+            raise IngestError(f"downloaded {ref.kind.value} {ref.sha256} does not match its sha256")
+        return data
+
+    async def event(self, event: wire.RunnerEvent) -> wire.Ack:
+        key = secrets.token_hex(16)  # the same key on every retry of this event
+        response = await self._call(
+            "POST",
+            "/events",
+            content=event.model_dump_json(),
+            headers={"Content-Type": "application/json", wire.IDEMPOTENCY_HEADER: key},
+        )
+        return wire.Ack.model_validate_json(response.content)

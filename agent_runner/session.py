@@ -1,0 +1,461 @@
+"""The runner process: poll the operator for work, do it, report it.
+
+One runner lives in each rollout pod (role `rollout`) or eval pod (role `eval`).
+It long-polls the ingest API for its assignment and acts once per assignment id:
+
+- run / resume: drive the agent loop against the sandbox next door; while it runs,
+  keep polling, and on an `abort` assignment abort the in-flight generation by
+  rid prefix. An abort (ours, or the inference server's own) ends in a snapshot
+  upload and an `aborted` event; the sandbox stays as it is for the resume.
+- resume with `replay`: the pod is new, so first restore the recorded working
+  tree (the diff captured at the abort) in this sandbox, then continue.
+- eval: apply the patch in this pod's fresh sandbox, grade, report the reward.
+- stop: exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shlex
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from swerollout.api import v1alpha1 as api
+from swerollout.tokenizers import load_tokenizer
+from swerollout.wire import ingest as wire
+from swerollout.wire.codec import decode, encode
+
+from .chat_model import ChatModel
+from .config import AgentConfig, ActionFormat
+from .eval import EvalRequest, evaluate
+from .ingest_client import IngestClient
+from .loop import AgentLoop, LoopResult, LoopState, StepInfo, TaskInfo
+from .model import FinishReason, Model, ModelTurn
+from .rl_model import RLTokenModel
+from .sandbox import Sandbox
+from .sglang import SamplingParams, SGLangClient
+from .tools.schemas import tool_schemas
+
+log = logging.getLogger(__name__)
+CHAT_SNAPSHOT_KIND = "chat-snapshot"
+
+
+class RunnerEnv(BaseModel):
+    """What the pod spec tells the runner, through its environment."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["rollout", "eval"]
+    ingest_url: str
+    namespace: str
+    name: str
+    uid: str
+    attempt: int
+    ingest_token: str
+    swerex_url: str
+    swerex_token: str
+
+    @classmethod
+    def from_environ(cls, env: dict[str, str] | None = None) -> RunnerEnv:
+        env = dict(os.environ if env is None else env)
+
+        def need(key: str) -> str:
+            value = env.get(key)
+            if not value:
+                raise SystemExit(f"agent_runner: environment variable {key} is required (set by the pod spec)")
+            return value
+
+        swerex_url = need("SWEREX_URL")
+        loopback = env.get("SWEROLLOUT_POD_LOOPBACK")
+        if loopback:
+            # The embedded dev mode gives each pod its own loopback address.
+            swerex_url = swerex_url.replace("127.0.0.1", loopback).replace("localhost", loopback)
+        return cls(
+            role=env.get("SWEROLLOUT_ROLE", "rollout"),  # type: ignore[arg-type]
+            ingest_url=need("SWEROLLOUT_INGEST_URL"),
+            namespace=need("SWEROLLOUT_NAMESPACE"),
+            name=need("SWEROLLOUT_NAME"),
+            uid=need("SWEROLLOUT_UID"),
+            attempt=int(env.get("SWEROLLOUT_ATTEMPT", "1")),
+            ingest_token=Path(need("SWEROLLOUT_INGEST_TOKEN_FILE")).read_text().strip(),
+            swerex_url=swerex_url,
+            swerex_token=Path(need("SWEREX_AUTH_TOKEN_FILE")).read_text().strip(),
+        )
+
+
+class AbortableModel:
+    """Wraps a Model so that an abort lands whether or not a request is in flight.
+
+    A request in flight is aborted at the server (by rid prefix, repeatedly until it
+    returns, since an abort can race the request's arrival); a request not yet sent
+    is never sent. Either way the loop sees a turn with finish_reason ABORT.
+    """
+
+    def __init__(self, inner: Model, abort_remote: Callable[[], Awaitable[None]] | None) -> None:
+        self.inner = inner
+        self._abort_remote = abort_remote
+        self.requested = asyncio.Event()
+        self._task: asyncio.Task[ModelTurn] | None = None
+        self.generation_seconds: list[float] = []
+        """Wall time of each generate call, drained by the progress reporter."""
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return self.inner.messages
+
+    @property
+    def context_tokens(self) -> int:
+        return self.inner.context_tokens
+
+    def add_messages(self, messages: list[dict[str, Any]]) -> None:
+        self.inner.add_messages(messages)
+
+    async def generate(self, *, max_new_tokens: int | None = None) -> ModelTurn:
+        if self.requested.is_set():
+            return ModelTurn(text="", finish_reason=FinishReason.ABORT)
+        self._task = asyncio.create_task(self.inner.generate(max_new_tokens=max_new_tokens))
+        started = time.monotonic()
+        try:
+            return await asyncio.shield(self._task)
+        except asyncio.CancelledError:
+            if self._task.cancelled() and self.requested.is_set():
+                return ModelTurn(text="", finish_reason=FinishReason.ABORT)
+            raise
+        finally:
+            self._task = None
+            self.generation_seconds.append(time.monotonic() - started)
+
+    async def request_abort(self) -> None:
+        self.requested.set()
+        task = self._task
+        if task is None:
+            return
+        if self._abort_remote is not None:
+            for _ in range(30):
+                if task.done():
+                    return
+                try:
+                    await self._abort_remote()
+                except Exception as exc:  # noqa: BLE001 - keep trying; cancelling below is the fallback
+                    log.warning("abort request failed: %s", exc)
+                try:
+                    await asyncio.wait_for(asyncio.shield(task), timeout=1.0)
+                    return
+                except (asyncio.TimeoutError, Exception):  # noqa: BLE001
+                    continue
+        if not task.done():
+            task.cancel()
+
+
+class Runner:
+    def __init__(self, env: RunnerEnv) -> None:
+        self.env = env
+        self.ingest = IngestClient(
+            env.ingest_url, namespace=env.namespace, name=env.name, uid=env.uid, token=env.ingest_token,
+            role=env.role, attempt=env.attempt,
+        )
+        self.sandbox: Sandbox | None = None
+
+    async def serve(self) -> int:
+        try:
+            self.sandbox = await self._connect_sandbox()
+            after: str | None = None
+            while True:
+                assignment = await self.ingest.assignment(after=after, wait=30)
+                after = assignment.id
+                kind = assignment.kind
+                if kind == wire.AssignmentKind.STOP:
+                    log.info("assignment stop: exiting")
+                    return 0
+                if kind in (wire.AssignmentKind.RUN, wire.AssignmentKind.RESUME) and self.env.role == "rollout":
+                    await self._execute(assignment)
+                elif kind == wire.AssignmentKind.EVAL and self.env.role == "eval":
+                    await self._evaluate(assignment)
+        finally:
+            if self.sandbox is not None:
+                await self.sandbox.close()
+            await self.ingest.aclose()
+
+    async def _connect_sandbox(self) -> Sandbox:
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                return await Sandbox.connect(self.env.swerex_url, self.env.swerex_token, timeout=30.0)
+            except Exception as exc:  # noqa: BLE001 - the sandbox container may still be starting
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"agent_runner: sandbox at {self.env.swerex_url} unreachable: {exc}") from exc
+                await asyncio.sleep(1.0)
+
+    # -- run / resume ----------------------------------------------------------------
+
+    def _model(self, spec: api.SWERolloutSpec, config: AgentConfig, snapshot: bytes | None) -> tuple[Model, dict[str, Any], SGLangClient | None]:
+        inference = spec.inference
+        if spec.agent.kind == api.AgentKind.CHAT_AGENT:
+            chat = ChatModel(
+                inference.endpoint, model=inference.model,
+                tools=tool_schemas([t.value for t in config.tools.enabled]),
+                sampling={"temperature": inference.sampling.temperature, "top_p": inference.sampling.top_p,
+                          "max_tokens": inference.sampling.max_new_tokens},
+                request_timeout=float(inference.request_timeout_seconds),
+            )
+            agent_state: dict[str, Any] = {}
+            if snapshot is not None:
+                decoded = decode(snapshot, kind=CHAT_SNAPSHOT_KIND)
+                chat._messages = list(decoded.meta["messages"])  # noqa: SLF001 - restoring our own snapshot
+                agent_state = dict(decoded.meta["agent_state"])
+            return chat, agent_state, None
+        client = SGLangClient(inference.endpoint, timeout=float(inference.request_timeout_seconds))
+        tokenizer = load_tokenizer(inference.tokenizer or "")
+        function_calling = config.tools.action_format == ActionFormat.FUNCTION_CALLING
+        kwargs: dict[str, Any] = dict(
+            sampling=SamplingParams(
+                max_new_tokens=inference.sampling.max_new_tokens,
+                temperature=inference.sampling.temperature,
+                top_p=inference.sampling.top_p,
+                top_k=inference.sampling.top_k,
+                stop=inference.sampling.stop or None,
+                sampling_seed=inference.sampling.seed,
+            ),
+            max_context_tokens=inference.max_context_tokens,
+            run_uid=self.env.uid,
+            tools=tool_schemas([t.value for t in config.tools.enabled]) if function_calling else None,
+            weight_version=inference.weight_version,
+            tool_call_format="auto" if function_calling else None,
+            return_routed_experts=inference.return_routed_experts,
+            request_timeout=float(inference.request_timeout_seconds),
+        )
+        if snapshot is not None:
+            model, agent_state = RLTokenModel.restore(snapshot, tokenizer, client, **kwargs)
+            return model, agent_state, client
+        return RLTokenModel(tokenizer, client, **kwargs), {}, client
+
+    async def _execute(self, assignment: wire.Assignment) -> None:
+        assert self.sandbox is not None and assignment.spec is not None
+        spec = api.SWERolloutSpec.model_validate(assignment.spec)
+        config = AgentConfig.from_spec(spec.agent, max_context_tokens=spec.inference.max_context_tokens)
+        snapshot = await self.ingest.download(assignment.snapshot) if assignment.snapshot else None
+        try:
+            inner, agent_state, client = self._model(spec, config, snapshot)
+        except Exception as exc:  # noqa: BLE001 - a bad tokenizer name or endpoint must be reported, not crash-loop
+            await self.ingest.event(
+                wire.RunnerEvent(kind=wire.EventKind.FAILED, assignment_id=assignment.id, reason="RunnerSetupFailed",
+                                 message=f"{type(exc).__name__}: {exc}")
+            )
+            return
+        instance = spec.instance
+        workdir = await self._workdir(instance.workdir)
+        if assignment.replay and agent_state.get("workdir_diff"):
+            problem = await self._restore_worktree(workdir, instance.base_commit, agent_state["workdir_diff"])
+            if problem:
+                await self.ingest.event(
+                    wire.RunnerEvent(kind=wire.EventKind.FAILED, assignment_id=assignment.id, reason="ReplayFailed",
+                                     message=problem)
+                )
+                return
+        abort_prefix = f"{self.env.uid}-t"
+        abortable = AbortableModel(inner, (lambda: client.abort(abort_prefix)) if client else None)
+        await self.ingest.event(wire.RunnerEvent(kind=wire.EventKind.STARTED, assignment_id=assignment.id))
+        task = TaskInfo(
+            problem_statement=instance.problem_statement, working_dir=workdir, base_commit=instance.base_commit,
+            repo=instance.repo, instance_id=instance.instance_id,
+        )
+        reporter = _ProgressReporter(self.ingest, abortable)
+        loop = AgentLoop(abortable, self.sandbox, config, task, on_step=reporter.on_step)
+        watcher = asyncio.create_task(self._watch_for_abort(assignment.id, abortable))
+        started = time.monotonic()
+        try:
+            saved = agent_state.get("loop")
+            result = await (loop.resume(LoopState.model_validate(saved)) if saved else loop.run())
+        finally:
+            watcher.cancel()
+        await reporter.flush()
+        elapsed = time.monotonic() - started
+        if result.partial:
+            await self._report_abort(assignment, inner, abortable, result, workdir, instance.base_commit)
+        else:
+            await self._report_finish(assignment, inner, result, elapsed)
+
+    async def _watch_for_abort(self, assignment_id: str, model: AbortableModel) -> None:
+        after = assignment_id
+        while True:
+            update = await self.ingest.assignment(after=after, wait=30)
+            after = update.id
+            if update.kind in (wire.AssignmentKind.ABORT, wire.AssignmentKind.STOP):
+                log.info("assignment %s: aborting the run", update.id)
+                await model.request_abort()
+                return
+
+    async def _workdir(self, declared: str) -> str:
+        """The repository directory as the sandbox sees it (dev mode checks out elsewhere)."""
+        assert self.sandbox is not None
+        probe = await self.sandbox.run(f"test -d {shlex.quote(declared)} && echo yes || pwd", timeout=30)
+        out = probe.output.strip().splitlines()
+        return declared if out and out[-1] == "yes" else (out[-1] if out else declared)
+
+    async def _worktree_diff(self, workdir: str, base_commit: str) -> str:
+        assert self.sandbox is not None
+        result = await self.sandbox.run(
+            f"cd {shlex.quote(workdir)} && git add -A >/dev/null 2>&1 && git diff --cached --binary {shlex.quote(base_commit)}",
+            timeout=120,
+        )
+        return result.output if result.exit_code == 0 else ""
+
+    async def _restore_worktree(self, workdir: str, base_commit: str, diff: str) -> str | None:
+        assert self.sandbox is not None
+        path = "/tmp/swerollout-replay.diff"
+        await self.sandbox.write_file(path, diff if diff.endswith("\n") else diff + "\n")
+        result = await self.sandbox.run(
+            f"cd {shlex.quote(workdir)} && git apply --whitespace=nowarn {path}", timeout=120
+        )
+        if result.exit_code != 0:
+            return f"could not restore the recorded working tree in the fresh sandbox: {result.output[-2000:]}"
+        return None
+
+    async def _report_abort(
+        self, assignment: wire.Assignment, inner: Model, abortable: AbortableModel, result: LoopResult,
+        workdir: str, base_commit: str,
+    ) -> None:
+        agent_state = {
+            "loop": result.state.model_dump(mode="json"),
+            "workdir_diff": await self._worktree_diff(workdir, base_commit),
+        }
+        if isinstance(inner, RLTokenModel):
+            blob = inner.snapshot(agent_state=agent_state)
+            weight_version = next(
+                (v for v in reversed(inner.buffer.weight_versions) if v is not None), None
+            )
+        else:
+            blob = encode(CHAT_SNAPSHOT_KIND, {"messages": inner.messages, "agent_state": agent_state}, {})
+            weight_version = None
+        ref = await self.ingest.upload(wire.ObjectKind.SNAPSHOT, blob)
+        await self.ingest.event(
+            wire.RunnerEvent(
+                kind=wire.EventKind.ABORTED,
+                assignment_id=assignment.id,
+                reason="Suspended" if abortable.requested.is_set() else "InferenceAborted",
+                snapshot=ref,
+                turns=result.state.turns,
+                context_tokens=inner.context_tokens,
+                weight_version=weight_version,
+            )
+        )
+
+    async def _report_finish(self, assignment: wire.Assignment, inner: Model, result: LoopResult, elapsed: float) -> None:
+        submission = result.submission or ""
+        exit_status = result.exit_status or "exit_error"
+        prompt_tokens = response_tokens = 0
+        if isinstance(inner, RLTokenModel):
+            trajectory = inner.trajectory(
+                exit_status=exit_status, submission=submission, timings={"total_seconds": elapsed},
+                info={"error": result.error} if result.error else None,
+            )
+            blob = trajectory.to_bytes()
+            prompt_tokens, response_tokens = len(trajectory.prompt_ids), len(trajectory.response_ids)
+        else:
+            blob = encode(
+                "chat-trajectory",
+                {"messages": inner.messages, "exit_status": exit_status, "submission": submission, "error": result.error},
+                {},
+            )
+        trajectory_ref = await self.ingest.upload(wire.ObjectKind.TRAJECTORY, blob)
+        patch_ref = await self.ingest.upload(wire.ObjectKind.PATCH, submission.encode()) if submission.strip() else None
+        await self.ingest.event(
+            wire.RunnerEvent(
+                kind=wire.EventKind.FINISHED,
+                assignment_id=assignment.id,
+                exit_status=exit_status,
+                message=(result.error or "")[:32000],
+                trajectory=trajectory_ref,
+                patch=patch_ref,
+                turns=result.state.turns,
+                prompt_tokens=prompt_tokens,
+                response_tokens=response_tokens,
+                context_tokens=inner.context_tokens,
+                truncated=exit_status.startswith("exit_context"),
+            )
+        )
+
+    # -- eval ------------------------------------------------------------------------
+
+    async def _evaluate(self, assignment: wire.Assignment) -> None:
+        assert self.sandbox is not None and assignment.spec is not None
+        spec = api.SWERolloutSpec.model_validate(assignment.spec)
+        patch = (await self.ingest.download(assignment.patch)).decode() if assignment.patch else ""
+        workdir = await self._workdir(spec.instance.workdir)
+        request = EvalRequest(
+            instance=spec.instance, patch=patch, workdir=workdir, timeout_seconds=float(spec.reward.timeout_seconds)
+        )
+        report = await evaluate(self.sandbox, request)
+        report_ref = await self.ingest.upload(wire.ObjectKind.REPORT, report.model_dump_json().encode())
+        reward = report.to_reward_status()
+        await self.ingest.event(
+            wire.RunnerEvent(
+                kind=wire.EventKind.EVALUATED,
+                assignment_id=assignment.id,
+                report=report_ref,
+                reward=wire.RewardReport(
+                    resolved=reward.resolved, reward=reward.value, graded=reward.graded,
+                    fail_to_pass_passed=reward.fail_to_pass_passed, fail_to_pass_total=reward.fail_to_pass_total,
+                    pass_to_pass_passed=reward.pass_to_pass_passed, pass_to_pass_total=reward.pass_to_pass_total,
+                    message=reward.message,
+                ),
+            )
+        )
+
+
+class _ProgressReporter:
+    """Sends progress at most once a second; the operator coalesces further."""
+
+    def __init__(self, ingest: IngestClient, model: AbortableModel) -> None:
+        self.ingest = ingest
+        self.model = model
+        self.last_sent = 0.0
+        self.last_step = time.monotonic()
+        self.pending: StepInfo | None = None
+        self.tool_seconds: list[float] = []
+        self._seen = 0
+        self._sent_generation = 0
+
+    async def on_step(self, info: StepInfo) -> None:
+        now = time.monotonic()
+        generation = sum(self.model.generation_seconds[self._seen:])
+        self._seen = len(self.model.generation_seconds)
+        # Step time minus model time is what the environment (tools) took.
+        self.tool_seconds.append(max(0.0, now - self.last_step - generation))
+        self.last_step = now
+        self.pending = info
+        if now - self.last_sent >= 1.0:
+            await self.flush()
+
+    async def flush(self) -> None:
+        if self.pending is None:
+            return
+        inner = self.model.inner
+        generated = inner.state.sampled_total if isinstance(inner, RLTokenModel) else 0
+        progress = wire.Progress(
+            turns=self.pending.state.turns,
+            context_tokens=self.model.context_tokens,
+            generated_tokens=generated,
+            generation_seconds=self.model.generation_seconds[self._sent_generation:][-1000:],
+            tool_seconds=self.tool_seconds[-1000:],
+        )
+        self._sent_generation = len(self.model.generation_seconds)
+        self.tool_seconds = []
+        self.pending = None
+        self.last_sent = time.monotonic()
+        try:
+            await self.ingest.progress(progress)
+        except Exception as exc:  # noqa: BLE001 - progress is best effort
+            log.warning("progress report failed: %s", exc)
+
+
+def main() -> int:
+    logging.basicConfig(level=os.environ.get("SWEROLLOUT_LOG_LEVEL", "INFO"), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    env = RunnerEnv.from_environ()
+    return asyncio.run(Runner(env).serve())

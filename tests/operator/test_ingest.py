@@ -1,0 +1,160 @@
+"""The ingest API of a real operator process (chart ServiceAccount, real API server).
+
+The tests play the runner's part over real HTTP; no pods run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from swerollout.controlplane import ControlPlane
+from swerollout.wire import ingest as wire
+from swerollout_operator.tokens import TokenKey, TokenKind
+from tests.operator.conftest import OperatorProcess
+from tests.operator.test_operator_cluster import get_json, mark_ready, phase, rollout, wait_for
+
+
+def _setup(operator: OperatorProcess, kubectl: Callable[..., Any], namespace: str, name: str) -> tuple[str, str]:
+    kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(rollout(name)))
+    wait_for("Starting", lambda: phase(kubectl, namespace, name) == "Starting", op=operator)
+    uid = get_json(kubectl, "swer", name, "-n", namespace)["metadata"]["uid"]
+    assert operator.key_file is not None
+    token = TokenKey.from_file(operator.key_file).derive(TokenKind.INGEST, namespace, name, uid)
+    return uid, token
+
+
+def _url(operator: OperatorProcess, namespace: str, name: str, uid: str, path: str) -> str:
+    return f"{operator.ingest_url}{wire.API_PREFIX}/{namespace}/{name}/{uid}{path}"
+
+
+def test_tokens_are_checked_and_bad_requests_write_nothing(
+    operator: OperatorProcess, kubectl: Callable[..., Any], namespace: str
+) -> None:
+    uid_a, token_a = _setup(operator, kubectl, namespace, "ra")
+    uid_b, token_b = _setup(operator, kubectl, namespace, "rb")
+    progress = wire.Progress(turns=3, context_tokens=100, generated_tokens=50).model_dump_json()
+    url = _url(operator, namespace, "ra", uid_a, "/progress")
+
+    assert httpx.post(url, content=progress).status_code == 401
+    assert httpx.post(url, content=progress, headers={"Authorization": "Basic abc"}).status_code == 401
+    # Rollout b's token on rollout a: forbidden.
+    assert httpx.post(url, content=progress, headers={"Authorization": f"Bearer {token_b}"}).status_code == 403
+    # The right token but the wrong uid (a deleted incarnation): forbidden too.
+    wrong_uid = _url(operator, namespace, "ra", uid_b, "/progress")
+    assert httpx.post(wrong_uid, content=progress, headers={"Authorization": f"Bearer {token_a}"}).status_code == 403
+    put = _url(operator, namespace, "ra", uid_a, "/objects/trajectory")
+    assert httpx.put(put, content=b"x" * 100, headers={"Authorization": f"Bearer {token_b}"}).status_code == 403
+    assert not list((operator.store_dir or operator.log_path).rglob("*" + hashlib.sha256(b"x" * 100).hexdigest()))
+
+    auth = {"Authorization": f"Bearer {token_a}"}
+    too_big = b'{"turns": 1, "pad": "' + b"x" * (wire.MAX_JSON_BYTES + 10) + b'"}'
+    assert httpx.post(url, content=too_big, headers=auth).status_code == 413
+    bad = httpx.post(url, content=b'{"turns": -1, "context_tokens": 0, "generated_tokens": 0}', headers=auth)
+    assert bad.status_code == 400 and "turns" in bad.json()["message"]
+    ok = httpx.post(url, content=progress, headers=auth)
+    assert ok.status_code == 200
+    metrics = operator.metrics()
+    assert 'swerollout_ingest_requests_total{code="403",route="progress"}' in metrics
+    assert 'swerollout_ingest_requests_total{code="401",route="progress"}' in metrics
+
+
+def test_uploads_are_content_addressed_and_verified(
+    operator: OperatorProcess, kubectl: Callable[..., Any], namespace: str
+) -> None:
+    uid, token = _setup(operator, kubectl, namespace, "up")
+    auth = {"Authorization": f"Bearer {token}"}
+    url = _url(operator, namespace, "up", uid, "/objects/snapshot")
+    data = b"snapshot-bytes" * 1000
+    digest = hashlib.sha256(data).hexdigest()
+    corrupt = httpx.put(url, content=data[:-1], headers={**auth, wire.SHA256_HEADER: digest})
+    assert corrupt.status_code == 400 and corrupt.json()["error"] == "DigestMismatch"
+    first = httpx.put(url, content=data, headers={**auth, wire.SHA256_HEADER: digest})
+    again = httpx.put(url, content=data, headers={**auth, wire.SHA256_HEADER: digest})
+    assert first.status_code == again.status_code == 200
+    assert first.json() == again.json()
+    assert first.json()["sha256"] == digest and first.json()["bytes"] == len(data)
+    assert operator.store_dir is not None
+    stored = [p for p in operator.store_dir.rglob("*") if p.is_file() and digest in p.name]
+    assert len(stored) == 1
+    # Only objects the status references can be read back.
+    assert httpx.get(_url(operator, namespace, "up", uid, f"/objects/snapshot/{digest}"), headers=auth).status_code == 404
+
+
+def test_long_poll_returns_when_the_work_changes_and_events_are_idempotent(
+    operator: OperatorProcess, kubectl: Callable[..., Any], namespace: str
+) -> None:
+    uid, token = _setup(operator, kubectl, namespace, "lp")
+    auth = {"Authorization": f"Bearer {token}", "X-Swerollout-Role": "rollout", "X-Swerollout-Attempt": "1"}
+    url = _url(operator, namespace, "lp", uid, "/assignment")
+    first = httpx.get(url, headers=auth, params={"wait": "0"}).json()
+    assert first["kind"] == "wait"
+
+    answer: dict[str, Any] = {}
+
+    def poll() -> None:
+        answer.update(httpx.get(url, headers=auth, params={"wait": "30", "after": first["id"]}, timeout=60).json())
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    time.sleep(1)
+    assert not answer, "the long poll returned before anything changed"
+    mark_ready(kubectl, namespace, "lp-a1")
+    poller.join(timeout=30)
+    assert answer["kind"] == "run" and answer["spec"]["instance"]["instanceId"] == "demo__lp"
+
+    events = _url(operator, namespace, "lp", uid, "/events")
+    put = _url(operator, namespace, "lp", uid, "/objects/trajectory")
+    traj = httpx.put(put, content=b"trajectory", headers=auth).json()
+    finished = wire.RunnerEvent(
+        kind=wire.EventKind.FINISHED, assignment_id=answer["id"], exit_status="exit_format", turns=4,
+        trajectory=wire.StoredObjectRef.model_validate(traj),
+    ).model_dump_json()
+    ack1 = httpx.post(events, content=finished, headers=auth).json()
+    ack2 = httpx.post(events, content=finished, headers=auth).json()
+    assert ack1["duplicate"] is False and ack2["duplicate"] is True
+    # exit_format is not graded in train mode: Succeeded with reward 0, ungraded.
+    wait_for("Succeeded", lambda: phase(kubectl, namespace, "lp") == "Succeeded", op=operator)
+    status = get_json(kubectl, "swer", "lp", "-n", namespace)["status"]
+    assert status["result"]["exitStatus"] == "exit_format"
+    assert status["result"]["trajectory"]["sha256"] == traj["sha256"]
+    assert status["reward"] == {"value": 0.0, "resolved": False, "graded": False, "message": status["reward"]["message"],
+                                "failToPassPassed": 0, "failToPassTotal": 0, "passToPassPassed": 0, "passToPassTotal": 0}
+    stop = httpx.get(url, headers=auth, params={"wait": "0"}).json()
+    assert stop["kind"] == "stop"
+
+
+def test_results_endpoint_checks_the_callers_identity(
+    operator: OperatorProcess, kubectl: Callable[..., Any], control_plane: ControlPlane, namespace: str
+) -> None:
+    uid, token = _setup(operator, kubectl, namespace, "res")
+    auth = {"Authorization": f"Bearer {token}"}
+    mark_ready(kubectl, namespace, "res-a1")
+    wait_for("Running", lambda: phase(kubectl, namespace, "res") == "Running", op=operator)
+    traj = httpx.put(_url(operator, namespace, "res", uid, "/objects/trajectory"), content=b"the-trajectory", headers=auth).json()
+    assignment = httpx.get(_url(operator, namespace, "res", uid, "/assignment"), headers=auth).json()
+    event = wire.RunnerEvent(
+        kind=wire.EventKind.FINISHED, assignment_id=assignment["id"], exit_status="exit_max_iter_out",
+        trajectory=wire.StoredObjectRef.model_validate(traj),
+    )
+    assert httpx.post(_url(operator, namespace, "res", uid, "/events"), content=event.model_dump_json(), headers=auth).status_code == 200
+    wait_for("Succeeded", lambda: phase(kubectl, namespace, "res") == "Succeeded", op=operator)
+
+    results = f"{operator.ingest_url}/v1/results/{namespace}/res/trajectory"
+    assert httpx.get(results).status_code == 401
+    # A ServiceAccount with no rights: authenticated, but not allowed.
+    nobody = control_plane.mint_token(namespace, "nobody")
+    assert httpx.get(results, headers={"Authorization": f"Bearer {nobody}"}).status_code == 403
+    # Grant it `get swerollouts` in this namespace: now it reads the trajectory.
+    kubectl("create", "role", "reader", "-n", namespace, "--verb=get", "--resource=swerollouts.swerollout.io")
+    kubectl("create", "rolebinding", "reader", "-n", namespace, "--role=reader", f"--serviceaccount={namespace}:nobody")
+    got = httpx.get(results, headers={"Authorization": f"Bearer {nobody}"})
+    assert got.status_code == 200 and got.content == b"the-trajectory"
+    # The runner's ingest token is not a Kubernetes identity.
+    assert httpx.get(results, headers=auth).status_code == 401
