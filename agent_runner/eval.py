@@ -335,16 +335,23 @@ class _Evaluation:
         test_patch = self.instance.evaluation.test_patch
         if not test_patch.strip():
             return None
-        base = shlex.quote(self.instance.base_commit)
-        resets = []
-        for path in files_in_patch(test_patch):
-            quoted = shlex.quote(path)
-            resets.append(
-                f"if git cat-file -e {base}:{quoted} 2>/dev/null; then git checkout {base} -- {quoted}; "
-                f"else rm -f -- {quoted}; fi"
+        paths = files_in_patch(test_patch)
+        if paths:
+            # Remove every file the test patch touches, then restore those that exist at
+            # the base commit. Paths travel in a NUL-separated file and xargs batches
+            # them: a test patch may touch thousands of files, more than one command
+            # line (or one 128 KiB argument) can hold.
+            paths_file = f"{self.scratch}/test-paths"
+            existing_file = f"{self.scratch}/test-paths-at-base"
+            await self.sandbox.write_file(paths_file, "\0".join(paths) + "\0")
+            base = shlex.quote(self.instance.base_commit)
+            git = "git --literal-pathspecs"
+            listed, existing = shlex.quote(paths_file), shlex.quote(existing_file)
+            reset = await self.sh(
+                f"set -e; xargs -0 -r rm -f -- < {listed}; "
+                f"xargs -0 -r {git} ls-tree -r -z --name-only {base} -- < {listed} > {existing}; "
+                f"xargs -0 -r {git} checkout {base} -- < {existing}"
             )
-        if resets:
-            reset = await self.sh(" && ".join(resets))
             if reset.exit_code != 0:
                 return f"resetting the test files to {self.instance.base_commit[:12]} failed: {reset.output.strip()[:500]}"
         patch_file = f"{self.scratch}/test.diff"

@@ -205,3 +205,33 @@ async def test_fuzzy_patch_falls_back_to_patch_fuzz(
     assert report.apply_method == APPLY_COMMANDS[-1] and APPLY_COMMANDS[-1].startswith("patch ")
     assert report.resolved and report.reward == 1.0, report.message
     assert leftovers.output.strip() == ""
+
+
+def _new_file_diff(path: str, text: str) -> str:
+    lines = text.splitlines()
+    body = "".join(f"+{line}\n" for line in lines)
+    return f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n@@ -0,0 +1,{len(lines)} @@\n{body}"
+
+
+async def test_test_patch_touching_many_long_paths(
+    bundled: dict[str, tasks.SWEBenchInstance], fresh_sandbox: SandboxFactory
+) -> None:
+    """Resetting the test files works past one argument's 128 KiB, and removes the candidate's copies of new test files."""
+    instance = api(bundled["confkit-equals"])
+    folder = "tests/generated/" + "/".join(f"{'deeply_nested_fixture_directory_' * 2}{level}" for level in range(6))
+    generated = [f"{folder}/test_case_{i:05d}.py" for i in range(400)]
+    assert sum(len(p) for p in generated) > 128 * 1024
+    test_patch = instance.evaluation.test_patch + "".join(
+        _new_file_diff(path, "def test_generated():\n    assert True\n") for path in generated
+    )
+    big = instance.model_copy(
+        update={"evaluation": instance.evaluation.model_copy(update={"test_patch": test_patch})}
+    )
+    # The candidate also creates one of those files; applying the test patch on top would fail without the reset.
+    candidate = bundled["confkit-equals"].patch + _new_file_diff(generated[0], "def test_generated():\n    assert False\n")
+    async with fresh_sandbox(big) as (sandbox, workdir):
+        report = await evaluate(sandbox, EvalRequest(instance=big, patch=candidate, workdir=workdir))
+        content = await sandbox.read_file(f"{workdir}/{generated[0]}")
+    assert report.failure is None, report.message
+    assert report.resolved and report.reward == 1.0
+    assert "assert True" in content
