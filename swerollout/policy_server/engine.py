@@ -147,8 +147,11 @@ class Engine:
             self.abort("", abort_all=True, message="Abort by pause_generation")
         self._signal()
         await self._wait_for(
-            lambda: all(not e.started or e.parked or e.abort_message for e in self._requests.values())
-            and (mode is not PauseMode.ABORT or not any(e.started for e in self._requests.values())),
+            lambda: self._pause_mode is not mode  # continued (or re-paused) meanwhile
+            or (
+                all(not e.started or e.parked or e.abort_message for e in self._requests.values())
+                and (mode is not PauseMode.ABORT or not any(e.started for e in self._requests.values()))
+            ),
             timeout=PAUSE_SETTLE_TIMEOUT,
         )
 
