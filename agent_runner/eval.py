@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import enum
-import re
 import shlex
 import sys
 from collections.abc import Sequence
@@ -58,7 +57,6 @@ APPLY_COMMANDS = (
 # How much of a command's or the eval's output a report keeps (the tail matters most).
 _APPLY_OUTPUT_CHARS = 4_000
 _LOG_CHARS = 256 * 1024
-_DIFF_HEADER = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.M)
 
 
 class CommandOutcome(Protocol):
@@ -178,11 +176,24 @@ def skipped_report(instance: Instance, decision: GateDecision) -> EvalReport:
 
 
 def files_in_patch(patch: str) -> list[str]:
-    """Paths a git-style unified diff touches (both sides of renames), in order, unique."""
+    """Paths a git-style unified diff touches (both sides of renames and copies), in order, unique.
+
+    Reads the ``---``/``+++`` lines, rename/copy lines and, for mode-only or binary
+    changes, the ``diff --git a/P b/P`` header (split in the middle, so paths with
+    spaces work). C-quoted paths (git's form for unusual characters) are left quoted.
+    """
     seen: dict[str, None] = {}
-    for old, new in _DIFF_HEADER.findall(patch):
-        seen.setdefault(old)
-        seen.setdefault(new)
+    for line in patch.splitlines():
+        if line.startswith("diff --git "):
+            rest = line[len("diff --git ") :]
+            half = (len(rest) - 1) // 2
+            old, new = rest[:half], rest[half + 1 :]
+            if old.startswith("a/") and new.startswith("b/") and old[2:] == new[2:]:
+                seen.setdefault(old[2:])
+        elif line.startswith(("--- a/", "+++ b/")):
+            seen.setdefault(line[len("--- a/") :].split("\t", 1)[0])
+        elif line.startswith(("rename from ", "rename to ", "copy from ", "copy to ")):
+            seen.setdefault(line.split(" ", 2)[2])
     return list(seen)
 
 

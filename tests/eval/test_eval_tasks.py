@@ -235,3 +235,14 @@ async def test_test_patch_touching_many_long_paths(
     assert report.failure is None, report.message
     assert report.resolved and report.reward == 1.0
     assert "assert True" in content
+
+
+async def test_instance_without_eval_script_runs_its_named_tests(
+    bundled: dict[str, tasks.SWEBenchInstance], fresh_sandbox: SandboxFactory
+) -> None:
+    instance = api(bundled["textkit-truncate"])
+    bare = instance.model_copy(update={"evaluation": instance.evaluation.model_copy(update={"eval_script": ""})})
+    async with fresh_sandbox(bare) as (sandbox, workdir):
+        report = await evaluate(sandbox, EvalRequest(instance=bare, patch=bundled["textkit-truncate"].patch, workdir=workdir))
+    assert report.resolved, report.message
+    assert report.fail_to_pass.total == 3 and report.pass_to_pass.total == 6
