@@ -1,0 +1,558 @@
+"""The asyncio trainer client: submit a batch, wait, abort/resume, collect results.
+
+    async with AsyncRolloutClient.connect(store_url="file:///data/results") as client:
+        await client.submit_batch(instances, 8, batch="step-0042", inference={...})
+        await client.wait("step-0042", progress=print)
+        records = await client.results("step-0042")
+
+Every Kubernetes call goes through :mod:`swerollout.kube`; every failure surfaces
+as a :class:`~swerollout.client.errors.ClientError` naming the fix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import os
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
+from contextlib import aclosing
+from types import TracebackType
+from typing import Any
+
+import httpx
+from pydantic import ValidationError
+
+from swerollout.api.v1alpha1 import (
+    API_VERSION,
+    GROUP,
+    KIND,
+    LABEL_BATCH,
+    LABEL_MEMBER,
+    PLURAL,
+    VERSION,
+    Agent,
+    Inference,
+    Instance,
+    Mode,
+    Reward,
+    Sandbox,
+    SWERolloutSpec,
+)
+from swerollout.client.errors import (
+    ClientConfigError,
+    ClientError,
+    CrdNotInstalled,
+    EndpointUnreachable,
+    KubeApiError,
+    NamespaceNotFound,
+    ResultUnavailable,
+    UnknownBatch,
+    WaitTimeout,
+)
+from swerollout.client.naming import check_batch_name, rollout_name
+from swerollout.client.progress import BatchProgress
+from swerollout.client.records import (
+    ANNOTATION_INSTANCE_ID,
+    LABEL_SAMPLE,
+    RolloutRecord,
+    build_record,
+    parse_status,
+)
+from swerollout.kube import (
+    NAMESPACES,
+    SWEROLLOUTS,
+    AsyncKubeClient,
+    ConfigError,
+    Forbidden,
+    Gone,
+    Invalid,
+    KubeError,
+    NotFound,
+    TransportError,
+    load_config,
+)
+from swerollout.store import StoreError, open_store
+from swerollout.store.protocol import ResultStore
+from swerollout.tasks import SWEBenchInstance, TaskError, to_api_instance
+from swerollout.wire.trajectory import Trajectory
+
+FIELD_MANAGER = "swerollout-client"
+RESERVED_LABELS = (LABEL_BATCH, LABEL_MEMBER, LABEL_SAMPLE)
+InstanceLike = Instance | SWEBenchInstance | Mapping[str, Any]
+Object = dict[str, Any]
+ProgressCallback = Callable[[BatchProgress], None] | Callable[[BatchProgress], Awaitable[None]]
+
+# How long one watch request lasts before the server ends it and we re-watch from the
+# last resourceVersion (bookmarks keep that version fresh).
+WATCH_SECONDS = 60
+# Consecutive broken watch connections tolerated before giving up.
+MAX_WATCH_RECONNECTS = 5
+# Parallel requests for submit/abort/resume/results (the API server throttles beyond this).
+PARALLEL_REQUESTS = 16
+
+
+async def check_inference_endpoint(endpoint: str, *, timeout: float = 5.0) -> None:
+    """Raise EndpointUnreachable unless ``<endpoint>/health`` answers 200."""
+    url = endpoint.rstrip("/") + "/health"
+    try:
+        async with httpx.AsyncClient(timeout=timeout) as http:
+            response = await http.get(url)
+    except httpx.HTTPError as exc:
+        raise EndpointUnreachable(
+            f"the inference endpoint {endpoint} is unreachable ({type(exc).__name__}: {exc}); start the SGLang "
+            "server there or fix inference.endpoint (--endpoint)"
+        ) from exc
+    if response.status_code != 200:
+        raise EndpointUnreachable(
+            f"the inference endpoint {endpoint} answered GET /health with {response.status_code}; wait until the "
+            "server is ready or fix inference.endpoint (--endpoint)"
+        )
+
+
+def _to_instance(item: InstanceLike, index: int) -> Instance:
+    try:
+        if isinstance(item, Instance):
+            return item
+        if isinstance(item, SWEBenchInstance):
+            return to_api_instance(item)
+        if "FAIL_TO_PASS" in item or "base_commit" in item:
+            return to_api_instance(SWEBenchInstance.model_validate(item))
+        return Instance.model_validate(item)
+    except (ValidationError, TaskError) as exc:
+        raise ClientConfigError(f"instance #{index} is not valid: {exc}") from exc
+
+
+def _kube_error(exc: KubeError, doing: str) -> ClientError:
+    if isinstance(exc, ConfigError):
+        return ClientConfigError(f"{doing}: {exc}")
+    return KubeApiError(f"{doing}: {exc}", retryable=exc.retryable)
+
+
+class AsyncRolloutClient:
+    """Creates and follows SWERollouts of one namespace.
+
+    ``store_url`` (the result store the operator writes to, e.g. ``file:///data``
+    or ``s3://bucket/prefix``) or ``results_url`` (the operator's ingest URL, which
+    serves ``/v1/results/...`` to callers with a Kubernetes bearer token) tells
+    ``results`` where to fetch trajectories from; the store wins when both are set.
+    """
+
+    def __init__(
+        self,
+        kube: AsyncKubeClient,
+        namespace: str | None = None,
+        *,
+        store_url: str | None = None,
+        store_options: Mapping[str, Any] | None = None,
+        results_url: str | None = None,
+        results_token: str | None = None,
+        owns_kube: bool = False,
+    ) -> None:
+        self.kube = kube
+        self.namespace = namespace or kube.config.namespace
+        self.store_url = store_url
+        self._store_options = dict(store_options or {})
+        self.results_url = results_url.rstrip("/") if results_url else None
+        self._results_token = results_token
+        self._owns_kube = owns_kube
+        self._store: ResultStore | None = None
+        self._http: httpx.AsyncClient | None = None
+        self._checked = False
+
+    @classmethod
+    def connect(
+        cls,
+        kubeconfig: str | os.PathLike[str] | None = None,
+        *,
+        context: str | None = None,
+        namespace: str | None = None,
+        **options: Any,
+    ) -> AsyncRolloutClient:
+        """Build from ``kubeconfig``, else $KUBECONFIG, else ~/.kube/config, else the pod's identity."""
+        try:
+            config = load_config(kubeconfig, context=context)
+        except ConfigError as exc:
+            raise ClientConfigError(
+                f"no usable Kubernetes configuration: {exc}. Pass --kubeconfig PATH (kubeconfig=), set "
+                "KUBECONFIG, or run `swerollout dev up` for a local cluster"
+            ) from exc
+        return cls(AsyncKubeClient(config), namespace, owns_kube=True, **options)
+
+    async def aclose(self) -> None:
+        if self._store is not None:
+            await self._store.aclose()
+            self._store = None
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+        if self._owns_kube:
+            await self.kube.aclose()
+
+    async def __aenter__(self) -> AsyncRolloutClient:
+        return self
+
+    async def __aexit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        await self.aclose()
+
+    # --- pre-flight -----------------------------------------------------------------
+
+    async def check_cluster(self) -> None:
+        """Fail with a clear error when the CRD is missing or the namespace does not exist."""
+        if self._checked:
+            return
+        try:
+            group = await self.kube.request("GET", f"/apis/{GROUP}/{VERSION}")
+        except NotFound:
+            raise CrdNotInstalled(
+                f"the API server does not serve {PLURAL}.{GROUP}/{VERSION}: install the CRD "
+                "(kubectl apply --server-side -f crds/, or helm install swerollout helm/swerollout)"
+            ) from None
+        except KubeError as exc:
+            raise _kube_error(exc, "checking that the SWERollout CRD is installed") from exc
+        if not any(r.get("name") == PLURAL for r in group.get("resources") or []):
+            raise CrdNotInstalled(f"{GROUP}/{VERSION} does not list {PLURAL}: install the current CRD from crds/")
+        try:
+            await self.kube.get(NAMESPACES, self.namespace)
+        except NotFound:
+            raise NamespaceNotFound(
+                f"namespace {self.namespace!r} does not exist: pass the right one (--namespace / namespace=) "
+                "or create it (kubectl create namespace ...)"
+            ) from None
+        except Forbidden:
+            pass  # callers limited to their namespace may not read Namespace objects
+        except KubeError as exc:
+            raise _kube_error(exc, f"checking namespace {self.namespace!r}") from exc
+        self._checked = True
+
+    # --- reading --------------------------------------------------------------------
+
+    async def list_rollouts(self, batch: str | None = None) -> list[Object]:
+        """The SWERollouts of the namespace (of one batch when given), sorted by name."""
+        await self.check_cluster()
+        selector = f"{LABEL_BATCH}={batch}" if batch else None
+        try:
+            items = [o async for o in self.kube.iter_items(SWEROLLOUTS, self.namespace, label_selector=selector)]
+        except KubeError as exc:
+            raise _kube_error(exc, f"listing SWERollouts in {self.namespace}") from exc
+        return sorted(items, key=lambda o: str(o["metadata"]["name"]))
+
+    async def get_rollout(self, name: str) -> Object:
+        await self.check_cluster()
+        try:
+            return await self.kube.get(SWEROLLOUTS, name, self.namespace)
+        except NotFound:
+            raise UnknownBatch(
+                f"no SWERollout named {name!r} in namespace {self.namespace!r}; `swerollout list` shows what exists"
+            ) from None
+        except KubeError as exc:
+            raise _kube_error(exc, f"reading SWERollout {name}") from exc
+
+    async def members(self, batch: str) -> list[Object]:
+        """The batch's SWERollouts; UnknownBatch when there are none."""
+        items = await self.list_rollouts(batch)
+        if not items:
+            raise self._unknown_batch(batch)
+        return items
+
+    def _unknown_batch(self, batch: str) -> UnknownBatch:
+        return UnknownBatch(
+            f"batch {batch!r} has no SWERollouts in namespace {self.namespace!r} (label {LABEL_BATCH}={batch}); "
+            "check the batch name and --namespace, `swerollout list` shows the batches that exist"
+        )
+
+    # --- submit ---------------------------------------------------------------------
+
+    async def submit_batch(
+        self,
+        instances: Iterable[InstanceLike],
+        group_size: int,
+        *,
+        batch: str,
+        inference: Inference | Mapping[str, Any],
+        agent: Agent | Mapping[str, Any] | None = None,
+        mode: Mode | str = Mode.TRAIN,
+        labels: Mapping[str, str] | None = None,
+        weight_version: str | None = None,
+        reward: Reward | Mapping[str, Any] | None = None,
+        sandbox: Sandbox | Mapping[str, Any] | None = None,
+        check_endpoint: bool = False,
+    ) -> list[str]:
+        """Create ``len(instances) x group_size`` SWERollouts named ``<batch>-<sample>-<member>``.
+
+        Server-side apply with field manager ``swerollout-client`` makes a repeated call
+        a no-op. ``spec.suspend`` is left out so a re-submit never resumes an aborted
+        member. Returns the names in (sample, member) order.
+        """
+        try:
+            check_batch_name(batch)
+        except ValueError as exc:
+            raise ClientConfigError(str(exc)) from None
+        if group_size < 1:
+            raise ClientConfigError(f"group_size must be at least 1, got {group_size}")
+        extra_labels = dict(labels or {})
+        clash = sorted(set(extra_labels) & set(RESERVED_LABELS))
+        if clash:
+            raise ClientConfigError(f"labels {clash} are set by the client itself; remove them from labels=")
+        api_instances = [_to_instance(item, i) for i, item in enumerate(instances)]
+        if not api_instances:
+            raise ClientConfigError("instances is empty: pass at least one SWE-bench instance")
+        try:
+            inf = inference if isinstance(inference, Inference) else Inference.model_validate(inference)
+            if weight_version is not None:
+                inf = inf.model_copy(update={"weight_version": weight_version})
+            specs = [
+                SWERolloutSpec.model_validate(
+                    {
+                        "instance": inst,
+                        "inference": inf,
+                        "agent": agent if agent is not None else Agent(),
+                        "mode": Mode(mode),
+                        "reward": reward if reward is not None else Reward(),
+                        "sandbox": sandbox if sandbox is not None else Sandbox(),
+                    }
+                )
+                for inst in api_instances
+            ]
+        except (ValidationError, ValueError) as exc:
+            raise ClientConfigError(f"the rollout spec is not valid: {exc}") from exc
+        if check_endpoint:
+            await check_inference_endpoint(inf.endpoint)
+        await self.check_cluster()
+
+        bodies = []
+        for sample, spec in enumerate(specs):
+            wire = spec.to_wire()
+            wire.pop("suspend", None)
+            for member in range(group_size):
+                bodies.append(self._body(batch, sample, member, spec.instance.instance_id, wire, extra_labels))
+        limit = asyncio.Semaphore(PARALLEL_REQUESTS)
+
+        async def apply(body: Object) -> str:
+            async with limit:
+                try:
+                    await self.kube.apply(SWEROLLOUTS, body, self.namespace, field_manager=FIELD_MANAGER)
+                except Invalid as exc:
+                    raise ClientConfigError(
+                        f"the API server refused {body['metadata']['name']}: {exc}. If this batch name was used "
+                        "before with other instances or mode, choose a new batch name"
+                    ) from exc
+                except KubeError as exc:
+                    raise _kube_error(exc, f"creating SWERollout {body['metadata']['name']}") from exc
+            return str(body["metadata"]["name"])
+
+        return list(await asyncio.gather(*(apply(b) for b in bodies)))
+
+    def _body(
+        self, batch: str, sample: int, member: int, instance_id: str, spec: Object, labels: Mapping[str, str]
+    ) -> Object:
+        try:
+            name = rollout_name(batch, sample, member)
+        except ValueError as exc:
+            raise ClientConfigError(str(exc)) from None
+        return {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "metadata": {
+                "name": name,
+                "namespace": self.namespace,
+                "labels": {**labels, LABEL_BATCH: batch, LABEL_SAMPLE: str(sample), LABEL_MEMBER: str(member)},
+                "annotations": {ANNOTATION_INSTANCE_ID: instance_id},
+            },
+            "spec": spec,
+        }
+
+    # --- abort / resume ---------------------------------------------------------------
+
+    async def abort(self, batch: str) -> list[str]:
+        """Ask every unfinished member to abort now (keeping its pod); returns the names patched."""
+        return await self._set_suspend(batch, True)
+
+    async def resume(self, batch: str) -> list[str]:
+        """Let every unfinished member continue on its pod; returns the names patched."""
+        return await self._set_suspend(batch, False)
+
+    async def _set_suspend(self, batch: str, suspend: bool) -> list[str]:
+        targets = [
+            o for o in await self.members(batch)
+            if not parse_status(o).phase.is_terminal and bool((o.get("spec") or {}).get("suspend")) != suspend
+        ]
+        limit = asyncio.Semaphore(PARALLEL_REQUESTS)
+
+        async def patch(obj: Object) -> str:
+            name = str(obj["metadata"]["name"])
+            async with limit:
+                try:
+                    await self.kube.patch(
+                        SWEROLLOUTS, name, {"spec": {"suspend": suspend}}, self.namespace, field_manager=FIELD_MANAGER
+                    )
+                except NotFound:
+                    return ""  # deleted meanwhile: nothing to abort or resume
+                except KubeError as exc:
+                    raise _kube_error(exc, f"setting spec.suspend={suspend} on {name}") from exc
+            return name
+
+        names = await asyncio.gather(*(patch(o) for o in targets))
+        return sorted(n for n in names if n)
+
+    # --- following a batch --------------------------------------------------------------
+
+    async def _observe(self, batch: str) -> AsyncGenerator[list[Object], None]:
+        """The batch's members now, then again after every change (list, then watch;
+        a 410 Gone re-lists, a server-ended watch resumes from the last resourceVersion)."""
+        await self.check_cluster()
+        selector = f"{LABEL_BATCH}={batch}"
+        while True:
+            try:
+                page = await self.kube.list(SWEROLLOUTS, self.namespace, label_selector=selector)
+            except KubeError as exc:
+                raise _kube_error(exc, f"listing batch {batch}") from exc
+            items: dict[str, Object] = {o["metadata"]["name"]: o for o in page.get("items") or []}
+            if not items:
+                raise self._unknown_batch(batch)
+            yield list(items.values())
+            version = str((page.get("metadata") or {}).get("resourceVersion", ""))
+            reconnects = 0
+            try:
+                while True:
+                    try:
+                        async for event in self.kube.watch(
+                            SWEROLLOUTS, self.namespace, resource_version=version, label_selector=selector,
+                            allow_bookmarks=True, timeout_seconds=WATCH_SECONDS,
+                        ):
+                            reconnects = 0
+                            version = event.resource_version or version
+                            if event.type == "BOOKMARK":
+                                continue
+                            name = event.object["metadata"]["name"]
+                            if event.type == "DELETED":
+                                items.pop(name, None)
+                            else:
+                                items[name] = event.object
+                            if not items:
+                                raise UnknownBatch(f"every member of batch {batch!r} was deleted while following it")
+                            yield list(items.values())
+                    except TransportError:
+                        reconnects += 1
+                        if reconnects > MAX_WATCH_RECONNECTS:
+                            raise
+                        await asyncio.sleep(min(2.0**reconnects * 0.1, 5.0))
+            except Gone:
+                continue  # our resourceVersion expired: re-list
+            except KubeError as exc:
+                raise _kube_error(exc, f"watching batch {batch}") from exc
+
+    async def wait(
+        self, batch: str, *, progress: ProgressCallback | None = None, timeout: float | None = None
+    ) -> BatchProgress:
+        """Return once every member is Succeeded or Failed; ``progress`` is called on every change."""
+        try:
+            async with asyncio.timeout(timeout):
+                async with aclosing(self._observe(batch)) as states:
+                    async for objects in states:
+                        state = BatchProgress.from_objects(batch, objects)
+                        if progress is not None:
+                            outcome = progress(state)
+                            if inspect.isawaitable(outcome):
+                                await outcome
+                        if state.done:
+                            return state
+        except TimeoutError:
+            raise WaitTimeout(
+                f"batch {batch!r} was not finished after {timeout} s; wait again, or abort it with "
+                f"`swerollout abort --batch {batch}`"
+            ) from None
+        raise AssertionError("unreachable: _observe never ends on its own")
+
+    async def stream_results(self, batch: str) -> AsyncGenerator[RolloutRecord, None]:
+        """Yield each member's record once, as soon as it reaches Succeeded or Failed."""
+        seen: set[str] = set()
+        async with aclosing(self._observe(batch)) as states:
+            async for objects in states:
+                fresh = [
+                    o for o in objects
+                    if parse_status(o).phase.is_terminal and o["metadata"]["uid"] not in seen
+                ]
+                for obj in fresh:
+                    seen.add(obj["metadata"]["uid"])
+                    yield await self.record(obj)
+                if all(parse_status(o).phase.is_terminal for o in objects):
+                    return
+
+    async def results(self, batch: str) -> list[RolloutRecord]:
+        """One record per member in (sample, member) order; unfinished members come back
+        as ``aborted`` with empty arrays."""
+        objects = await self.members(batch)
+        limit = asyncio.Semaphore(PARALLEL_REQUESTS)
+
+        async def one(obj: Object) -> RolloutRecord:
+            async with limit:
+                return await self.record(obj)
+
+        records = await asyncio.gather(*(one(o) for o in objects))
+        return sorted(records, key=lambda r: (r.sample, r.member, r.name))
+
+    async def record(self, obj: Object) -> RolloutRecord:
+        """The record of one SWERollout object (fetching its trajectory when it is finished)."""
+        status = parse_status(obj)
+        trajectory = None
+        if status.phase.is_terminal and status.result is not None and status.result.trajectory is not None:
+            trajectory = await self.fetch_trajectory(obj)
+        return build_record(obj, trajectory)
+
+    # --- trajectories -------------------------------------------------------------------
+
+    async def fetch_trajectory(self, obj: Object) -> Trajectory:
+        name = str(obj["metadata"]["name"])
+        result = parse_status(obj).result
+        if result is None or result.trajectory is None:
+            raise ResultUnavailable(f"{name} has no trajectory yet (phase {parse_status(obj).phase.value})")
+        ref = result.trajectory
+        if self.store_url:
+            data = await self._from_store(name, ref.ref, ref.sha256)
+        elif self.results_url:
+            data = await self._from_operator(obj)
+        else:
+            raise ClientConfigError(
+                "the client cannot fetch trajectories: pass store_url= (--store-url, the result store the "
+                "operator writes to) or results_url= (--results-url, the operator's ingest URL)"
+            )
+        if hashlib.sha256(data).hexdigest() != ref.sha256:
+            raise ResultUnavailable(f"the trajectory of {name} does not match its sha256 {ref.sha256}")
+        try:
+            return Trajectory.from_bytes(data)
+        except (ValueError, ValidationError) as exc:
+            raise ResultUnavailable(f"the trajectory of {name} cannot be decoded: {exc}") from exc
+
+    async def _from_store(self, name: str, ref: str, sha256: str) -> bytes:
+        try:
+            if self._store is None:
+                self._store = open_store(self.store_url or "", **self._store_options)
+            return await self._store.get(ref, expect_sha256=sha256)
+        except StoreError as exc:
+            error = ResultUnavailable(f"fetching the trajectory of {name} from {self.store_url} failed: {exc}")
+            error.retryable = exc.retryable
+            raise error from exc
+
+    async def _from_operator(self, obj: Object) -> bytes:
+        ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+        token = self._results_token or self.kube.config.bearer_token()
+        if not token:
+            raise ClientConfigError(
+                "fetching results from the operator needs a Kubernetes bearer token and this kubeconfig has "
+                "none (client certificates cannot be forwarded): pass results_token= or store_url="
+            )
+        if self._http is None:
+            self._http = httpx.AsyncClient(timeout=60.0)
+        url = f"{self.results_url}/v1/results/{ns}/{name}/trajectory"
+        try:
+            response = await self._http.get(url, headers={"Authorization": f"Bearer {token}"})
+        except httpx.HTTPError as exc:
+            raise ResultUnavailable(f"the operator at {self.results_url} is unreachable: {exc}") from exc
+        if response.status_code != 200:
+            error = ResultUnavailable(
+                f"GET {url} answered {response.status_code}: {response.text[:300]}"
+            )
+            error.retryable = response.status_code >= 500
+            raise error
+        return response.content

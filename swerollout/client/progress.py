@@ -1,0 +1,92 @@
+"""A batch's state at one moment, as ``wait`` and ``watch`` report it."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from swerollout.api.v1alpha1 import Phase
+from swerollout.client.records import parse_status
+
+
+@dataclass(frozen=True)
+class MemberState:
+    name: str
+    phase: Phase
+    turns: int
+    generated_tokens: int
+    reward: float | None
+    resolved: bool | None
+    exit_status: str | None
+    suspend: bool
+
+
+@dataclass(frozen=True)
+class BatchProgress:
+    batch: str
+    members: tuple[MemberState, ...] = field(default_factory=tuple)
+
+    @property
+    def total(self) -> int:
+        return len(self.members)
+
+    @property
+    def phases(self) -> dict[str, int]:
+        """Members per phase name, e.g. {"Running": 3, "Succeeded": 5}."""
+        return dict(Counter(m.phase.value for m in self.members))
+
+    @property
+    def finished(self) -> int:
+        return sum(1 for m in self.members if m.phase.is_terminal)
+
+    @property
+    def failed(self) -> int:
+        return sum(1 for m in self.members if m.phase is Phase.FAILED)
+
+    @property
+    def done(self) -> bool:
+        """Every member reached Succeeded or Failed."""
+        return bool(self.members) and self.finished == self.total
+
+    @property
+    def generated_tokens(self) -> int:
+        return sum(m.generated_tokens for m in self.members)
+
+    @property
+    def rewards(self) -> list[float]:
+        return [m.reward for m in self.members if m.reward is not None]
+
+    @property
+    def resolved(self) -> int:
+        return sum(1 for m in self.members if m.resolved)
+
+    @classmethod
+    def from_objects(cls, batch: str, objects: list[dict[str, Any]]) -> BatchProgress:
+        return cls(batch, tuple(member_state(o) for o in sorted(objects, key=_sort_key)))
+
+
+def _sort_key(obj: dict[str, Any]) -> tuple[int, ...] | tuple[str]:
+    name = str((obj.get("metadata") or {}).get("name", ""))
+    parts = name.rsplit("-", 2)
+    if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+        return (int(parts[1]), int(parts[2]))
+    return (name,)
+
+
+def member_state(obj: dict[str, Any]) -> MemberState:
+    status = parse_status(obj)
+    progress, result, reward = status.progress, status.result, status.reward
+    generated = progress.generated_tokens if progress else 0
+    if result is not None:
+        generated = max(generated, result.response_tokens)
+    return MemberState(
+        name=str((obj.get("metadata") or {}).get("name", "")),
+        phase=status.phase,
+        turns=result.turns if result else (progress.turns if progress else 0),
+        generated_tokens=generated,
+        reward=reward.value if reward else None,
+        resolved=reward.resolved if reward else None,
+        exit_status=result.exit_status if result else None,
+        suspend=bool((obj.get("spec") or {}).get("suspend", False)),
+    )

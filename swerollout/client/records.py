@@ -1,0 +1,171 @@
+"""What the trainer gets back for one rollout, and how a rollout's outcome maps to
+the four statuses RL trainers (slime, verl) distinguish."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from swerollout.api.v1alpha1 import LABEL_BATCH, LABEL_MEMBER, Phase, SWERolloutStatus
+from swerollout.wire.trajectory import Trajectory
+
+LABEL_SAMPLE = "swerollout.io/sample"
+ANNOTATION_INSTANCE_ID = "swerollout.io/instance-id"
+
+# Exit statuses that say the infrastructure failed, not the policy: a trainer should
+# not learn from them as if the model had chosen to stop.
+INFRASTRUCTURE_EXITS = ("exit_environment_error", "exit_api", "exit_error")
+EXIT_CONTEXT = "exit_context"
+
+
+class TrainerStatus(StrEnum):
+    COMPLETED = "completed"
+    """The agent ended the run itself (submitted, or hit a turn/format/time limit); reward is final."""
+    TRUNCATED = "truncated"
+    """The run hit the context limit (exit_context)."""
+    ABORTED = "aborted"
+    """Not finished: aborted for a weight update (or still running); no final trajectory yet."""
+    FAILED = "failed"
+    """The rollout failed (phase Failed) or ended on an infrastructure error."""
+
+
+def trainer_status(phase: Phase, exit_status: str | None, truncated: bool = False) -> TrainerStatus:
+    """The trainer-facing status of a rollout from its phase and SWE-agent exit status."""
+    if phase is Phase.FAILED:
+        return TrainerStatus.FAILED
+    if phase is not Phase.SUCCEEDED:
+        return TrainerStatus.ABORTED
+    status = (exit_status or "").strip()
+    if truncated or status.startswith(EXIT_CONTEXT):
+        return TrainerStatus.TRUNCATED
+    if not status or status.startswith(INFRASTRUCTURE_EXITS):
+        return TrainerStatus.FAILED
+    return TrainerStatus.COMPLETED
+
+
+def _empty(dtype: str) -> npt.NDArray[Any]:
+    return np.zeros(0, dtype=dtype)
+
+
+@dataclass(frozen=True, eq=False)
+class RolloutRecord:
+    """One finished (or, for ``aborted``, unfinished) rollout, ready for a trainer.
+
+    Token arrays follow :class:`swerollout.wire.trajectory.Trajectory`: aligned on
+    ``response_ids``; ``loss_mask`` 1 marks tokens the policy sampled.
+    """
+
+    name: str
+    namespace: str
+    batch: str
+    sample: int
+    member: int
+    instance_id: str
+    phase: Phase
+    status: TrainerStatus
+    exit_status: str | None = None
+    reward: float | None = None
+    resolved: bool | None = None
+    graded: bool | None = None
+    turns: int = 0
+    message: str = ""
+    prompt_ids: npt.NDArray[np.int32] = field(default_factory=lambda: _empty("int32"))
+    response_ids: npt.NDArray[np.int32] = field(default_factory=lambda: _empty("int32"))
+    loss_mask: npt.NDArray[np.uint8] = field(default_factory=lambda: _empty("uint8"))
+    logprobs: npt.NDArray[np.float32] = field(default_factory=lambda: _empty("float32"))
+    weight_versions: npt.NDArray[np.object_] = field(default_factory=lambda: _empty("object"))
+    """Per response token: the weight version that sampled it, None for context tokens."""
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    submission: str = ""
+
+    @property
+    def sampled_tokens(self) -> int:
+        return int(self.loss_mask.sum())
+
+    def summary(self) -> dict[str, Any]:
+        """The scalar fields (for tables and JSON lines)."""
+        return {
+            "name": self.name, "batch": self.batch, "sample": self.sample, "member": self.member,
+            "instance_id": self.instance_id, "phase": self.phase.value, "status": self.status.value,
+            "exit_status": self.exit_status, "reward": self.reward, "resolved": self.resolved,
+            "graded": self.graded, "turns": self.turns,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """Everything as plain Python values (lists instead of arrays)."""
+        return {
+            **self.summary(),
+            "prompt_ids": self.prompt_ids.tolist(),
+            "response_ids": self.response_ids.tolist(),
+            "loss_mask": self.loss_mask.tolist(),
+            "logprobs": self.logprobs.tolist(),
+            "weight_versions": self.weight_versions.tolist(),
+            "messages": self.messages,
+            "submission": self.submission,
+        }
+
+
+def member_identity(obj: dict[str, Any]) -> tuple[str, int, int, str]:
+    """(batch, sample, member, instance id) from an object's labels and annotations."""
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    spec_instance = ((obj.get("spec") or {}).get("instance") or {}).get("instanceId", "")
+    return (
+        labels.get(LABEL_BATCH, ""),
+        _int(labels.get(LABEL_SAMPLE)),
+        _int(labels.get(LABEL_MEMBER)),
+        annotations.get(ANNOTATION_INSTANCE_ID) or spec_instance,
+    )
+
+
+def _int(value: str | None) -> int:
+    try:
+        return int(value) if value is not None else -1
+    except ValueError:
+        return -1
+
+
+def parse_status(obj: dict[str, Any]) -> SWERolloutStatus:
+    return SWERolloutStatus.model_validate(obj.get("status") or {})
+
+
+def build_record(obj: dict[str, Any], trajectory: Trajectory | None) -> RolloutRecord:
+    """A record from the object as read from the API server and its decoded trajectory."""
+    meta = obj.get("metadata") or {}
+    status = parse_status(obj)
+    batch, sample, member, instance_id = member_identity(obj)
+    result, reward = status.result, status.reward
+    exit_status = result.exit_status if result else (trajectory.exit_status if trajectory else None)
+    arrays: dict[str, Any] = {}
+    if trajectory is not None:
+        arrays = {
+            "prompt_ids": np.asarray(trajectory.prompt_ids, dtype=np.int32),
+            "response_ids": np.asarray(trajectory.response_ids, dtype=np.int32),
+            "loss_mask": np.asarray(trajectory.loss_mask, dtype=np.uint8),
+            "logprobs": np.asarray(trajectory.logprobs, dtype=np.float32),
+            "weight_versions": np.asarray(trajectory.weight_versions, dtype=object),
+            "messages": trajectory.messages,
+            "submission": trajectory.submission,
+        }
+    return RolloutRecord(
+        name=str(meta.get("name", "")),
+        namespace=str(meta.get("namespace", "")),
+        batch=batch,
+        sample=sample,
+        member=member,
+        instance_id=instance_id,
+        phase=status.phase,
+        status=trainer_status(status.phase, exit_status, bool(result and result.truncated)),
+        exit_status=exit_status,
+        reward=reward.value if reward else None,
+        resolved=reward.resolved if reward else None,
+        graded=reward.graded if reward else None,
+        turns=result.turns if result else 0,
+        message=status.message,
+        **arrays,
+    )
