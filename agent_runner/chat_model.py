@@ -16,6 +16,7 @@ import httpx
 
 from agent_runner.errors import ModelProtocolError, ModelTimeoutError, ModelUnavailableError
 from agent_runner.model import FinishReason, ModelTurn, ToolCall
+from swerollout.api import v1alpha1
 
 _FINISH_REASONS = {
     "stop": FinishReason.STOP,
@@ -187,3 +188,29 @@ class ChatModel:
             new_tokens=int(usage.get("completion_tokens", 0)) if isinstance(usage, dict) else 0,
         )
         return turn, assistant
+
+
+def chat_model_from_spec(
+    inference: v1alpha1.Inference, *, tools: list[dict[str, Any]] | None, api_key: str | None = None
+) -> ChatModel:
+    """The ChatAgent's model for a SWERollout's `spec.inference` (OpenAI field names)."""
+    sampling_spec = inference.sampling
+    sampling: dict[str, Any] = {
+        "temperature": sampling_spec.temperature,
+        "top_p": sampling_spec.top_p,
+        "max_tokens": sampling_spec.max_new_tokens,
+    }
+    if sampling_spec.top_k != -1:
+        sampling["top_k"] = sampling_spec.top_k  # not OpenAI's, but SGLang and vLLM accept it
+    if sampling_spec.seed is not None:
+        sampling["seed"] = sampling_spec.seed
+    if sampling_spec.stop:
+        sampling["stop"] = list(sampling_spec.stop)
+    return ChatModel(
+        inference.endpoint,
+        model=inference.model,
+        tools=tools,
+        sampling=sampling,
+        api_key=api_key,
+        request_timeout=float(inference.request_timeout_seconds),
+    )

@@ -27,12 +27,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from agent_runner.config import ActionFormat, AgentConfig
 from agent_runner.errors import ContextBudgetError, ModelError
 from agent_runner.exit_status import ExitStatus, autosubmitted
 from agent_runner.model import FinishReason, Model, ModelTurn
+from agent_runner.run_state import LoopResult, LoopState, StepInfo, TaskInfo
 from agent_runner.sandbox import Sandbox, SandboxError
 from agent_runner.tools import (
     Action,
@@ -47,61 +46,7 @@ from agent_runner.tools import (
     parse_tool_call,
 )
 
-
-class TaskInfo(BaseModel):
-    """What the templates know about the task."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    problem_statement: str
-    working_dir: str
-    base_commit: str
-    repo: str = ""
-    instance_id: str = ""
-
-
-class LoopState(BaseModel):
-    """Everything needed to continue a run after an abort (goes into the snapshot)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    started: bool = False
-    """System and instance messages were sent and the shell prepared."""
-    turns: int = 0
-    """Model calls that returned a turn (requeries included; aborted calls not)."""
-    requeries: int = 0
-    """Consecutive unusable replies."""
-    consecutive_timeouts: int = 0
-    execution_seconds: float = 0.0
-    """Summed wall time of commands run in the sandbox."""
-    editor_history: dict[str, list[str]] = Field(default_factory=dict)
-    """str_replace_editor undo history: path -> previous contents."""
-
-
-class StepInfo(BaseModel):
-    """Reported to on_step at every step boundary (the runner persists progress with it)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    state: LoopState
-    action: str | None
-    """The command or tool call run this step; None for a requery."""
-    observation: str
-    """What the model was shown (after truncation)."""
-    exit_code: int | None = None
-
-
-class LoopResult(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    partial: bool
-    """True when the model aborted; `state` resumes it and exit_status is None."""
-    exit_status: str | None
-    submission: str | None
-    """The diff against the base commit (None when it could not be read)."""
-    state: LoopState
-    error: str | None = None
-    """Why an error exit happened."""
+__all__ = ["AgentLoop", "LimitExceeded", "LoopResult", "LoopState", "StepCallback", "StepInfo", "Submitted", "TaskInfo"]
 
 
 class Submitted(Exception):
@@ -166,9 +111,10 @@ class AgentLoop:
     # -- one step ----------------------------------------------------------
 
     async def _start(self) -> None:
-        exports = "; ".join(f"export {name}={_shell_quote(value)}" for name, value in self.config.tools.env.items())
-        await self.sandbox.run(f"cd {_shell_quote(self.task.working_dir)}" + (f"; {exports}" if exports else ""),
-                               timeout=60)
+        exports = "".join(f" && export {name}={shlex.quote(value)}" for name, value in self.config.tools.env.items())
+        prepared = await self.sandbox.run(f"cd {shlex.quote(self.task.working_dir)}{exports}", timeout=60)
+        if prepared.exit_code != 0:
+            raise SandboxError(f"cannot prepare the shell in {self.task.working_dir}: {prepared.output.strip()[:300]}")
         self.model.add_messages([
             {"role": "system", "content": self._render("system_template")},
             {"role": "user", "content": self._render("instance_template")},
@@ -276,7 +222,7 @@ class AgentLoop:
 
     async def _diff(self) -> str | None:
         """`git add -A && git diff --cached <base>`: the patch of the working tree (None if unreadable)."""
-        base = _shell_quote(self.task.base_commit)
+        base = shlex.quote(self.task.base_commit)
         try:
             result = await self.sandbox.execute(
                 f"git add -A && git -c core.fileMode=false diff --cached --no-color {base}",
@@ -301,7 +247,3 @@ class AgentLoop:
         outcome = self.on_step(info.model_copy(deep=True))
         if inspect.isawaitable(outcome):
             await outcome
-
-
-def _shell_quote(value: str) -> str:
-    return shlex.quote(value)

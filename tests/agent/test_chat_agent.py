@@ -9,7 +9,7 @@ import httpx
 import pytest
 from repo_helpers import RepoSandbox, git
 
-from agent_runner.chat_model import ChatModel, chat_completions_url
+from agent_runner.chat_model import ChatModel, chat_completions_url, chat_model_from_spec
 from agent_runner.config import AgentConfig
 from agent_runner.errors import ModelProtocolError, ModelUnavailableError
 from agent_runner.loop import AgentLoop, TaskInfo
@@ -134,3 +134,18 @@ def test_endpoint_forms() -> None:
     assert chat_completions_url("http://h:1/v1/") == "http://h:1/v1/chat/completions"
     assert chat_completions_url("http://h:1/v1/chat/completions") == "http://h:1/v1/chat/completions"
 
+
+
+async def test_model_from_spec_sends_the_spec_sampling(
+    repo_sandbox: RepoSandbox, policy_servers: dict[str, PolicyServerHandle]
+) -> None:
+    inference = v1alpha1.Inference(
+        endpoint=policy_servers["null"].url,
+        sampling=v1alpha1.Sampling(temperature=0.0, max_new_tokens=64, seed=7, stop=["</done>"]),
+    )
+    async with chat_model_from_spec(inference, tools=tool_schemas(["bash", "submit"])) as model:
+        assert model.sampling == {"temperature": 0.0, "top_p": 1.0, "max_tokens": 64, "seed": 7, "stop": ["</done>"]}
+        model.add_messages([{"role": "system", "content": "s"}, {"role": "user", "content": "u"}])
+        turn = await model.generate()
+    assert [call.name for call in turn.tool_calls] == ["submit"]
+    assert 0 < turn.new_tokens <= 64

@@ -220,3 +220,12 @@ async def test_dead_sandbox_is_exit_environment_error(swerex_server: SwerexHandl
     assert result.exit_status == "exit_environment_error"
     assert result.submission is None
     assert result.error is not None and "SandboxUnavailableError" in result.error
+
+
+async def test_missing_working_dir_is_an_environment_error(repo_sandbox: RepoSandbox) -> None:
+    task = TaskInfo(problem_statement="p", working_dir="/nonexistent/testbed", base_commit=repo_sandbox.base_commit)
+    model = ScriptedModel([call("submit")])
+    result = await AgentLoop(model, repo_sandbox.sandbox, AgentConfig.default(), task).run()
+    assert result.exit_status == "exit_environment_error"
+    assert result.error is not None and "cannot prepare the shell in /nonexistent/testbed" in result.error
+    assert model.calls == 0

@@ -1,0 +1,61 @@
+"""The agent loop's data: the task it sees, its resumable state, step reports and its result."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class TaskInfo(BaseModel):
+    """What the templates know about the task."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    problem_statement: str
+    working_dir: str
+    base_commit: str
+    repo: str = ""
+    instance_id: str = ""
+
+
+class LoopState(BaseModel):
+    """Everything needed to continue a run after an abort (goes into the snapshot)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    started: bool = False
+    """System and instance messages were sent and the shell prepared."""
+    turns: int = 0
+    """Model calls that returned a turn (requeries included; aborted calls not)."""
+    requeries: int = 0
+    """Consecutive unusable replies."""
+    consecutive_timeouts: int = 0
+    execution_seconds: float = 0.0
+    """Summed wall time of commands run in the sandbox."""
+    editor_history: dict[str, list[str]] = Field(default_factory=dict)
+    """str_replace_editor undo history: path -> previous contents."""
+
+
+class StepInfo(BaseModel):
+    """Reported to on_step at every step boundary (the runner persists progress with it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    state: LoopState
+    action: str | None
+    """The command or tool call run this step; None for a requery."""
+    observation: str
+    """What the model was shown (after truncation)."""
+    exit_code: int | None = None
+
+
+class LoopResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    partial: bool
+    """True when the model aborted; `state` resumes it and exit_status is None."""
+    exit_status: str | None
+    submission: str | None
+    """The diff against the base commit (None when it could not be read)."""
+    state: LoopState
+    error: str | None = None
+    """Why an error exit happened."""
