@@ -50,7 +50,8 @@ class _WithFactoryDefaults(GenerateJsonSchema):
 def model_schema(model: type[BaseModel]) -> dict[str, Any]:
     raw = model.model_json_schema(by_alias=True, mode="validation", schema_generator=_WithFactoryDefaults)
     defs = raw.pop("$defs", {})
-    return _structural(raw, defs)
+    structural: dict[str, Any] = _structural(raw, defs)
+    return structural
 
 
 def _structural(node: Any, defs: dict[str, Any]) -> Any:

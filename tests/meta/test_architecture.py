@@ -32,3 +32,14 @@ def test_stdlib_operator_is_not_shadowed() -> None:
         check=True,
     )
     assert Path(result.stdout.strip()).is_relative_to(Path(sys.base_prefix))
+
+
+def test_mypy_strict_is_clean() -> None:
+    """mypy --strict over swerollout, agent_runner and swerollout_operator (config in pyproject.toml)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--cache-dir", str(ROOT / ".mypy_cache")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
