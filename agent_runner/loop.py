@@ -63,6 +63,14 @@ StepCallback = Callable[[StepInfo], Awaitable[None] | None]
 
 
 class AgentLoop:
+    """One agent run over a Model and a Sandbox.
+
+    `on_step` is called (and awaited if it returns an awaitable) after every
+    step: an executed action or a requery. An exception it raises ends the run
+    with exit_error, so a reporter that may fail should catch its own errors.
+    Cancelling the task running the loop propagates (it is not an exit status).
+    """
+
     def __init__(
         self,
         model: Model,
