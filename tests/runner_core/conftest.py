@@ -76,7 +76,7 @@ ORACLE_INSTANCE = {
 
 @pytest.fixture
 def oracle_server(tmp_path: Any) -> Iterator[Callable[..., Any]]:
-    """Start the real SGLang-compatible policy server (oracle policy, qwen-2.5) in-process."""
+    """Start the real SGLang-compatible policy server (oracle policy; qwen-2.5 unless told) in-process."""
     from swerollout.policy_server import launch
 
     tasks = tmp_path / "tasks.jsonl"
@@ -84,7 +84,8 @@ def oracle_server(tmp_path: Any) -> Iterator[Callable[..., Any]]:
     started: list[Any] = []
 
     def start(**settings: Any) -> Any:
-        handle = launch("oracle", tasks=tasks, tokenizer="qwen-2.5", **settings)
+        settings.setdefault("tokenizer", "qwen-2.5")
+        handle = launch("oracle", tasks=tasks, **settings)
         started.append(handle)
         return handle
 

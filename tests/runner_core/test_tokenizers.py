@@ -56,3 +56,20 @@ def test_directory_missing_files_is_explained(tmp_path: Path) -> None:
     (tmp_path / "tokenizer_config.json").write_text("{}")
     with pytest.raises(UnknownTokenizerError, match="tokenizer.json"):
         load_tokenizer(str(tmp_path))
+
+
+def test_parallel_processes_extract_safely(tmp_path: Path) -> None:
+    # Four processes race to extract the same bundled tokenizer into an empty cache.
+    import subprocess
+    import sys
+
+    code = "from swerollout.tokenizers import resolve_tokenizer_dir; print(resolve_tokenizer_dir('glm-4'))"
+    env = {"SWEROLLOUT_CACHE": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env) for _ in range(4)]
+    outputs = [p.communicate(timeout=120)[0].strip() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0]
+    target = tmp_path / "tokenizers" / "glm-4"
+    assert set(outputs) == {str(target)}
+    assert sorted(p.name for p in (tmp_path / "tokenizers").iterdir()) == ["glm-4"]  # no staging dirs left
+    reference = resolve_tokenizer_dir("glm-4")
+    assert (target / "tokenizer.json").read_bytes() == (reference / "tokenizer.json").read_bytes()
