@@ -181,8 +181,15 @@ def make_rid(run_uid: str, turn: int, attempt: int) -> str:
     if rid A were a proper prefix of rid B, B would hold A's final ``.`` before its
     own end, a second ``.``. The random suffix makes rids unique across restarts.
     """
-    uid = _RID_UNSAFE.sub("-", run_uid) or "run"
-    return f"{uid}-t{turn:04d}-a{attempt:02d}-{secrets.token_hex(4)}."
+    return f"{run_rid_prefix(run_uid)}{turn:04d}-a{attempt:02d}-{secrets.token_hex(4)}."
+
+
+def run_rid_prefix(run_uid: str) -> str:
+    """The prefix shared by every rid of one run: ``abort(run_rid_prefix(uid))`` aborts them all.
+
+    It matches no other run's rids as long as run uids are fixed-length (Kubernetes UIDs are).
+    """
+    return f"{_RID_UNSAFE.sub('-', run_uid) or 'run'}-t"
 
 
 # --- the client ------------------------------------------------------------------------
@@ -260,6 +267,10 @@ class SGLangClient:
             try:
                 body = await self._post_generate(request.to_json(input_ids_json), timeout)
                 return _to_result(rid, body, attempt)
+            except asyncio.CancelledError:
+                # The caller gave up on this turn; do not leave it generating on the server.
+                await asyncio.shield(self._abort_quietly(rid))
+                raise
             except _Retryable as exc:
                 last = exc
                 if exc.dropped:

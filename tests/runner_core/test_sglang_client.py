@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from agent_runner.errors import ModelProtocolError, ModelTimeoutError, ModelUnavailableError
-from agent_runner.sglang import RetryPolicy, SamplingParams, SGLangClient, make_rid
+from agent_runner.sglang import RetryPolicy, SamplingParams, SGLangClient, make_rid, run_rid_prefix
 
 from runner_core_fakes import Behaviour, FakeSGLang
 
@@ -177,6 +177,21 @@ def test_rids_are_never_prefixes_of_each_other() -> None:
         assert not other.startswith(one), (one, other)
     assert all(r.count(".") == 1 and r.endswith(".") for r in rids)
     assert make_rid("uid-9", 7, 1).startswith("uid-9-t0007-a01-")
+    assert all(make_rid(u, 3, 1).startswith(run_rid_prefix(u)) for u in uids)
+
+
+async def test_cancelled_generate_aborts_its_rid(fake_sglang: FakeSGLang) -> None:
+    import asyncio
+
+    fake_sglang.script.append(Behaviour("hang"))
+    async with _client(fake_sglang.url) as client:
+        task = asyncio.create_task(client.generate([1], SamplingParams(), rid_for_attempt=_rids()))  # type: ignore[arg-type]
+        while not fake_sglang.requests:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert fake_sglang.aborted == [fake_sglang.requests[0]["rid"]]
 
 
 async def test_abort_by_rid_against_the_policy_server(oracle_server: Callable[..., Any]) -> None:
