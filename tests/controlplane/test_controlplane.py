@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from swerollout.controlplane import ControlPlane, WorkdirBusy
-from swerollout.controlplane.processes import PIDFILE_NAME, is_alive
+from swerollout.controlplane import ControlPlane, ControlPlaneConfig, StartupFailed, WorkdirBusy
+from swerollout.controlplane.processes import PIDFILE_NAME, cmdline_mentions, is_alive
 from swerollout.controlplane.cleanup import purge_namespace
 from swerollout.kube import CONFIGMAPS, NAMESPACES, PODS, ROLEBINDINGS, ROLES, Forbidden, KubeClient, load_kubeconfig
 
@@ -258,3 +258,22 @@ def test_start_after_a_crashed_owner_reaps_the_orphans_and_stop_leaves_nothing(t
         for pid in orphans.values():
             if is_alive(pid):
                 os.killpg(pid, signal.SIGKILL)
+
+
+def test_a_failed_start_reports_the_log_and_leaves_nothing(tmp_path: Path) -> None:
+    config = ControlPlaneConfig(extra_apiserver_args=["--no-such-flag"], start_attempts=2)
+    plane = ControlPlane(tmp_path / "cp", config)
+    with pytest.raises(StartupFailed) as caught:
+        plane.start()
+    assert "kube-apiserver exited" in str(caught.value)
+    assert "no-such-flag" in str(caught.value)  # the log tail names the cause
+    assert not plane.running and plane.pids() == {}
+    assert not (tmp_path / "cp" / PIDFILE_NAME).exists()
+    # etcd started fine each attempt and must be gone too: no process mentions the workdir.
+    workdir = str((tmp_path / "cp").resolve())
+    leftovers = [
+        int(p.name) for p in Path("/proc").iterdir()
+        if p.name.isdigit() and is_alive(int(p.name)) and cmdline_mentions(int(p.name), workdir)
+    ]
+    assert leftovers == []
+    shutil.rmtree(tmp_path / "cp" / "etcd-data", ignore_errors=True)
