@@ -278,3 +278,21 @@ async def test_text_agent_multi_turn_equals_template_rendering(oracle_server: Ca
         decoded = decoded.replace("<think>\n\n</think>\n\n", "", 1)
     assert rendered.startswith(decoded) and rendered[len(decoded) :].strip() == ""
     await model.client.aclose()
+
+
+async def test_routed_experts_and_weight_version_fallback(fake_sglang: FakeSGLang) -> None:
+    tok = load_tokenizer("qwen-2.5")
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    body = fake_sglang.answer({"rid": "r", "input_ids": [1]}, [*tok.encode("done", add_special_tokens=False), im_end])
+    del body["meta_info"]["weight_version"]  # an older SGLang that reports none
+    body["meta_info"]["routed_experts"] = "cm91dGVk"
+    fake_sglang.script.append(Behaviour(body=body))
+    model = _model(fake_sglang.url, return_routed_experts=True, weight_version="spec-v3")
+    model.add_messages(PROMPT)
+    turn = await model.generate()
+    assert fake_sglang.requests[0]["return_routed_experts"] is True
+    assert set(model.buffer.weight_versions[model.buffer.prompt_length :]) == {"spec-v3"}
+    traj = Trajectory.from_bytes(model.trajectory(exit_status="submitted").to_bytes())
+    assert traj.routed_experts == ["cm91dGVk"]
+    assert traj.sampled_tokens == turn.new_tokens and traj.weight_versions[-1] == "spec-v3"
+    await model.client.aclose()
