@@ -19,6 +19,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "dev": ("swerollout.cli.dev", "run the embedded default on this machine: dev up | status | down"),
     "logs": ("swerollout.cli.logs", "print a dev-mode pod container's output (-f to follow)"),
     "tasks": ("swerollout.cli.tasks", "list and materialize the bundled SWE tasks"),
+    "submit": ("swerollout.cli.submit", "create a batch of rollouts from a SWE-bench JSONL file"),
+    "list": ("swerollout.cli.rollouts", "list rollouts (of one batch with --batch)"),
+    "get": ("swerollout.cli.rollouts", "show one rollout's spec summary, status and conditions"),
+    "watch": ("swerollout.cli.watch", "follow a batch live until every rollout finished"),
+    "abort": ("swerollout.cli.rollouts", "abort a batch's unfinished rollouts (keeps their pods for resume)"),
+    "resume": ("swerollout.cli.rollouts", "resume a batch's aborted rollouts on their pods"),
+    "results": ("swerollout.cli.results", "export a batch's trajectories and rewards (.parquet or .jsonl)"),
 }
 
 

@@ -1,0 +1,96 @@
+"""`swerollout results --batch NAME --out FILE`: the batch's trajectories and rewards as
+Parquet (``.parquet``) or JSON lines (``.jsonl``), one row per rollout.
+
+Columns: name, batch, sample, member, instance_id, phase, status (completed |
+truncated | aborted | failed), exit_status, reward, resolved, graded, turns,
+prompt_ids, response_ids, loss_mask, logprobs, weight_versions, submission, and
+messages (a JSON string in Parquet). Exits 1 when some rollout failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from swerollout.cli.rollouts import (
+    EXIT_BATCH_FAILURES,
+    EXIT_OK,
+    EXIT_USAGE,
+    add_connection_args,
+    run_client_command,
+)
+from swerollout.client import RolloutClient, RolloutRecord, TrainerStatus
+
+SCHEMA = pa.schema(
+    [
+        ("name", pa.string()),
+        ("batch", pa.string()),
+        ("sample", pa.int32()),
+        ("member", pa.int32()),
+        ("instance_id", pa.string()),
+        ("phase", pa.string()),
+        ("status", pa.string()),
+        ("exit_status", pa.string()),
+        ("reward", pa.float64()),
+        ("resolved", pa.bool_()),
+        ("graded", pa.bool_()),
+        ("turns", pa.int32()),
+        ("prompt_ids", pa.list_(pa.int32())),
+        ("response_ids", pa.list_(pa.int32())),
+        ("loss_mask", pa.list_(pa.uint8())),
+        ("logprobs", pa.list_(pa.float32())),
+        ("weight_versions", pa.list_(pa.string())),
+        ("submission", pa.string()),
+        ("messages", pa.string()),
+    ]
+)
+
+
+def write_parquet(records: list[RolloutRecord], path: Path) -> None:
+    rows = []
+    for record in records:
+        row = record.to_dict()
+        row["messages"] = json.dumps(row["messages"])
+        rows.append(row)
+    pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), path)
+
+
+def write_jsonl(records: list[RolloutRecord], path: Path) -> None:
+    with path.open("w") as fh:
+        for record in records:
+            fh.write(json.dumps(record.to_dict()) + "\n")
+
+
+WRITERS = {".parquet": write_parquet, ".jsonl": write_jsonl}
+
+
+def _results(args: argparse.Namespace, client: RolloutClient) -> int:
+    out = Path(args.out)
+    writer = WRITERS.get(out.suffix)
+    if writer is None:
+        print(f"error: --out {out}: the file must end in {' or '.join(WRITERS)}", file=sys.stderr)
+        return EXIT_USAGE
+    records = client.results(args.batch)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    writer(records, tmp)
+    tmp.replace(out)
+    counts: dict[str, int] = {}
+    for record in records:
+        counts[record.status.value] = counts.get(record.status.value, 0) + 1
+    summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    print(f"wrote {len(records)} rollouts of batch {args.batch} to {out} ({summary})")
+    failed = counts.get(TrainerStatus.FAILED.value, 0)
+    return EXIT_BATCH_FAILURES if failed else EXIT_OK
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--batch", required=True, help="batch to export")
+    parser.add_argument("--out", "-o", required=True, help="output file: .parquet or .jsonl")
+    add_connection_args(parser, results=True)
+    parser.set_defaults(func=run_client_command(_results))

@@ -1,0 +1,221 @@
+"""`swerollout list | get | abort | resume`, and what every trainer-client command shares:
+the connection options, turning client errors into exit codes, and the tables.
+
+Exit codes of the client commands: 0 ok; 1 the batch has failed rollouts (where that
+matters: watch, results); 2 a usage or configuration error (no kubeconfig, CRD not
+installed, wrong namespace, unknown batch or rollout, bad input file); 3 the cluster,
+store or endpoint failed while working (retrying may help).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from swerollout.api.v1alpha1 import LABEL_BATCH
+from swerollout.client import (
+    ClientConfigError,
+    ClientError,
+    CrdNotInstalled,
+    NamespaceNotFound,
+    RolloutClient,
+    UnknownBatch,
+)
+from swerollout.client.progress import member_state
+
+EXIT_OK = 0
+EXIT_BATCH_FAILURES = 1
+EXIT_USAGE = 2
+EXIT_RUNTIME = 3
+EXIT_CODES_HELP = (
+    "exit codes: 0 ok; 1 the batch has failed rollouts (watch, results); 2 usage/configuration error "
+    "(no kubeconfig, CRD not installed, wrong namespace, unknown batch); 3 cluster/store/endpoint failure"
+)
+_USAGE_ERRORS = (ClientConfigError, CrdNotInstalled, NamespaceNotFound, UnknownBatch)
+
+Command = Callable[[argparse.Namespace, RolloutClient], int]
+
+
+# --- shared by submit / watch / results ---------------------------------------------------
+
+
+def add_connection_args(parser: argparse.ArgumentParser, *, results: bool = False) -> None:
+    group = parser.add_argument_group("cluster")
+    group.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+    group.add_argument("--context", help="kubeconfig context (default: its current-context)")
+    group.add_argument("-n", "--namespace", help="namespace of the rollouts (default: the context's)")
+    if results:
+        group.add_argument(
+            "--store-url", help="result store the operator writes to, e.g. file:///data/results or s3://bucket/prefix"
+        )
+        group.add_argument("--results-url", help="the operator's ingest URL; serves /v1/results to a bearer token")
+        group.add_argument("--results-token", help="Kubernetes bearer token for --results-url (default: the kubeconfig's)")
+    parser.epilog = EXIT_CODES_HELP
+
+
+def run_client_command(command: Command) -> Callable[[argparse.Namespace], int]:
+    """Wrap a command: connect, run, and map client errors to exit codes with one clear line."""
+
+    def run(args: argparse.Namespace) -> int:
+        err = Console(stderr=True)
+        try:
+            options: dict[str, Any] = {}
+            for key in ("store_url", "results_url", "results_token"):
+                if getattr(args, key, None):
+                    options[key] = getattr(args, key)
+            with RolloutClient.connect(args.kubeconfig, context=args.context, namespace=args.namespace, **options) as client:
+                return command(args, client)
+        except _USAGE_ERRORS as exc:
+            err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            return EXIT_USAGE
+        except ClientError as exc:
+            err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            return EXIT_RUNTIME
+
+    return run
+
+
+def age(timestamp: str | None) -> str:
+    if not timestamp:
+        return ""
+    try:
+        then = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    except ValueError:
+        return ""
+    seconds = int((datetime.now(UTC) - then).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{max(seconds, 0)}s"
+
+
+def rollouts_table(objects: list[dict[str, Any]]) -> Table:
+    table = Table(box=None, header_style="bold")
+    for column in ("NAME", "BATCH", "PHASE", "TURNS", "TOKENS", "EXIT", "REWARD", "SUSPEND", "AGE"):
+        table.add_column(column, no_wrap=True)
+    for obj in objects:
+        meta = obj.get("metadata") or {}
+        state = member_state(obj)
+        table.add_row(
+            state.name,
+            (meta.get("labels") or {}).get(LABEL_BATCH, ""),
+            state.phase.value,
+            str(state.turns),
+            str(state.generated_tokens),
+            state.exit_status or "",
+            "" if state.reward is None else f"{state.reward:g}",
+            "yes" if state.suspend else "",
+            age(meta.get("creationTimestamp")),
+        )
+    return table
+
+
+# --- list / get / abort / resume ---------------------------------------------------------------
+
+
+def _list(args: argparse.Namespace, client: RolloutClient) -> int:
+    objects = client.members(args.batch) if args.batch else client.list_rollouts()
+    out = Console()
+    if not objects:
+        out.print(f"No SWERollouts in namespace {client.namespace}.")
+        return EXIT_OK
+    out.print(rollouts_table(objects))
+    return EXIT_OK
+
+
+def _get(args: argparse.Namespace, client: RolloutClient) -> int:
+    obj = client.get_rollout(args.name)
+    out = Console()
+    if args.output == "json":
+        print(json.dumps(obj, indent=2, sort_keys=True))
+        return EXIT_OK
+    status = obj.get("status") or {}
+    spec = obj.get("spec") or {}
+    state = member_state(obj)
+    table = Table(box=None, show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    rows = [
+        ("Name", state.name),
+        ("Namespace", obj["metadata"].get("namespace", "")),
+        ("Batch", (obj["metadata"].get("labels") or {}).get(LABEL_BATCH, "")),
+        ("Instance", (spec.get("instance") or {}).get("instanceId", "")),
+        ("Endpoint", (spec.get("inference") or {}).get("endpoint", "")),
+        ("Mode", spec.get("mode", "")),
+        ("Suspend", str(spec.get("suspend", False)).lower()),
+        ("Phase", state.phase.value),
+        ("Message", status.get("message", "")),
+        ("Turns", str(state.turns)),
+        ("Generated tokens", str(state.generated_tokens)),
+        ("Exit status", state.exit_status or ""),
+        ("Reward", "" if state.reward is None else f"{state.reward:g}"),
+        ("Resolved", "" if state.resolved is None else str(state.resolved).lower()),
+        ("Pod", (status.get("sandbox") or {}).get("podName", "")),
+    ]
+    for condition in status.get("conditions") or []:
+        rows.append((f"Condition {condition.get('type')}", f"{condition.get('status')} ({condition.get('reason')})"))
+    for key, value in rows:
+        table.add_row(key, str(value))
+    out.print(table)
+    return EXIT_OK
+
+
+def _suspend(value: bool) -> Command:
+    verb = "abort" if value else "resume"
+
+    def command(args: argparse.Namespace, client: RolloutClient) -> int:
+        names = client.abort(args.batch) if value else client.resume(args.batch)
+        what = "asked to abort" if value else "resumed"
+        if names:
+            print(f"{len(names)} rollout(s) of batch {args.batch} {what}: {', '.join(names)}")
+        else:
+            print(f"nothing to {verb}: every unfinished rollout of batch {args.batch} already has suspend={str(value).lower()}")
+        return EXIT_OK
+
+    return command
+
+
+def _register_list(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--batch", help="only this batch (an unknown batch is an error)")
+    add_connection_args(parser)
+    parser.set_defaults(func=run_client_command(_list))
+
+
+def _register_get(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", help="SWERollout name, e.g. step-7-0-3")
+    parser.add_argument("-o", "--output", choices=("table", "json"), default="table", help="table (default) or the raw object")
+    add_connection_args(parser)
+    parser.set_defaults(func=run_client_command(_get))
+
+
+def _register_suspend(value: bool) -> Callable[[argparse.ArgumentParser], None]:
+    def register(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--batch", required=True, help="batch whose unfinished rollouts to " + ("abort" if value else "resume"))
+        add_connection_args(parser)
+        parser.set_defaults(func=run_client_command(_suspend(value)))
+
+    return register
+
+
+_COMMANDS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
+    "list": _register_list,
+    "get": _register_get,
+    "abort": _register_suspend(True),
+    "resume": _register_suspend(False),
+}
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    """One module serves four commands; the parser's prog (``swerollout <command>``) says which."""
+    command = parser.prog.split()[-1]
+    if command not in _COMMANDS:
+        print(f"swerollout.cli.rollouts serves {sorted(_COMMANDS)}, not {command!r}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+    _COMMANDS[command](parser)

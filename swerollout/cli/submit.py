@@ -1,0 +1,83 @@
+"""`swerollout submit`: create a batch of SWERollouts from a SWE-bench JSONL file.
+
+    swerollout submit -f instances.jsonl --group-size 8 --batch step-0042 \\
+        --endpoint http://sglang:30000 --tokenizer qwen-2.5
+
+Creates one SWERollout per (instance, group member), named ``<batch>-<sample>-<member>``;
+running it again with the same arguments changes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from swerollout.api.v1alpha1 import AgentKind, Mode
+from swerollout.cli.rollouts import EXIT_OK, EXIT_USAGE, add_connection_args, run_client_command
+from swerollout.client import RolloutClient
+from swerollout.tasks import TaskError, load_instances
+
+
+def _labels(pairs: list[str]) -> dict[str, str]:
+    labels = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise argparse.ArgumentTypeError(f"--label {pair!r}: use KEY=VALUE")
+        labels[key] = value
+    return labels
+
+
+def _submit(args: argparse.Namespace, client: RolloutClient) -> int:
+    try:
+        instances = load_instances(Path(args.file))
+        labels = _labels(args.label or [])
+    except (TaskError, argparse.ArgumentTypeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    inference: dict[str, Any] = {"endpoint": args.endpoint, "tokenizer": args.tokenizer}
+    if args.max_context_tokens:
+        inference["maxContextTokens"] = args.max_context_tokens
+    if args.temperature is not None:
+        inference["sampling"] = {"temperature": args.temperature}
+    agent: dict[str, Any] = {"kind": args.agent}
+    if args.max_turns:
+        agent["maxTurns"] = args.max_turns
+    names = client.submit_batch(
+        instances,
+        args.group_size,
+        batch=args.batch,
+        inference=inference,
+        agent=agent,
+        mode=args.mode,
+        labels=labels,
+        weight_version=args.weight_version,
+        reward={"enabled": not args.no_reward},
+        check_endpoint=args.check_endpoint,
+    )
+    print(
+        f"batch {args.batch}: {len(names)} rollouts ({len(instances)} instances x {args.group_size}) "
+        f"in namespace {client.namespace}; follow with `swerollout watch --batch {args.batch}`"
+    )
+    return EXIT_OK
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-f", "--file", required=True, help="SWE-bench instances, one JSON per line (`swerollout tasks materialize` writes one)")
+    parser.add_argument("--group-size", "-G", type=int, required=True, help="rollouts per instance (GRPO group size)")
+    parser.add_argument("--batch", required=True, help="batch name: lowercase letters, digits, '-' (names are <batch>-<sample>-<member>)")
+    parser.add_argument("--endpoint", required=True, help="SGLang base URL, e.g. http://sglang:30000")
+    parser.add_argument("--tokenizer", help="tokenizer of the chat template (bundled name such as qwen-2.5, or a directory); required unless --agent ChatAgent")
+    parser.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.TRAIN.value, help="train grades only `submitted`; validate grades autosubmissions too")
+    parser.add_argument("--agent", choices=[k.value for k in AgentKind], default=AgentKind.RL_TOKEN_AGENT.value, help="agent loop (default RLTokenAgent)")
+    parser.add_argument("--max-turns", type=int, help="model calls per rollout (default 50)")
+    parser.add_argument("--max-context-tokens", type=int, help="context limit in tokens (default 32768)")
+    parser.add_argument("--temperature", type=float, help="sampling temperature (default 1.0)")
+    parser.add_argument("--weight-version", help="weight version the trainer expects (recorded per token)")
+    parser.add_argument("--label", action="append", metavar="KEY=VALUE", help="extra label on every rollout (repeatable)")
+    parser.add_argument("--no-reward", action="store_true", help="skip the evaluation pod (no reward)")
+    parser.add_argument("--check-endpoint", action="store_true", help="fail unless GET <endpoint>/health answers first")
+    add_connection_args(parser)
+    parser.set_defaults(func=run_client_command(_submit))

@@ -1,0 +1,88 @@
+"""`swerollout watch --batch NAME`: live progress of a batch until every rollout finished.
+
+Shows rollouts per phase, generated tokens and tokens per second, rewards and
+resolved counts. Exits 0 when all succeeded, 1 when some failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+
+from swerollout.api.v1alpha1 import Phase
+from swerollout.cli.rollouts import EXIT_BATCH_FAILURES, EXIT_OK, add_connection_args, run_client_command
+from swerollout.client import BatchProgress, RolloutClient
+
+
+class RateMeter:
+    """Generated tokens per second since the watch started."""
+
+    def __init__(self) -> None:
+        self._start: tuple[float, int] | None = None
+
+    def rate(self, tokens: int) -> float:
+        now = time.monotonic()
+        if self._start is None:
+            self._start = (now, tokens)
+            return 0.0
+        seconds = now - self._start[0]
+        return (tokens - self._start[1]) / seconds if seconds > 0 else 0.0
+
+
+def summary_table(state: BatchProgress, tokens_per_second: float) -> Table:
+    table = Table(title=f"batch {state.batch}", box=None, header_style="bold")
+    for phase in Phase:
+        table.add_column(phase.value, justify="right")
+    table.add_column("tokens", justify="right")
+    table.add_column("tok/s", justify="right")
+    table.add_column("mean reward", justify="right")
+    table.add_column("resolved", justify="right")
+    phases = state.phases
+    rewards = state.rewards
+    table.add_row(
+        *(str(phases.get(p.value, 0)) for p in Phase),
+        str(state.generated_tokens),
+        f"{tokens_per_second:.1f}",
+        f"{sum(rewards) / len(rewards):.3f}" if rewards else "-",
+        f"{state.resolved}/{state.total}",
+    )
+    return table
+
+
+def members_table(state: BatchProgress) -> Table:
+    table = Table(box=None, header_style="bold")
+    for column in ("NAME", "PHASE", "TURNS", "TOKENS", "EXIT", "REWARD"):
+        table.add_column(column, no_wrap=True)
+    for m in state.members:
+        reward = "" if m.reward is None else f"{m.reward:g}"
+        table.add_row(m.name, m.phase.value, str(m.turns), str(m.generated_tokens), m.exit_status or "", reward)
+    return table
+
+
+def _watch(args: argparse.Namespace, client: RolloutClient) -> int:
+    console = Console()
+    meter = RateMeter()
+    with Live(console=console, auto_refresh=False, transient=False) as live:
+
+        def show(state: BatchProgress) -> None:
+            parts: list[Table] = [summary_table(state, meter.rate(state.generated_tokens))]
+            if args.rollouts:
+                parts.append(members_table(state))
+            live.update(Group(*parts), refresh=True)
+
+        final = client.wait(args.batch, progress=show, timeout=args.timeout)
+    verdict = "all succeeded" if final.failed == 0 else f"{final.failed} failed"
+    console.print(f"batch {args.batch}: {final.finished}/{final.total} finished, {verdict}", highlight=False)
+    return EXIT_OK if final.failed == 0 else EXIT_BATCH_FAILURES
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--batch", required=True, help="batch to follow")
+    parser.add_argument("--timeout", type=float, help="give up after this many seconds (exit 3)")
+    parser.add_argument("--rollouts", action="store_true", help="also show one line per rollout")
+    add_connection_args(parser)
+    parser.set_defaults(func=run_client_command(_watch))
