@@ -17,7 +17,7 @@ Why a command never runs twice (swe-rex 1.4 behaviour, read from its source):
   event loop, so a retry that arrives while the first attempt still runs is
   only read after that attempt finished and stored its answer -> replayed.
 - Belt and braces for the cases replay cannot cover (server restarted, or the
-  first answer was never stored): every session command is wrapped in a guard
+  first answer was never stored): every command (session or `execute`) is wrapped in a guard
   that atomically claims a ledger directory named after the request id
   (`mkdir` fails if it exists) and records the exit code there. A re-sent
   command whose claim fails does not run again; we report the recorded exit
@@ -288,7 +288,7 @@ class Sandbox:
 
     async def _recover_lost_result(self, request_id: str) -> CommandResult:
         rc_path = f"{self._ledger}/{request_id}/rc"
-        result = await self._execute_unlocked(["cat", rc_path], timeout=30.0, cwd=None)
+        result = await self._execute_unlocked(["cat", rc_path], timeout=30.0, cwd=None, guard=False)
         exit_code = int(result.output.strip()) if result.exit_code == 0 and result.output.strip().isdigit() else None
         return CommandResult(
             output="(the connection to the sandbox dropped while this command ran; it ran exactly once, "
@@ -335,18 +335,35 @@ class Sandbox:
         return CommandResult(output=observation.output, exit_code=None)
 
     async def _execute_unlocked(
-        self, command: str | list[str], *, timeout: float | None, cwd: str | None, merge_stderr: bool = True
+        self,
+        command: str | list[str],
+        *,
+        timeout: float | None,
+        cwd: str | None,
+        merge_stderr: bool = True,
+        guard: bool = True,
     ) -> CommandResult:
-        request = Command(
-            command=command, shell=isinstance(command, str), timeout=timeout, cwd=cwd, merge_output_streams=merge_stderr
-        )
+        request_id = uuid.uuid4().hex
+        script = command if isinstance(command, str) else shlex.join(command)
+        if guard:
+            # Same ledger claim as session commands: a re-sent request never runs twice.
+            # The subshell lets the exit code be recorded even when the script calls `exit`.
+            claim = shlex.quote(f"{self._ledger}/{request_id}")
+            script = (
+                f"if mkdir {claim} 2>/dev/null; then\n(\n{script}\n)\n"
+                f"__swerollout_rc=$?; echo $__swerollout_rc > {claim}/rc; exit $__swerollout_rc\n"
+                f"else echo {_DUPLICATE_MARKER}; exit 1; fi"
+            )
+        request = Command(command=script, shell=True, timeout=timeout, cwd=cwd, merge_output_streams=merge_stderr)
         read_timeout = None if timeout is None else timeout + 30.0
-        status, body = await self._post_raw("execute", request, uuid.uuid4().hex, read_timeout)
+        status, body = await self._post_raw("execute", request, request_id, read_timeout)
         if status == 511:
             if self._remote_class(body).endswith("CommandTimeoutError"):
                 return CommandResult(output=self._remote_message(body), exit_code=None, timed_out=True)
             raise SandboxError(f"executing {str(command)[:200]!r}: {self._remote_message(body)}")
         response = self._parse(CommandResponse, status, body, "execute")
+        if guard and response.stdout.startswith(_DUPLICATE_MARKER):
+            return await self._recover_lost_result(request_id)
         if merge_stderr:
             return CommandResult(output=response.stdout + response.stderr, exit_code=response.exit_code)
         return CommandResult(output=response.stdout, stderr=response.stderr, exit_code=response.exit_code)
@@ -363,7 +380,12 @@ class Sandbox:
             pass  # reattaching to a live shell, e.g. after an abort
         elif status != 200:
             raise SandboxError(f"creating bash session {self._session!r}: {self._remote_message(body)}")
-        await self._execute_unlocked(["mkdir", "-p", self._ledger], timeout=30.0, cwd=None)
+        made = await self._execute_unlocked(["mkdir", "-p", self._ledger], timeout=30.0, cwd=None, guard=False)
+        if made.exit_code != 0:
+            raise SandboxError(
+                f"cannot create the command ledger {self._ledger} in the sandbox ({made.output.strip()[:200]}); "
+                "the sandbox needs a writable /tmp"
+            )
 
     async def _wait_until_alive(self, timeout: float) -> None:
         loop = asyncio.get_running_loop()

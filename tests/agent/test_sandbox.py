@@ -173,3 +173,32 @@ async def test_exiting_the_shell_starts_a_new_one(repo_sandbox: RepoSandbox) -> 
     assert "a new shell was started" in ended.output
     after = await sandbox.run("echo ${GONE:-unset}", timeout=10)
     assert (after.output.strip(), after.exit_code) == ("unset", 0)
+
+
+async def test_dropped_connection_never_runs_an_execute_twice(repo_sandbox: RepoSandbox) -> None:
+    """`execute` too: the proxy makes the server forget the answer, the client re-sends."""
+    swerex_server, git_repo = repo_sandbox.handle, repo_sandbox.repo
+
+    async def another_request_in_between() -> None:
+        async with httpx.AsyncClient() as other:
+            await other.post(
+                f"{swerex_server.url}/execute",
+                json={"command": "true", "shell": True},
+                headers={"X-API-Key": swerex_server.token, "X-Request-ID": "someone-else"},
+                timeout=30,
+            )
+
+    proxy = await DroppingProxy(
+        swerex_server.port, drop_when=b"exec-counter.txt", before_drop=another_request_in_between
+    ).start()
+    sandbox = await Sandbox.connect(proxy.url, swerex_server.token, session=f"proxy-{uuid.uuid4().hex[:6]}")
+    try:
+        result = await sandbox.execute("sleep 1; echo ran >> exec-counter.txt; exit 6", cwd=str(git_repo))
+        again = await sandbox.execute(["cat", "exec-counter.txt"], cwd=str(git_repo))
+    finally:
+        await sandbox.close(close_session=True)
+        await proxy.stop()
+    assert (git_repo / "exec-counter.txt").read_text() == "ran\n"
+    assert result.exit_code == 6
+    assert "output was lost" in result.output
+    assert (again.output, again.exit_code) == ("ran\n", 0)
