@@ -25,11 +25,16 @@ from swerollout.store.models import (
 )
 
 
+_HASH_INLINE_LIMIT = 256 * 1024
+"""Bodies larger than this are hashed in a worker thread, not on the event loop."""
+
+
 class BlockingBackendStore(ABC):
     """A :class:`swerollout.store.protocol.ResultStore` built on blocking primitives."""
 
     def __init__(self, url: str) -> None:
         self._url = url
+        self._inflight: dict[str, asyncio.Task[None]] = {}
 
     @property
     def url(self) -> str:
@@ -78,15 +83,48 @@ class BlockingBackendStore(ABC):
 
     # -- the async API --
 
-    async def put(self, owner: Owner, kind: ObjectKind | str, data: bytes) -> StoredObject:
+    async def put(
+        self, owner: Owner, kind: ObjectKind | str, data: bytes, *, expect_sha256: str | None = None
+    ) -> StoredObject:
         if not isinstance(owner, Owner):
             raise InvalidRefError(f"owner must be a swerollout.store.Owner, got {type(owner).__name__}")
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise InvalidRefError(f"data must be bytes, got {type(data).__name__}")
+        object_kind = parse_kind(kind)
+        expected = parse_sha256(expect_sha256, what="expect_sha256") if expect_sha256 is not None else None
         payload = bytes(data)
-        key = ObjectKey(owner=owner, kind=parse_kind(kind), sha256=sha256_hex(payload))
-        await asyncio.to_thread(self._put_blocking, key, payload)
+        digest = await asyncio.to_thread(sha256_hex, payload) if len(payload) > _HASH_INLINE_LIMIT else sha256_hex(payload)
+        if expected is not None and digest != expected:
+            raise IntegrityError(
+                f"upload of a {object_kind.value} for {owner.prefix} is damaged: its {len(payload)} bytes hash to "
+                f"{digest}, the uploader sent {expected}; send it again",
+                ref="",
+                expected=expected,
+                actual=digest,
+            )
+        key = ObjectKey(owner=owner, kind=object_kind, sha256=digest)
+        await self._single_flight(key, payload)
         return StoredObject(ref=self._ref(key), sha256=key.sha256, bytes=len(payload))
+
+    async def _single_flight(self, key: ObjectKey, data: bytes) -> None:
+        """Run one write per key at a time in this process; concurrent puts of the
+        same object (a runner retrying while its first upload is still in flight)
+        wait for that write instead of racing it with identical bytes."""
+        name = str(key)
+        loop = asyncio.get_running_loop()
+        task = self._inflight.get(name)
+        if task is None or task.done() or task.get_loop() is not loop:
+            task = loop.create_task(asyncio.to_thread(self._put_blocking, key, data))
+            self._inflight[name] = task
+            task.add_done_callback(lambda done: self._forget(name, done))
+        # shield: one caller giving up must not cancel the write the others wait for.
+        await asyncio.shield(task)
+
+    def _forget(self, name: str, task: asyncio.Task[None]) -> None:
+        if self._inflight.get(name) is task:
+            del self._inflight[name]
+        if not task.cancelled():
+            task.exception()  # retrieved here so a write nobody awaits any more is not logged as lost
 
     def _put_blocking(self, key: ObjectKey, data: bytes) -> None:
         # A retried upload finds its object already there and writes nothing.

@@ -20,9 +20,13 @@ class ResultStore(Protocol):
         """The URL the store was opened with (credentials never appear in it)."""
         ...
 
-    async def put(self, owner: Owner, kind: ObjectKind | str, data: bytes) -> StoredObject:
+    async def put(
+        self, owner: Owner, kind: ObjectKind | str, data: bytes, *, expect_sha256: str | None = None
+    ) -> StoredObject:
         """Store ``data`` atomically under the owner's prefix; the same bytes again
-        return the same ref and are stored once."""
+        return the same ref and are stored once. With ``expect_sha256`` (what the
+        uploader says it sent), bytes that hash differently are refused with
+        IntegrityError and nothing is stored."""
         ...
 
     async def get(self, ref: str, *, expect_sha256: str | None = None) -> bytes:

@@ -42,7 +42,7 @@ _AUTH_CODES = frozenset(
     {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken", "403"}
 )
 _TRANSIENT_CODES = frozenset(
-    {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestTimeTooSkewed", "ServiceUnavailable",
+    {"BadDigest", "IncompleteBody", "SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestTimeTooSkewed", "ServiceUnavailable",
      "InternalError", "503", "500", "429"}
 )
 
@@ -74,6 +74,9 @@ class S3Options(BaseModel):
     """Bodies of at least this many bytes are uploaded in parts."""
     multipart_chunksize: int = Field(default=16 * MIB, ge=MIN_PART_SIZE)
     """Size of each part of a multipart upload (the last may be smaller)."""
+    send_checksums: bool = True
+    """Send each body's SHA-256 / MD5 so the server refuses bytes damaged in transit.
+    Turn off only for an S3-compatible server that rejects the checksum headers."""
 
     @model_validator(mode="after")
     def _both_keys_or_neither(self) -> S3Options:
@@ -101,6 +104,8 @@ class S3Store(BlockingBackendStore):
             read_timeout=opts.read_timeout,
             retries={"mode": "standard", "total_max_attempts": opts.max_attempts},
             s3={"addressing_style": opts.addressing_style},
+            # Without our own checksums, stop boto adding its default ones too.
+            request_checksum_calculation="when_supported" if opts.send_checksums else "when_required",
         )
         with _mapped_boto_errors("creating the S3 client", bucket):
             self._client: Any = boto3.session.Session().client(
@@ -151,15 +156,18 @@ class S3Store(BlockingBackendStore):
             if len(data) >= self._options.multipart_threshold:
                 self._write_multipart(key, data)
                 return
+            extra: dict[str, str] = {}
+            if self._options.send_checksums:
+                # The server verifies the body against this, so a body damaged in
+                # transit is refused (BadDigest, retryable) rather than stored.
+                extra["ChecksumSHA256"] = base64.b64encode(bytes.fromhex(key.sha256)).decode("ascii")
             self._client.put_object(
                 Bucket=self._bucket,
                 Key=self._s3_key(key),
                 Body=data,
                 ContentType="application/octet-stream",
                 Metadata={SHA256_METADATA: key.sha256},
-                # The server verifies the body against this, so a body damaged in
-                # transit is refused rather than stored.
-                ChecksumSHA256=base64.b64encode(bytes.fromhex(key.sha256)).decode("ascii"),
+                **extra,
             )
 
     def _write_multipart(self, key: ObjectKey, data: bytes) -> None:
@@ -176,13 +184,12 @@ class S3Store(BlockingBackendStore):
             size = self._options.multipart_chunksize
             for number, start in enumerate(range(0, len(data), size), start=1):
                 chunk = bytes(view[start : start + size])
+                part_extra: dict[str, str] = {}
+                if self._options.send_checksums:
+                    digest = hashlib.md5(chunk, usedforsecurity=False).digest()
+                    part_extra["ContentMD5"] = base64.b64encode(digest).decode("ascii")
                 response = self._client.upload_part(
-                    Bucket=self._bucket,
-                    Key=s3_key,
-                    UploadId=upload_id,
-                    PartNumber=number,
-                    Body=chunk,
-                    ContentMD5=base64.b64encode(hashlib.md5(chunk, usedforsecurity=False).digest()).decode("ascii"),
+                    Bucket=self._bucket, Key=s3_key, UploadId=upload_id, PartNumber=number, Body=chunk, **part_extra
                 )
                 parts.append({"PartNumber": number, "ETag": response["ETag"]})
             self._client.complete_multipart_upload(

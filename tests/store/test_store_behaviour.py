@@ -239,3 +239,29 @@ async def test_empty_object(store: ResultStore) -> None:
 async def test_check_passes_on_a_usable_store(store: ResultStore) -> None:
     await store.check()
     assert await store.usage() == StoreUsage(objects=0, bytes=0)  # check leaves nothing behind
+
+
+async def test_an_upload_that_does_not_match_the_senders_hash_is_refused(store: ResultStore) -> None:
+    sent = b"what the runner sent"
+    received = b"what arrived, damaged"
+    with pytest.raises(IntegrityError, match="the uploader sent " + sha(sent)) as caught:
+        await store.put(ROLLOUT, "trajectory", received, expect_sha256=sha(sent))
+    assert caught.value.actual == sha(received)
+    assert await store.usage() == StoreUsage(objects=0, bytes=0)
+
+    stored = await store.put(ROLLOUT, "trajectory", sent, expect_sha256=sha(sent))
+    assert stored.sha256 == sha(sent)
+    with pytest.raises(InvalidRefError, match="expect_sha256"):
+        await store.put(ROLLOUT, "trajectory", sent, expect_sha256=sha(sent).upper())
+
+
+async def test_a_cancelled_put_does_not_abort_the_same_write_others_wait_for(store: ResultStore) -> None:
+    data = os.urandom(2 * 1024 * 1024)
+    tasks = [asyncio.create_task(store.put(ROLLOUT, "snapshot", data)) for _ in range(3)]
+    await asyncio.sleep(0)  # let them all join the one write
+    tasks[0].cancel()
+    results = await asyncio.gather(*tasks[1:])
+
+    assert tasks[0].cancelled()
+    assert results[0] == results[1]
+    assert await store.get(results[0].ref) == data

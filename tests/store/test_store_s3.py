@@ -194,3 +194,15 @@ async def test_errors_are_store_errors_not_boto_errors(moto: MotoServer) -> None
         assert "botocore" not in type(caught.value).__module__
     finally:
         await store.aclose()
+
+
+async def test_checksum_headers_can_be_turned_off_for_strict_servers(moto: MotoServer) -> None:
+    store = open_store(f"s3://{BUCKET}/no-checksums", **moto.options(send_checksums=False))
+    try:
+        small, large = b"small", os.urandom(MIN_PART_SIZE + 1)
+        for data in (small, large):
+            stored = await store.put(ROLLOUT, "other", data)
+            assert await store.get(stored.ref) == data
+        assert await store.delete_owner(ROLLOUT) == 2
+    finally:
+        await store.aclose()
