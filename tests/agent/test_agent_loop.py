@@ -229,3 +229,15 @@ async def test_missing_working_dir_is_an_environment_error(repo_sandbox: RepoSan
     assert result.exit_status == "exit_environment_error"
     assert result.error is not None and "cannot prepare the shell in /nonexistent/testbed" in result.error
     assert model.calls == 0
+
+
+async def test_unexpected_failure_is_exit_error_with_autosubmission(repo_sandbox: RepoSandbox) -> None:
+    def failing_reporter(info: StepInfo) -> None:
+        raise RuntimeError("progress store is gone")
+
+    model = ScriptedModel([bash("echo 'y = 2' > new_file.py"), call("submit")])
+    task = TaskInfo(problem_statement="p", working_dir=str(repo_sandbox.repo), base_commit=repo_sandbox.base_commit)
+    result = await AgentLoop(model, repo_sandbox.sandbox, AgentConfig.default(), task, on_step=failing_reporter).run()
+    assert result.exit_status == "submitted (exit_error)"
+    assert result.error == "RuntimeError: progress store is gone"
+    assert "+y = 2" in (result.submission or "")
