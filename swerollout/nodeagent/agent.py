@@ -86,6 +86,10 @@ class NodeAgent:
         self.workers: dict[str, _Worker] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self.ready = asyncio.Event()
+        self._binding: set[str] = set()
+        # Requests in flight, bounded below the HTTP client's keep-alive pool (20), so
+        # bursts reuse connections instead of paying a TLS handshake per request.
+        self._api_slots = asyncio.Semaphore(16)
 
     # ---- entry points ---------------------------------------------------------------
 
@@ -210,14 +214,24 @@ class NodeAgent:
             pod = Pod.model_validate(obj)
         except ValidationError:
             return
-        if pod.spec.node_name or not self._fits(pod):
+        if pod.spec.node_name or not self._fits(pod) or pod.metadata.uid in self._binding:
             return
+        # Bind in the background: one slow round trip must not hold up the watch stream.
+        self._binding.add(pod.metadata.uid)
+        self._spawn(self._bind(pod))
+
+    async def _bind(self, pod: Pod) -> None:
         try:
-            await self.kube.bind_pod(pod.metadata.namespace, pod.metadata.name, self.config.node_name, pod_uid=pod.metadata.uid)
+            async with self._api_slots:
+                await self.kube.bind_pod(
+                    pod.metadata.namespace, pod.metadata.name, self.config.node_name, pod_uid=pod.metadata.uid
+                )
         except (Conflict, NotFound):
             pass  # bound by someone else meanwhile, or gone
         except KubeError as exc:
             log.warning("binding %s failed: %s", pod.key, exc)
+        finally:
+            self._binding.discard(pod.metadata.uid)
 
     # ---- running --------------------------------------------------------------------
 
@@ -298,6 +312,7 @@ class NodeAgent:
             except (asyncio.TimeoutError, asyncio.CancelledError):
                 pass
             worker.runtime.kill_leftovers()
+            worker.runtime.remove_files()  # before the object goes: nothing of the pod outlives it
             if delete_object:
                 try:
                     await self.kube.delete(PODS, pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0, uid=pod.metadata.uid)
@@ -312,7 +327,8 @@ class NodeAgent:
     async def fetch(self, namespace: str, kind: str, name: str) -> Mapping[str, bytes] | None:
         rt = SECRETS if kind == "Secret" else CONFIGMAPS
         try:
-            obj = await self.kube.get(rt, name, namespace)
+            async with self._api_slots:
+                obj = await self.kube.get(rt, name, namespace)
         except NotFound:
             return None
         data: dict[str, bytes] = {}
@@ -330,11 +346,16 @@ class NodeAgent:
 
     async def publish_status(self, pod: Pod, status: dict[str, Any]) -> None:
         try:
-            await self.kube.patch_status(PODS, pod.metadata.name, {"status": status}, pod.metadata.namespace)
+            async with self._api_slots:
+                await self.kube.patch_status(PODS, pod.metadata.name, {"status": status}, pod.metadata.namespace)
         except NotFound:
             pass
 
     async def event(self, pod: Pod, type_: str, reason: str, message: str) -> None:
+        # Events are informational: posting one never holds up a pod's progress.
+        self._spawn(self._post_event(pod, type_, reason, message))
+
+    async def _post_event(self, pod: Pod, type_: str, reason: str, message: str) -> None:
         now = now_rfc3339()
         body = {
             "apiVersion": "v1", "kind": "Event",
@@ -347,7 +368,8 @@ class NodeAgent:
             "reportingComponent": COMPONENT, "reportingInstance": self.config.node_name,
         }
         try:
-            await self.kube.create(EVENTS, body, pod.metadata.namespace)
+            async with self._api_slots:
+                await self.kube.create(EVENTS, body, pod.metadata.namespace)
         except KubeError as exc:
             log.debug("event %s for %s not recorded: %s", reason, pod.key, exc)
 

@@ -107,17 +107,25 @@ class ProcessRecord:
 
 
 class ContainerProcess:
-    def __init__(self, record: ProcessRecord, popen: subprocess.Popen[bytes] | None = None) -> None:
+    def __init__(
+        self, record: ProcessRecord, popen: subprocess.Popen[bytes] | None = None, *, own_pid_namespace: bool = False
+    ) -> None:
         self.record = record
         self._popen = popen
         self.killed = False
+        # In its own pid namespace (bubblewrap) the kernel kills what the command leaves
+        # behind; otherwise the session is swept after it ends.
+        self.own_pid_namespace = own_pid_namespace
 
     @property
     def pid(self) -> int:
         return self.record.pid
 
     @classmethod
-    def spawn(cls, argv: list[str], *, env: dict[str, str], cwd: Path, log_path: Path, exit_file: Path) -> ContainerProcess:
+    def spawn(
+        cls, argv: list[str], *, env: dict[str, str], cwd: Path, log_path: Path, exit_file: Path,
+        own_pid_namespace: bool = False,
+    ) -> ContainerProcess:
         exit_file.unlink(missing_ok=True)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log, open(os.devnull, "rb") as devnull:
@@ -127,7 +135,7 @@ class ContainerProcess:
                 start_new_session=True, close_fds=True,
             )
         ticks = start_ticks(popen.pid) or 0
-        return cls(ProcessRecord(popen.pid, ticks, str(exit_file)), popen)
+        return cls(ProcessRecord(popen.pid, ticks, str(exit_file)), popen, own_pid_namespace=own_pid_namespace)
 
     @classmethod
     def adopt(cls, record: ProcessRecord) -> ContainerProcess:
@@ -176,6 +184,8 @@ class ContainerProcess:
                     os.close(fd)
         if self._popen is not None:
             self._popen.wait()
+        if self.own_pid_namespace:
+            return self.exit_code()
         # Whatever the command left behind in its session dies with it, as in a container.
         leftovers = [p for p, (_, sid, _) in _process_table().items() if sid == self.record.pid and p != self.record.pid]
         _signal(leftovers, signal.SIGKILL)

@@ -59,6 +59,7 @@ class ContainerSlot:
     ready: bool = False
     done: bool = False  # terminated and will not run again
     process: ContainerProcess | None = None
+    changed: asyncio.Event = field(default_factory=asyncio.Event)  # set on every state change of the pod
 
     def status(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -99,6 +100,7 @@ class PodRuntime:
         self._changed = asyncio.Event()
         self._finished = asyncio.Event()
         self._last_published: dict[str, Any] | None = None
+        self._persisted = ""  # the state file's last content, to skip identical rewrites
         self._tasks: list[asyncio.Task[Any]] = []
         # container -> (env, cwd, bwrap prefix) so exec probes see what the container sees
         self._probe_context: dict[str, tuple[dict[str, str], str, list[str]]] = {}
@@ -176,8 +178,11 @@ class PodRuntime:
         return out
 
     def _touch(self) -> None:
-        self._persist()
+        # The state file is written by the status writer (coalesced); the few points
+        # that must reach disk before going on call _persist() themselves.
         self._changed.set()
+        for slot in self.slots:
+            slot.changed.set()
 
     def _persist(self) -> None:
         state = {
@@ -186,10 +191,14 @@ class PodRuntime:
             "failure": list(self.failure) if self.failure else None,
             "containers": {s.spec.name: s.persisted() for s in [*self.init_slots, *self.slots]},
         }
+        text = json.dumps(state)
+        if text == self._persisted:
+            return
         self.dir.path.mkdir(parents=True, exist_ok=True)
         tmp = self.dir.state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state))
+        tmp.write_text(text)
         tmp.replace(self.dir.state_file)
+        self._persisted = text
 
     def restore(self) -> bool:
         """Load state a previous node agent left; False when there is none."""
@@ -215,6 +224,7 @@ class PodRuntime:
         while True:
             await self._changed.wait()
             self._changed.clear()
+            self._persist()
             status = self.status()
             if status != self._last_published:
                 try:
@@ -247,6 +257,7 @@ class PodRuntime:
         if self.start_time is None:
             self.start_time = now_rfc3339()
             self._started_at = time.time()
+        self._persist()  # from now on a restarted agent knows this pod was started here
         self._touch()
         if self.bwrap is None:
             await self.host.event(
@@ -381,6 +392,7 @@ class PodRuntime:
             slot.ready = False
             restart = self._restart_wanted(slot, code)
             slot.done = not restart
+            self._persist()  # the outcome is on disk before the record of the process goes
             self._touch()
             (self.dir.container(slot.spec.name) / "process.json").unlink(missing_ok=True)
             if not restart:
@@ -446,7 +458,9 @@ class PodRuntime:
             launch = argv
         slot.state = {"waiting": {"reason": "ContainerCreating"}}
         log = self.dir.log(c.name, slot.restart_count)
-        proc = ContainerProcess.spawn(launch, env=full_env, cwd=cwd, log_path=log, exit_file=ctr_dir / "exit")
+        proc = ContainerProcess.spawn(
+            launch, env=full_env, cwd=cwd, log_path=log, exit_file=ctr_dir / "exit", own_pid_namespace=self.bwrap is not None
+        )
         proc.record.dump(ctr_dir / "process.json")
         slot.process = proc
         slot.state = {"running": {"startedAt": now_rfc3339()}}
@@ -477,22 +491,25 @@ class PodRuntime:
         return mounts
 
     async def _readiness(self, slot: ContainerSlot) -> None:
+        """Keep ``slot.ready`` current: true while running when there is no probe, else what the probe says."""
         probe = slot.spec.readiness_probe
         while True:
-            if "running" not in slot.state:
-                await asyncio.sleep(0.1)
-                continue
+            while "running" not in slot.state:
+                slot.changed.clear()
+                await slot.changed.wait()
             if probe is None:
                 if not slot.ready:
                     slot.ready = True
                     self._touch()
-                await asyncio.sleep(0.2)
+                while "running" in slot.state:
+                    slot.changed.clear()
+                    await slot.changed.wait()
                 continue
             await asyncio.sleep(probe.initial_delay_seconds)
             successes = failures = 0
             period = self.config.probe_period_seconds or probe.period_seconds
             while "running" in slot.state:
-                env, cwd, prefix = self._probe_context.get(slot.spec.name, (dict(), "/", []))
+                env, cwd, prefix = self._probe_context.get(slot.spec.name, ({}, "/", []))
                 ok = await probe_once(probe, slot.spec, env=env, cwd=cwd, exec_prefix=prefix)
                 successes, failures = (successes + 1, 0) if ok else (0, failures + 1)
                 ready = slot.ready
@@ -500,7 +517,7 @@ class PodRuntime:
                     ready = True
                 elif not ok and failures >= probe.failure_threshold:
                     ready = False
-                if ready != slot.ready:
+                if ready != slot.ready and "running" in slot.state:
                     slot.ready = ready
                     self._touch()
                 await asyncio.sleep(period)
