@@ -71,7 +71,12 @@ class ToolCallParser:
             self._string_params[str(fn.get("name"))] = {k for k, v in props.items() if v.get("type") == "string"}
 
     def parse(self, text: str, *, id_prefix: str = "call") -> ParsedReply:
-        reply = self._parse(text, self._string_params)
+        # Reasoning may quote tool-call markup ("I could use <tool_call>..."); only the
+        # text after the last </think> holds real calls.
+        thought, closed, answer = text.rpartition("</think>")
+        reply = self._parse(answer if closed else text, self._string_params)
+        if closed:
+            reply.content = thought + closed + reply.content if reply.error is None else text
         for index, call in enumerate(reply.tool_calls):
             call.id = f"{id_prefix}_{index}"
         return reply

@@ -126,3 +126,13 @@ def test_bash_block_exactly_one() -> None:
         parse_bash_block("no code here ```python\nprint()\n```")
     with pytest.raises(BashFormatError, match="found 2"):
         parse_bash_block("```bash\nls\n```\nthen\n```bash\npwd\n```")
+
+
+def test_markup_quoted_in_reasoning_is_not_a_call() -> None:
+    text = (
+        "<think>\nI could emit <tool_call> here, but first let me think.\n</think>\n\n"
+        'Listing files.\n<tool_call>\n{"name": "bash", "arguments": {"command": "ls"}}\n</tool_call>'
+    )
+    reply = ToolCallParser("hermes").parse(text)
+    assert reply.error is None and [c.arguments for c in reply.tool_calls] == [{"command": "ls"}]
+    assert reply.content.startswith("<think>") and reply.content.endswith("Listing files.")
