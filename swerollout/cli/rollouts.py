@@ -97,7 +97,7 @@ def age(timestamp: str | None) -> str:
 
 
 def rollouts_table(objects: list[dict[str, Any]]) -> Table:
-    table = Table(box=None, header_style="bold")
+    table = Table(box=None, header_style="bold", pad_edge=False)
     for column in ("NAME", "BATCH", "PHASE", "TURNS", "TOKENS", "EXIT", "REWARD", "SUSPEND", "AGE"):
         table.add_column(column, no_wrap=True)
     for obj in objects:
@@ -139,7 +139,7 @@ def _get(args: argparse.Namespace, client: RolloutClient) -> int:
     status = obj.get("status") or {}
     spec = obj.get("spec") or {}
     state = member_state(obj)
-    table = Table(box=None, show_header=False)
+    table = Table(box=None, show_header=False, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()
     rows = [

@@ -54,7 +54,7 @@ def summary_table(state: BatchProgress, tokens_per_second: float) -> Table:
 
 
 def members_table(state: BatchProgress) -> Table:
-    table = Table(box=None, header_style="bold")
+    table = Table(box=None, header_style="bold", pad_edge=False)
     for column in ("NAME", "PHASE", "TURNS", "TOKENS", "EXIT", "REWARD"):
         table.add_column(column, no_wrap=True)
     for m in state.members:
