@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from agent_runner import grading
@@ -109,3 +112,26 @@ def test_swebench_grades_other_parsers_by_name() -> None:
     graded = grade_log(log, instance_id="x__y-1", repo="x/y", fail_to_pass=["test_add (calc.tests.AddTests)"],
                        pass_to_pass=[], log_parser="django", backend="swebench")
     assert graded.resolved and graded.parser == "parse_log_django"
+
+
+def test_auto_falls_back_to_builtin_without_swebench() -> None:
+    """swebench is an optional extra: with it unimportable, `auto` grades with the builtin parser."""
+    program = (
+        "import sys\n"
+        "sys.modules['swebench'] = None  # as if the extra were not installed\n"
+        "from agent_runner.grading import grade_log, swebench_harness_problem\n"
+        f"log = {SAMPLE!r}\n"
+        "g = grade_log(log, instance_id='x__y-1', repo='x/y', fail_to_pass=['tests/test_a.py::test_one'], pass_to_pass=[])\n"
+        "print(g.backend, g.resolved)\n"
+        "print(swebench_harness_problem())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    backend_line, problem_line = done.stdout.splitlines()
+    assert backend_line == "builtin True"
+    assert "not installed" in problem_line and "swerollout[eval]" in problem_line
+    # Asking for swebench explicitly in the same situation is a clear error, not a silent switch.
+    explicit = program.replace("pass_to_pass=[])", "pass_to_pass=[], backend='swebench')")
+    failed = subprocess.run([sys.executable, "-c", explicit], capture_output=True, text=True, timeout=120)
+    assert failed.returncode != 0
+    assert "GradingError" in failed.stderr and "swebench is not installed" in failed.stderr
