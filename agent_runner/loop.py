@@ -87,6 +87,16 @@ class AgentLoop:
         self.on_step = on_step
         self.state = LoopState()
         self._editor = StrReplaceEditor(sandbox, self.state.editor_history, working_dir=task.working_dir)
+        self._pause_requested = False
+
+    def request_pause(self) -> None:
+        """End the run as partial at the next step boundary (before the next model call).
+
+        For a suspend that arrives while a command runs: the runner calls this and
+        aborts the in-flight generation (if any); either way the loop stops where
+        `resume` can pick up exactly.
+        """
+        self._pause_requested = True
 
     async def run(self) -> LoopResult:
         return await self.resume(LoopState())
@@ -94,6 +104,7 @@ class AgentLoop:
     async def resume(self, state: LoopState) -> LoopResult:
         """Continue from `state` (a fresh LoopState starts a new run)."""
         self.state = state.model_copy(deep=True)
+        self._pause_requested = False
         self._editor = StrReplaceEditor(self.sandbox, self.state.editor_history, working_dir=self.task.working_dir)
         try:
             if not self.state.started:
@@ -130,6 +141,9 @@ class AgentLoop:
         self.state.started = True
 
     async def _next_turn(self) -> ModelTurn | None:
+        """The model's next turn, or None when the run pauses (abort or request_pause)."""
+        if self._pause_requested:
+            return None
         limits = self.config.limits
         if self.state.turns >= limits.max_turns:
             raise LimitExceeded(ExitStatus.EXIT_MAX_ITER_OUT, f"reached max_turns={limits.max_turns}")

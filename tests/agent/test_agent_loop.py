@@ -241,3 +241,17 @@ async def test_unexpected_failure_is_exit_error_with_autosubmission(repo_sandbox
     assert result.exit_status == "submitted (exit_error)"
     assert result.error == "RuntimeError: progress store is gone"
     assert "+y = 2" in (result.submission or "")
+
+
+async def test_request_pause_stops_at_the_next_step_boundary(repo_sandbox: RepoSandbox) -> None:
+    model = ScriptedModel([bash("echo one | tee -a log.txt; false"), bash("echo two >> log.txt"), call("submit")])
+    loop = make_loop(repo_sandbox, model)
+    loop.on_step = lambda info: loop.request_pause()
+    partial = await loop.run()
+    assert partial.partial and partial.state.turns == 1
+    assert model.calls == 1
+    assert "(exit code 1)" in model.messages[-1]["content"]
+    loop.on_step = None
+    result = await loop.resume(partial.state)
+    assert result.exit_status == "submitted"
+    assert (repo_sandbox.repo / "log.txt").read_text() == "one\ntwo\n"
