@@ -93,7 +93,10 @@ class BlockingBackendStore(ABC):
         object_kind = parse_kind(kind)
         expected = parse_sha256(expect_sha256, what="expect_sha256") if expect_sha256 is not None else None
         payload = bytes(data)
-        digest = await asyncio.to_thread(sha256_hex, payload) if len(payload) > _HASH_INLINE_LIMIT else sha256_hex(payload)
+        if len(payload) > _HASH_INLINE_LIMIT:
+            digest = await asyncio.to_thread(sha256_hex, payload)
+        else:
+            digest = sha256_hex(payload)
         if expected is not None and digest != expected:
             raise IntegrityError(
                 f"upload of a {object_kind.value} for {owner.prefix} is damaged: its {len(payload)} bytes hash to "

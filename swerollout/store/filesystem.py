@@ -154,6 +154,14 @@ class FilesystemStore(BlockingBackendStore):
     # -- primitives --
 
     def _write(self, key: ObjectKey, data: bytes) -> None:
+        try:
+            self._write_once(key, data)
+        except NotFoundError as exc:
+            # A delete_owner of the same rollout removed the directory between our
+            # mkdir and open; nothing is half-written, so trying again is safe.
+            raise StoreUnavailable(f"{exc}; the rollout's directory was removed while writing, try again") from exc
+
+    def _write_once(self, key: ObjectKey, data: bytes) -> None:
         with _mapped_os_errors(f"writing {self._ref(key)}"):
             directory = self._ensure_dirs(key)
             final = directory / key.sha256

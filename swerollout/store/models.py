@@ -114,7 +114,9 @@ class ObjectKey(BaseModel):
         try:
             owner = Owner(namespace=namespace, uid=uid)
         except ValueError as exc:
-            raise InvalidRefError(f"ref {ref!r} has an invalid namespace or rollout uid: {namespace!r}/{uid!r}") from exc
+            raise InvalidRefError(
+                f"ref {ref!r} has an invalid namespace or rollout uid: {namespace!r}/{uid!r}"
+            ) from exc
         return cls(owner=owner, kind=parse_kind(kind, ref=ref), sha256=parse_sha256(sha, what=f"ref {ref!r}"))
 
 

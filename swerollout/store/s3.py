@@ -42,8 +42,21 @@ _AUTH_CODES = frozenset(
     {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken", "403"}
 )
 _TRANSIENT_CODES = frozenset(
-    {"BadDigest", "IncompleteBody", "SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestTimeTooSkewed", "ServiceUnavailable",
-     "InternalError", "503", "500", "429"}
+    {
+        # The body was damaged or cut short on the way: sending it again may work.
+        "BadDigest",
+        "IncompleteBody",
+        "RequestTimeout",
+        # Overload and server faults.
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "ServiceUnavailable",
+        "InternalError",
+        "500",
+        "503",
+        "429",
+    }
 )
 
 
