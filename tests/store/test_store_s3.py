@@ -7,6 +7,7 @@ import os
 import socket
 import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -204,5 +205,93 @@ async def test_checksum_headers_can_be_turned_off_for_strict_servers(moto: MotoS
             stored = await store.put(ROLLOUT, "other", data)
             assert await store.get(stored.ref) == data
         assert await store.delete_owner(ROLLOUT) == 2
+    finally:
+        await store.aclose()
+
+
+class _ErrorServer:
+    """An HTTP server that answers every request with one S3 error document."""
+
+    def __init__(self) -> None:
+        self.status = 500
+        self.code = "InternalError"
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                if length:
+                    self.rfile.read(length)
+                body = (
+                    '<?xml version="1.0" encoding="UTF-8"?>'
+                    f"<Error><Code>{owner.code}</Code><Message>canned {owner.code}</Message>"
+                    "<RequestId>r</RequestId></Error>"
+                ).encode()
+                self.send_response(owner.status)
+                self.send_header("Content-Type", "application/xml")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _answer
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+
+@pytest.fixture
+def error_server() -> Iterator[_ErrorServer]:
+    server = _ErrorServer()
+    yield server
+    server.close()
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "error", "retryable", "message"),
+    [
+        (403, "AccessDenied", StoreConfigError, False, "access denied .*check the credentials"),
+        (403, "InvalidAccessKeyId", StoreConfigError, False, "access denied"),
+        (404, "NoSuchBucket", StoreConfigError, False, "bucket 'bucket' does not exist"),
+        (404, "NoSuchKey", NotFoundError, False, "does not exist in the store"),
+        (503, "SlowDown", StoreUnavailable, True, "failed transiently"),
+        (500, "InternalError", StoreUnavailable, True, "failed transiently"),
+        (400, "BadDigest", StoreUnavailable, True, "failed transiently"),
+        (400, "InvalidArgument", StoreError, False, "refused the request .*InvalidArgument"),
+    ],
+)
+async def test_s3_errors_map_to_store_errors(
+    error_server: _ErrorServer, status: int, code: str, error: type[StoreError], retryable: bool, message: str
+) -> None:
+    error_server.status, error_server.code = status, code
+    store = open_store(
+        "s3://bucket/prefix",
+        endpoint_url=error_server.endpoint,
+        region="us-east-1",
+        access_key_id="testing",
+        secret_access_key="testing",
+        addressing_style="path",
+        max_attempts=1,
+        connect_timeout=2.0,
+        read_timeout=5.0,
+    )
+    try:
+        with pytest.raises(error, match=message) as caught:
+            await store.get(f"s3://bucket/prefix/{ROLLOUT.prefix}report/{'c' * 64}")
+        assert type(caught.value) is error
+        assert caught.value.retryable is retryable
     finally:
         await store.aclose()
