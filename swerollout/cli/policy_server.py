@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from swerollout.policy_server.errors import PolicyServerError
 from swerollout.policy_server.settings import DEFAULT_PORT, DEFAULT_TOKENIZER, ServerSettings
+from swerollout.policy_server.wire import FaultSettings
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -40,12 +41,12 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
         weight_version=args.weight_version,
         seed=args.seed,
         context_length=args.context_length,
-        faults={
-            "delay_per_token": args.delay_per_token,
-            "abort_after_tokens": args.abort_after_tokens,
-            "error_rate": args.error_rate,
-            "fail_next": args.fail_next,
-        },
+        faults=FaultSettings(
+            delay_per_token=args.delay_per_token,
+            abort_after_tokens=args.abort_after_tokens,
+            error_rate=args.error_rate,
+            fail_next=args.fail_next,
+        ),
     )
 
 
@@ -55,7 +56,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = settings_from_args(args)
     except ValidationError as exc:
-        print(f"policy-server: invalid option: {exc}", file=sys.stderr)
+        for problem in exc.errors():
+            option = "--" + "-".join(str(p) for p in problem["loc"]).replace("_", "-")
+            message = str(problem["msg"]).removeprefix("Value error, ")
+            print(f"policy-server: {option if problem['loc'] else 'options'}: {message}", file=sys.stderr)
         return 2
 
     async def main() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from swerollout.policy_server.policies import POLICIES, policy_names
 from swerollout.policy_server.wire import FaultSettings
@@ -41,6 +41,15 @@ class ServerSettings(BaseModel):
         if value not in POLICIES:
             raise ValueError(f"unknown policy {value!r}; valid policies: {', '.join(policy_names())}")
         return value
+
+    @model_validator(mode="after")
+    def _oracle_has_tasks(self) -> ServerSettings:
+        # Checked here, before the (slow) tokenizer load, so a bad command line fails at once.
+        if self.policy == "oracle" and self.tasks is None:
+            raise ValueError("the oracle policy needs --tasks FILE (JSONL of SWE-bench instances with `patch`)")
+        if self.tasks is not None and not self.tasks.is_file():
+            raise ValueError(f"tasks file {self.tasks} does not exist")
+        return self
 
     @property
     def model_name(self) -> str:

@@ -49,7 +49,9 @@ def test_cli_rejects_unknown_policy_listing_valid_ones() -> None:
 
 def test_oracle_without_tasks_fails_with_the_fix(tmp_path: Path) -> None:
     result = run_cli("--policy", "oracle", "--tokenizer", TOKENIZER)
-    assert result.returncode == 1 and "needs --tasks FILE" in result.stderr
+    assert result.returncode == 2 and "needs --tasks FILE" in result.stderr
+    result = run_cli("--policy", "oracle", "--tasks", str(tmp_path / "missing.jsonl"))
+    assert result.returncode == 2 and "missing.jsonl does not exist" in result.stderr
     with pytest.raises(LaunchError, match="tasks file .* holds no instances"):
         empty = tmp_path / "empty.jsonl"
         empty.write_text("\n")
