@@ -36,6 +36,7 @@ a syntax error surfaces at run time as bash's message with exit code 2.
 from __future__ import annotations
 
 import asyncio
+import re
 import shlex
 import uuid
 from dataclasses import dataclass
@@ -178,6 +179,8 @@ class Sandbox:
         An existing session of the same name is reused (a resumed runner finds
         the shell it left, with its cwd and environment).
         """
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", session):
+            raise ValueError(f"session name {session!r}: use 1-64 letters, digits, '_', '.', '-'")
         client = httpx.AsyncClient(
             base_url=url.rstrip("/"),
             headers={"X-API-Key": auth_token},
@@ -235,7 +238,12 @@ class Sandbox:
             observation = self._parse(BashObservation, status, body, "run_in_session")
             if _DUPLICATE_MARKER in observation.output:
                 return await self._recover_lost_result(request_id)
-            return _split_exit_code(observation.output, request_id)
+            result = _split_exit_code(observation.output, request_id)
+            if result.exit_code is None:
+                # The marker line never reached the terminal (stdout redirected by
+                # the command, e.g. `exec >file`): the ledger still has the code.
+                result.exit_code = await self._recorded_exit_code(request_id)
+            return result
 
     async def execute(
         self,
@@ -286,14 +294,17 @@ class Sandbox:
             f"else echo {_DUPLICATE_MARKER}; fi"
         )
 
-    async def _recover_lost_result(self, request_id: str) -> CommandResult:
+    async def _recorded_exit_code(self, request_id: str) -> int | None:
         rc_path = f"{self._ledger}/{request_id}/rc"
         result = await self._execute_unlocked(["cat", rc_path], timeout=30.0, cwd=None, guard=False)
-        exit_code = int(result.output.strip()) if result.exit_code == 0 and result.output.strip().isdigit() else None
+        code = result.output.strip()
+        return int(code) if result.exit_code == 0 and code.isdigit() else None
+
+    async def _recover_lost_result(self, request_id: str) -> CommandResult:
         return CommandResult(
             output="(the connection to the sandbox dropped while this command ran; it ran exactly once, "
             "but its output was lost)",
-            exit_code=exit_code,
+            exit_code=await self._recorded_exit_code(request_id),
         )
 
     async def _command_failure(self, body: Any, command: str, request_id: str) -> CommandResult:

@@ -43,6 +43,15 @@ async def test_bash_syntax_that_bashlex_cannot_parse(repo_sandbox: RepoSandbox) 
     assert (await sandbox.run("greet there", timeout=10)).output.strip() == "hi there"
 
 
+async def test_exit_code_survives_a_redirected_stdout(repo_sandbox: RepoSandbox) -> None:
+    sandbox = repo_sandbox.sandbox
+    hidden = await sandbox.run("exec 3>&1 >/dev/null; echo invisible; (exit 9)", timeout=10)
+    assert hidden.exit_code == 9
+    assert "invisible" not in hidden.output
+    restored = await sandbox.run("exec 1>&3 3>&-; echo visible", timeout=10)
+    assert (restored.output.strip(), restored.exit_code) == ("visible", 0)
+
+
 async def test_heredoc_and_syntax_errors(repo_sandbox: RepoSandbox) -> None:
     sandbox, git_repo = repo_sandbox.sandbox, repo_sandbox.repo
     made = await sandbox.run("cat > note.txt <<'EOF'\nline $HOME\nEOF\ncat note.txt", timeout=10)
