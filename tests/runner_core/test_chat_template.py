@@ -145,31 +145,37 @@ def test_qwen3_thinking_history_differs_only_by_stripped_reasoning() -> None:
     assert _strip_qwen_think(ours) == _strip_qwen_think(final)
 
 
-def test_glm47_reasoning_opens_in_generation_prompt() -> None:
-    # GLM-4.7's generation prompt opens <think>; the policy samples the reasoning and
-    # closes it. History turns before the last user lose their reasoning in the template.
-    tok_name = "glm-4.7-flash"
-    turns = _turns(False)
+@pytest.mark.parametrize(
+    ("tok_name", "reasoning"),
+    [("glm-4.7-flash", "Reasoning here.</think>"), ("qwen-3.5", "Reasoning here.\n</think>\n\n")],
+)
+def test_reasoning_opened_by_the_generation_prompt(tok_name: str, reasoning: str) -> None:
+    # These generation prompts open <think>; the policy samples its reasoning, closes it
+    # and answers. The templates render history turns with empty or no reasoning, so the
+    # token list equals the rendering once reasoning blocks are removed from both.
     template = ChatTemplate(load_tokenizer(tok_name), tools=TOOLS)
     messages: list[dict[str, Any]] = [{"role": "user", "content": "Fix the bug in utils.py"}]
     buf = TokenBuffer()
     buf.set_prompt(template.prompt_ids(messages))
-    for assistant, env in turns:
+    for assistant, env in _turns(False):
         request = list(buf.input_ids)
-        # What the template renders for this turn in history, minus its "</think>" opener.
-        rendered = template.render([*messages, assistant, *env], add_generation_prompt=True)
-        previous = template.render(messages, add_generation_prompt=False)
-        turn_text = rendered[len(previous) :].split("</think>", 1)[1]
-        stop = min(turn_text.index(s) + len(s) for s in STOP_TEXTS if s in turn_text)
-        sampled_ids = template.encode("Reasoning here.</think>" + turn_text[:stop])
+        assert template.render(messages, add_generation_prompt=True).endswith(("<think>", "<think>\n"))
+        segment = template.render([*messages, assistant, *env], add_generation_prompt=True)
+        segment = segment[segment.rindex(assistant["content"]) :]  # each turn's content is unique
+        stop = min(segment.index(s) + len(s) for s in STOP_TEXTS if s in segment)
+        sampled_ids = template.encode(reasoning + segment[:stop])
         buf.append_sampled(sampled_ids, [0.0] * len(sampled_ids), "v1")
         messages.append(assistant)
         buf.append_context(template.delta_ids(messages, env, sampled_ids[-1]))
         messages.extend(env)
         assert buf.input_ids[: len(request) + len(sampled_ids)] == request + sampled_ids
+
+    def normalize(text: str) -> str:
+        return re.sub(r"<think>.*?</think>\s*", "", text, flags=re.S).replace("</think>", "")
+
     ours = template.tokenizer.decode(buf.input_ids)
     final = template.render(messages, add_generation_prompt=True)
-    normalize = lambda s: re.sub(r"<think>[^<]*</think>|Reasoning here\.</think>", "</think>", s)  # noqa: E731
+    assert ours.count("Reasoning here.") == 4
     assert normalize(ours) == normalize(final)
 
 
