@@ -7,12 +7,14 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from aiohttp import web
 from repo_helpers import RepoSandbox, git
 
 from agent_runner.chat_model import ChatModel, chat_completions_url, chat_model_from_spec
 from agent_runner.config import AgentConfig
 from agent_runner.errors import ModelProtocolError, ModelUnavailableError
 from agent_runner.loop import AgentLoop, TaskInfo
+from agent_runner.model import FinishReason
 from agent_runner.tools import tool_schemas
 from swerollout.api import v1alpha1
 from swerollout.policy_server.launch import PolicyServerHandle, launch
@@ -149,3 +151,82 @@ async def test_model_from_spec_sends_the_spec_sampling(
         turn = await model.generate()
     assert [call.name for call in turn.tool_calls] == ["submit"]
     assert 0 < turn.new_tokens <= 64
+
+
+class CannedOpenAI:
+    """A loopback HTTP server answering chat completions from a list (the server side, not under test)."""
+
+    def __init__(self, answers: list[tuple[int, dict[str, object] | str, dict[str, str]]]) -> None:
+        self.answers = list(answers)
+        self.requests: list[dict[str, object]] = []
+        self.runner: web.AppRunner | None = None
+        self.url = ""
+
+    async def __aenter__(self) -> CannedOpenAI:
+        app = web.Application()
+
+        async def handle(request: web.Request) -> web.Response:
+            self.requests.append(await request.json())
+            status, body, headers = self.answers.pop(0)
+            if isinstance(body, str):
+                return web.Response(status=status, text=body, headers=headers)
+            return web.json_response(body, status=status, headers=headers)
+
+        app.router.add_post("/v1/chat/completions", handle)
+        self.runner = web.AppRunner(app)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.runner is not None
+        await self.runner.cleanup()
+
+
+def completion(message: dict[str, object], finish_reason: str = "stop") -> dict[str, object]:
+    return {"choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
+
+
+async def test_malformed_tool_arguments_become_a_parse_error() -> None:
+    bad_call = {"role": "assistant", "content": "",
+                "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{not json"}}]}
+    async with CannedOpenAI([(200, completion(bad_call, "tool_calls"), {})]) as server:
+        async with ChatModel(server.url, tools=tool_schemas(["bash", "submit"])) as model:
+            model.add_messages([{"role": "user", "content": "go"}])
+            turn = await model.generate(max_new_tokens=32)
+    assert turn.tool_calls == []
+    assert turn.parse_error is not None and "tool call 0 (bash): arguments are not valid JSON" in turn.parse_error
+    assert server.requests[0]["max_tokens"] == 32
+    assert [t["function"]["name"] for t in server.requests[0]["tools"]] == ["bash", "submit"]  # type: ignore[index]
+    # The raw call stays in the history so the next request can answer its id.
+    assert model.messages[-1]["tool_calls"][0]["id"] == "c1"
+
+
+async def test_rate_limit_is_retried_and_abort_is_not_kept() -> None:
+    answers: list[tuple[int, dict[str, object] | str, dict[str, str]]] = [
+        (429, {"error": "slow down"}, {"Retry-After": "0"}),
+        (200, completion({"role": "assistant", "content": "partial"}, "abort"), {}),
+        (200, completion({"role": "assistant", "content": "done"}, "length"), {}),
+    ]
+    async with CannedOpenAI(answers) as server:
+        async with ChatModel(server.url, backoff_seconds=0.01) as model:
+            model.add_messages([{"role": "user", "content": "go"}])
+            aborted = await model.generate()
+            assert aborted.finish_reason == FinishReason.ABORT
+            assert [m["role"] for m in model.messages] == ["user"]
+            final = await model.generate()
+    assert final.finish_reason == FinishReason.LENGTH and final.text == "done"
+    assert model.context_tokens == 15
+    assert len(server.requests) == 3
+
+
+async def test_client_errors_are_not_retried() -> None:
+    async with CannedOpenAI([(400, {"error": {"message": "model 'x' not found"}}, {})]) as server:
+        async with ChatModel(server.url, model="x") as model:
+            model.add_messages([{"role": "user", "content": "go"}])
+            with pytest.raises(ModelProtocolError, match="HTTP 400.*model 'x' not found"):
+                await model.generate()
+    assert len(server.requests) == 1
