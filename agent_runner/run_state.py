@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from swerollout.api import v1alpha1
+
 
 class TaskInfo(BaseModel):
     """What the templates know about the task."""
@@ -15,6 +17,17 @@ class TaskInfo(BaseModel):
     base_commit: str
     repo: str = ""
     instance_id: str = ""
+
+    @classmethod
+    def from_instance(cls, instance: v1alpha1.Instance) -> TaskInfo:
+        """From a SWERollout's `spec.instance`."""
+        return cls(
+            problem_statement=instance.problem_statement,
+            working_dir=instance.workdir,
+            base_commit=instance.base_commit,
+            repo=instance.repo,
+            instance_id=instance.instance_id,
+        )
 
 
 class LoopState(BaseModel):

@@ -125,3 +125,13 @@ def test_exit_status_helpers() -> None:
     assert produced_patch("submitted") and produced_patch("submitted (exit_context)")
     assert not produced_patch("exit_context")
     assert is_truncated("submitted (exit_context)") and not is_truncated("submitted")
+
+
+def test_task_info_from_the_spec_instance() -> None:
+    from agent_runner.run_state import TaskInfo
+
+    instance = v1alpha1.Instance(instance_id="calc-1", repo="example/calc", base_commit="abc1234", image="file:calc",
+                                 problem_statement="add() subtracts")
+    task = TaskInfo.from_instance(instance)
+    assert task == TaskInfo(problem_statement="add() subtracts", working_dir="/testbed", base_commit="abc1234",
+                            repo="example/calc", instance_id="calc-1")
