@@ -685,6 +685,6 @@ _EXIT_LABELS = {
 
 
 def _exit_label(status: str) -> str:
-    """A closed label set: autosubmitted variants fold into their base status."""
-    base = status.split(" ")[0]
+    """A closed label set: `submitted (exit_x)` (autosubmitted) counts as exit_x."""
+    base = status[len("submitted ("):-1] if status.startswith("submitted (") and status.endswith(")") else status
     return base if base in _EXIT_LABELS else "other"

@@ -410,7 +410,7 @@ class Result(ApiModel):
     """The finished trajectory."""
 
     exit_status: Annotated[str, StringConstraints(min_length=1, max_length=64)]
-    """SWE-agent exit status: submitted, exit_context, exit_format, exit_command_timeout, exit_total_execution_time, exit_max_iter_out, exit_environment_error, exit_api, exit_error (autosubmitted ones end in `(submitted)` where a patch was recovered)."""
+    """SWE-agent exit status: submitted, exit_context, exit_format, exit_command_timeout, exit_total_execution_time, exit_max_iter_out, exit_environment_error, exit_api, exit_error; an error exit whose working-tree diff was recovered and submitted reads `submitted (exit_...)`."""
     turns: int = Field(ge=0)
     prompt_tokens: int = Field(ge=0)
     response_tokens: int = Field(ge=0)
