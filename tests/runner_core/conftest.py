@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from runner_core_fakes import Behaviour, FakeSGLang
+from runner_core_fakes import ORACLE_INSTANCE, Behaviour, FakeSGLang
 
 
 @pytest.fixture
@@ -65,13 +65,6 @@ def free_port_url() -> str:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     return f"http://127.0.0.1:{port}"
-
-
-ORACLE_INSTANCE = {
-    "instance_id": "demo__greet-1",
-    "problem_statement": "greet() should say 'Hello, NAME!'",
-    "patch": "diff --git a/greet.py b/greet.py\n--- a/greet.py\n+++ b/greet.py\n@@ -1 +1 @@\n-x\n+y\n",
-}
 
 
 @pytest.fixture

@@ -12,6 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+# One SWE-bench-shaped instance for the policy server's oracle policy.
+ORACLE_INSTANCE = {
+    "instance_id": "demo__greet-1",
+    "problem_statement": "greet() should say 'Hello, NAME!'",
+    "patch": "diff --git a/greet.py b/greet.py\n--- a/greet.py\n+++ b/greet.py\n@@ -1 +1 @@\n-x\n+y\n",
+}
+
+
 @dataclass
 class Behaviour:
     kind: str = "ok"

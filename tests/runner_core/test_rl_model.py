@@ -7,8 +7,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import ORACLE_INSTANCE
-from runner_core_fakes import Behaviour, FakeSGLang
+from runner_core_fakes import ORACLE_INSTANCE, Behaviour, FakeSGLang
 
 from agent_runner.errors import ContextBudgetError, ModelError, SnapshotError
 from agent_runner.model import FinishReason
