@@ -9,8 +9,12 @@ so the operator's event loop never blocks on disk or network.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import io
+import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import AsyncIterable, Iterable
+from typing import BinaryIO
 
 from swerollout.store.errors import IntegrityError, InvalidRefError
 from swerollout.store.models import (
@@ -27,6 +31,8 @@ from swerollout.store.models import (
 
 _HASH_INLINE_LIMIT = 256 * 1024
 """Bodies larger than this are hashed in a worker thread, not on the event loop."""
+SPOOL_IN_MEMORY = 8 * 1024 * 1024
+"""``put_stream`` keeps up to this many bytes in memory before spooling to a temp file."""
 
 
 class BlockingBackendStore(ABC):
@@ -54,8 +60,9 @@ class BlockingBackendStore(ABC):
         """The key a ref names; InvalidRefError if it is not inside this store."""
 
     @abstractmethod
-    def _write(self, key: ObjectKey, data: bytes) -> None:
-        """Make ``key`` hold ``data``, atomically: readers see the old object, or none, or all of ``data``."""
+    def _write(self, key: ObjectKey, body: BinaryIO, size: int) -> None:
+        """Make ``key`` hold the ``size`` bytes of ``body`` (read from its current
+        position), atomically: readers see the old object, or none, or all of it."""
 
     @abstractmethod
     def _stored_intact(self, key: ObjectKey, size: int) -> bool:
@@ -97,19 +104,64 @@ class BlockingBackendStore(ABC):
             digest = await asyncio.to_thread(sha256_hex, payload)
         else:
             digest = sha256_hex(payload)
+        self._check_expected(owner, object_kind, len(payload), digest, expected)
+        key = ObjectKey(owner=owner, kind=object_kind, sha256=digest)
+        await self._single_flight(key, io.BytesIO(payload), len(payload))
+        return StoredObject(ref=self._ref(key), sha256=key.sha256, bytes=len(payload))
+
+    async def put_stream(
+        self,
+        owner: Owner,
+        kind: ObjectKind | str,
+        chunks: AsyncIterable[bytes],
+        *,
+        expect_sha256: str | None = None,
+    ) -> StoredObject:
+        if not isinstance(owner, Owner):
+            raise InvalidRefError(f"owner must be a swerollout.store.Owner, got {type(owner).__name__}")
+        object_kind = parse_kind(kind)
+        expected = parse_sha256(expect_sha256, what="expect_sha256") if expect_sha256 is not None else None
+        # The key is the hash of the whole body, known only at the end, so the
+        # body waits in memory (small) or a temp file (large) until then.
+        spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY)
+        try:
+            digest = hashlib.sha256()
+            size = 0
+            async for chunk in chunks:
+                if not isinstance(chunk, (bytes, bytearray, memoryview)):
+                    raise InvalidRefError(f"stream chunks must be bytes, got {type(chunk).__name__}")
+                if len(chunk) > _HASH_INLINE_LIMIT:
+                    await asyncio.to_thread(digest.update, chunk)
+                else:
+                    digest.update(chunk)
+                size += len(chunk)
+                if size > SPOOL_IN_MEMORY:
+                    await asyncio.to_thread(spool.write, chunk)
+                else:
+                    spool.write(chunk)
+            self._check_expected(owner, object_kind, size, digest.hexdigest(), expected)
+            key = ObjectKey(owner=owner, kind=object_kind, sha256=digest.hexdigest())
+            spool.seek(0)
+        except BaseException:
+            spool.close()
+            raise
+        # From here the write owns the spool and closes it when done, even if this
+        # caller is cancelled while the (shielded) write still reads from it.
+        await self._single_flight(key, spool, size, close_body=True)  # type: ignore[arg-type]
+        return StoredObject(ref=self._ref(key), sha256=key.sha256, bytes=size)
+
+    @staticmethod
+    def _check_expected(owner: Owner, kind: ObjectKind, size: int, digest: str, expected: str | None) -> None:
         if expected is not None and digest != expected:
             raise IntegrityError(
-                f"upload of a {object_kind.value} for {owner.prefix} is damaged: its {len(payload)} bytes hash to "
+                f"upload of a {kind.value} for {owner.prefix} is damaged: its {size} bytes hash to "
                 f"{digest}, the uploader sent {expected}; send it again",
                 ref="",
                 expected=expected,
                 actual=digest,
             )
-        key = ObjectKey(owner=owner, kind=object_kind, sha256=digest)
-        await self._single_flight(key, payload)
-        return StoredObject(ref=self._ref(key), sha256=key.sha256, bytes=len(payload))
 
-    async def _single_flight(self, key: ObjectKey, data: bytes) -> None:
+    async def _single_flight(self, key: ObjectKey, body: BinaryIO, size: int, *, close_body: bool = False) -> None:
         """Run one write per key at a time in this process; concurrent puts of the
         same object (a runner retrying while its first upload is still in flight)
         wait for that write instead of racing it with identical bytes."""
@@ -117,9 +169,11 @@ class BlockingBackendStore(ABC):
         loop = asyncio.get_running_loop()
         task = self._inflight.get(name)
         if task is None or task.done() or task.get_loop() is not loop:
-            task = loop.create_task(asyncio.to_thread(self._put_blocking, key, data))
+            task = loop.create_task(asyncio.to_thread(self._put_blocking, key, body, size, close_body))
             self._inflight[name] = task
             task.add_done_callback(lambda done: self._forget(name, done))
+        elif close_body:
+            body.close()  # the write already in flight has the same bytes
         # shield: one caller giving up must not cancel the write the others wait for.
         await asyncio.shield(task)
 
@@ -129,10 +183,14 @@ class BlockingBackendStore(ABC):
         if not task.cancelled():
             task.exception()  # retrieved here so a write nobody awaits any more is not logged as lost
 
-    def _put_blocking(self, key: ObjectKey, data: bytes) -> None:
-        # A retried upload finds its object already there and writes nothing.
-        if not self._stored_intact(key, len(data)):
-            self._write(key, data)
+    def _put_blocking(self, key: ObjectKey, body: BinaryIO, size: int, close_body: bool) -> None:
+        try:
+            # A retried upload finds its object already there and writes nothing.
+            if not self._stored_intact(key, size):
+                self._write(key, body, size)
+        finally:
+            if close_body:
+                body.close()
 
     async def get(self, ref: str, *, expect_sha256: str | None = None) -> bytes:
         key = self._parse_ref(ref)

@@ -17,7 +17,7 @@ import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -35,6 +35,7 @@ from swerollout.store.models import ObjectKey, ObjectKind, Owner
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 _READ_CHUNK = 1 << 20
+_WRITE_CHUNK = 4 << 20
 _KIND_NAMES = frozenset(kind.value for kind in ObjectKind)
 
 # Failures that may clear up by themselves (disk freed, NFS back, lock released).
@@ -153,15 +154,15 @@ class FilesystemStore(BlockingBackendStore):
 
     # -- primitives --
 
-    def _write(self, key: ObjectKey, data: bytes) -> None:
+    def _write(self, key: ObjectKey, body: BinaryIO, size: int) -> None:
         try:
-            self._write_once(key, data)
+            self._write_once(key, body)
         except NotFoundError as exc:
             # A delete_owner of the same rollout removed the directory between our
             # mkdir and open; nothing is half-written, so trying again is safe.
             raise StoreUnavailable(f"{exc}; the rollout's directory was removed while writing, try again") from exc
 
-    def _write_once(self, key: ObjectKey, data: bytes) -> None:
+    def _write_once(self, key: ObjectKey, body: BinaryIO) -> None:
         with _mapped_os_errors(f"writing {self._ref(key)}"):
             directory = self._ensure_dirs(key)
             final = directory / key.sha256
@@ -169,10 +170,11 @@ class FilesystemStore(BlockingBackendStore):
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
             try:
                 try:
-                    view = memoryview(data)
-                    while view:
-                        written = os.write(fd, view)
-                        view = view[written:]
+                    while chunk := body.read(_WRITE_CHUNK):
+                        view = memoryview(chunk)
+                        while view:
+                            written = os.write(fd, view)
+                            view = view[written:]
                     if self._options.fsync:
                         os.fsync(fd)
                 finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterable
 from typing import Protocol, runtime_checkable
 
 from swerollout.store.models import ObjectKind, Owner, StoredObject, StoreUsage
@@ -27,6 +28,18 @@ class ResultStore(Protocol):
         return the same ref and are stored once. With ``expect_sha256`` (what the
         uploader says it sent), bytes that hash differently are refused with
         IntegrityError and nothing is stored."""
+        ...
+
+    async def put_stream(
+        self,
+        owner: Owner,
+        kind: ObjectKind | str,
+        chunks: AsyncIterable[bytes],
+        *,
+        expect_sha256: str | None = None,
+    ) -> StoredObject:
+        """Like ``put`` for a body that arrives in chunks (an HTTP upload): never
+        holds more than a few MiB in memory; large bodies wait in a temp file."""
         ...
 
     async def get(self, ref: str, *, expect_sha256: str | None = None) -> bytes:

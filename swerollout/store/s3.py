@@ -14,7 +14,7 @@ import base64
 import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 from urllib.parse import urlsplit
 
 import boto3
@@ -164,11 +164,12 @@ class S3Store(BlockingBackendStore):
 
     # -- primitives --
 
-    def _write(self, key: ObjectKey, data: bytes) -> None:
+    def _write(self, key: ObjectKey, body: BinaryIO, size: int) -> None:
         with _mapped_boto_errors(f"uploading {self._ref(key)}", self._bucket):
-            if len(data) >= self._options.multipart_threshold:
-                self._write_multipart(key, data)
+            if size >= self._options.multipart_threshold:
+                self._write_multipart(key, body)
                 return
+            data = body.read()
             extra: dict[str, str] = {}
             if self._options.send_checksums:
                 # The server verifies the body against this, so a body damaged in
@@ -183,7 +184,7 @@ class S3Store(BlockingBackendStore):
                 **extra,
             )
 
-    def _write_multipart(self, key: ObjectKey, data: bytes) -> None:
+    def _write_multipart(self, key: ObjectKey, body: BinaryIO) -> None:
         s3_key = self._s3_key(key)
         upload_id = self._client.create_multipart_upload(
             Bucket=self._bucket,
@@ -193,10 +194,9 @@ class S3Store(BlockingBackendStore):
         )["UploadId"]
         try:
             parts = []
-            view = memoryview(data)
-            size = self._options.multipart_chunksize
-            for number, start in enumerate(range(0, len(data), size), start=1):
-                chunk = bytes(view[start : start + size])
+            number = 0
+            while chunk := body.read(self._options.multipart_chunksize):
+                number += 1
                 part_extra: dict[str, str] = {}
                 if self._options.send_checksums:
                     digest = hashlib.md5(chunk, usedforsecurity=False).digest()

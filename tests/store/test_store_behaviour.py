@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
 import pytest
@@ -20,6 +21,7 @@ from swerollout.store import (
     ResultStore,
     StoreUsage,
 )
+from swerollout.store.base import SPOOL_IN_MEMORY
 
 ROLLOUT = Owner(namespace="team-a", uid="0b6f7c1e-5d1a-4f7e-9a51-2c3d4e5f6a7b")
 OTHER_ROLLOUT = Owner(namespace="team-a", uid="77d0e2b4-8c3f-4a6d-b1e2-9f8a7b6c5d4e")
@@ -265,3 +267,40 @@ async def test_a_cancelled_put_does_not_abort_the_same_write_others_wait_for(sto
     assert tasks[0].cancelled()
     assert results[0] == results[1]
     assert await store.get(results[0].ref) == data
+
+
+async def _chunks(data: bytes, size: int) -> AsyncIterator[bytes]:
+    for start in range(0, len(data), size):
+        await asyncio.sleep(0)
+        yield data[start : start + size]
+
+
+async def test_a_streamed_upload_is_the_same_object_as_a_put(store: ResultStore) -> None:
+    data = os.urandom(300_000)
+    streamed = await store.put_stream(ROLLOUT, "trajectory", _chunks(data, 65536), expect_sha256=sha(data))
+    assert streamed == await store.put(ROLLOUT, "trajectory", data)
+    assert await store.get(streamed.ref) == data
+    assert await store.usage() == StoreUsage(objects=1, bytes=len(data))
+
+
+async def test_a_streamed_upload_larger_than_memory_spooling(store: ResultStore) -> None:
+    # Past the in-memory spool (8 MiB): waits in a temp file, then goes to S3 in parts.
+    data = os.urandom(SPOOL_IN_MEMORY + 1024 * 1024 + 5)
+    streamed = await store.put_stream(ROLLOUT, "snapshot", _chunks(data, 1024 * 1024))
+    assert streamed.sha256 == sha(data)
+    assert streamed.bytes == len(data)
+    assert await store.get(streamed.ref) == data
+
+
+async def test_a_damaged_or_broken_stream_stores_nothing(store: ResultStore) -> None:
+    data = b"x" * 100_000
+    with pytest.raises(IntegrityError, match="the uploader sent"):
+        await store.put_stream(ROLLOUT, "report", _chunks(data, 4096), expect_sha256=sha(data[:-1]))
+
+    async def breaks_midway() -> AsyncIterator[bytes]:
+        yield b"first part"
+        raise ConnectionResetError("client went away")
+
+    with pytest.raises(ConnectionResetError):
+        await store.put_stream(ROLLOUT, "report", breaks_midway())
+    assert await store.usage() == StoreUsage(objects=0, bytes=0)
