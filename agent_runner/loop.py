@@ -198,10 +198,11 @@ class AgentLoop:
         try:
             if isinstance(action, EditorAction):
                 label = f"str_replace_editor {action.command} {action.path}"
+                # Editor messages say themselves whether they failed; no exit code line.
                 try:
-                    return self._observation(await self._editor.run(action), 0), 0, label
+                    return self._observation(await self._editor.run(action), None), 0, label
                 except EditorError as exc:
-                    return self._observation(str(exc), 1), 1, label
+                    return self._observation(str(exc), None), 1, label
             result = await self.sandbox.run(action.command, timeout=self.config.limits.command_timeout)
         finally:
             self.state.execution_seconds += time.monotonic() - started
