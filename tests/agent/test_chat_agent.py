@@ -230,3 +230,21 @@ async def test_client_errors_are_not_retried() -> None:
             with pytest.raises(ModelProtocolError, match="HTTP 400.*model 'x' not found"):
                 await model.generate()
     assert len(server.requests) == 1
+
+
+async def test_chat_abort_is_partial_and_resume_finishes(
+    repo_sandbox: RepoSandbox, policy_servers: dict[str, PolicyServerHandle]
+) -> None:
+    url = policy_servers["null"].url
+    loop, model = chat_loop(repo_sandbox, url, v1alpha1.AgentKind.CHAT_AGENT)
+    async with model:
+        httpx.post(f"{url}/faults", json={"abort_after_tokens": 2}).raise_for_status()
+        try:
+            partial = await loop.run()
+        finally:
+            httpx.post(f"{url}/faults", json={"clear_abort_after_tokens": True}).raise_for_status()
+        assert partial.partial and partial.state.turns == 0
+        assert [m["role"] for m in model.messages] == ["system", "user"]
+        result = await loop.resume(partial.state)
+    assert result.exit_status == "submitted"
+    assert [m["role"] for m in model.messages] == ["system", "user", "assistant"]
