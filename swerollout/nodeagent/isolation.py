@@ -67,6 +67,29 @@ def _emit(host: Path, dest: PurePosixPath, cuts: list[PurePosixPath], args: list
         _emit(child, dest / child.name, inner, args)
 
 
+def _through_symlinks(dest: PurePosixPath, exposed: list[Path]) -> PurePosixPath:
+    """Where ``dest`` really is inside the container.
+
+    A mountPath under a symlink the container sees (Debian's /var/run -> /run) must be
+    mounted at the symlink's target: bwrap creates mount points while setting up, when
+    an absolute symlink would still point into the host.
+    """
+    roots = [PurePosixPath(e) for e in exposed]
+    for _ in range(40):
+        for i in range(1, len(dest.parts) + 1):
+            prefix = PurePosixPath(*dest.parts[:i])
+            host = Path(prefix)
+            if not any(prefix == r or r in prefix.parents for r in roots) or not host.is_symlink():
+                continue
+            target = PurePosixPath(os.readlink(host))
+            resolved = target if target.is_absolute() else prefix.parent / target
+            dest = PurePosixPath(os.path.normpath(resolved.joinpath(*dest.parts[i:])))
+            break
+        else:
+            return dest
+    return dest
+
+
 def bwrap_argv(
     bwrap: str,
     *,
@@ -78,6 +101,7 @@ def bwrap_argv(
     hostname: str,
 ) -> list[str]:
     """The bwrap prefix for one container (the command follows after ``--``)."""
+    mounts = [Mount(m.source, _through_symlinks(m.dest, exposed), m.read_only) for m in mounts]
     cuts = [*_REPLACED, *(PurePosixPath(p) for p in hidden), *(m.dest for m in mounts)]
     args = [bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", hostname[:63], "--die-with-parent"]
     for path in exposed:
