@@ -39,7 +39,7 @@ from .loop import AgentLoop, LoopResult, LoopState, StepInfo, TaskInfo
 from .model import FinishReason, Model, ModelTurn
 from .rl_model import RLTokenModel
 from .sandbox import Sandbox
-from .sglang import SamplingParams, SGLangClient
+from .sglang import SamplingParams, SGLangClient, run_rid_prefix
 from .tools.schemas import tool_schemas
 
 log = logging.getLogger(__name__)
@@ -258,7 +258,7 @@ class Runner:
                                      message=problem)
                 )
                 return
-        abort_prefix = f"{self.env.uid}-t"
+        abort_prefix = run_rid_prefix(self.env.uid)
         abortable = AbortableModel(inner, (lambda: client.abort(abort_prefix)) if client else None)
         await self.ingest.event(wire.RunnerEvent(kind=wire.EventKind.STARTED, assignment_id=assignment.id))
         task = TaskInfo(
