@@ -13,7 +13,7 @@ import hashlib
 import io
 import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterable, Generator, Iterable
 from typing import BinaryIO
 
 from swerollout.store.errors import IntegrityError, InvalidRefError
@@ -71,6 +71,11 @@ class BlockingBackendStore(ABC):
     @abstractmethod
     def _read(self, key: ObjectKey) -> bytes:
         """The raw bytes at ``key``; NotFoundError if absent."""
+
+    @abstractmethod
+    def _iter_chunks(self, key: ObjectKey, chunk_size: int) -> Generator[bytes, None, None]:
+        """The raw bytes at ``key`` in chunks (a generator; closing it releases the
+        file/connection); NotFoundError on the first ``next`` if absent."""
 
     @abstractmethod
     def _exists(self, key: ObjectKey) -> bool: ...
@@ -194,26 +199,53 @@ class BlockingBackendStore(ABC):
 
     async def get(self, ref: str, *, expect_sha256: str | None = None) -> bytes:
         key = self._parse_ref(ref)
-        if expect_sha256 is not None:
-            expected = parse_sha256(expect_sha256, what="expect_sha256")
-            if expected != key.sha256:
-                raise IntegrityError(
-                    f"ref {ref!r} names content {key.sha256} but the caller expected {expected}; "
-                    "the ref and the recorded sha256 disagree",
-                    ref=ref,
-                    expected=expected,
-                    actual=key.sha256,
-                )
+        self._check_ref_sha(ref, key, expect_sha256)
         data, actual = await asyncio.to_thread(self._read_and_hash, key)
+        self._verify(ref, key, len(data), actual)
+        return data
+
+    async def get_stream(
+        self, ref: str, *, expect_sha256: str | None = None, chunk_size: int = 1 << 20
+    ) -> AsyncGenerator[bytes, None]:
+        key = self._parse_ref(ref)
+        self._check_ref_sha(ref, key, expect_sha256)
+        if chunk_size <= 0:
+            raise ValueError(f"chunk_size must be positive, got {chunk_size}")
+        chunks = self._iter_chunks(key, chunk_size)
+        digest = hashlib.sha256()
+        size = 0
+        try:
+            while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:
+                digest.update(chunk)
+                size += len(chunk)
+                yield chunk
+        finally:
+            await asyncio.to_thread(chunks.close)
+        # Only known once everything was read: the consumer must drop what it got.
+        self._verify(ref, key, size, digest.hexdigest())
+
+    def _check_ref_sha(self, ref: str, key: ObjectKey, expect_sha256: str | None) -> None:
+        if expect_sha256 is None:
+            return
+        expected = parse_sha256(expect_sha256, what="expect_sha256")
+        if expected != key.sha256:
+            raise IntegrityError(
+                f"ref {ref!r} names content {key.sha256} but the caller expected {expected}; "
+                "the ref and the recorded sha256 disagree",
+                ref=ref,
+                expected=expected,
+                actual=key.sha256,
+            )
+
+    @staticmethod
+    def _verify(ref: str, key: ObjectKey, size: int, actual: str) -> None:
         if actual != key.sha256:
             raise IntegrityError(
-                f"object {ref!r} is corrupted: its {len(data)} bytes hash to {actual}, "
-                f"not {key.sha256}; upload it again",
+                f"object {ref!r} is corrupted: its {size} bytes hash to {actual}, not {key.sha256}; upload it again",
                 ref=ref,
                 expected=key.sha256,
                 actual=actual,
             )
-        return data
 
     def _read_and_hash(self, key: ObjectKey) -> tuple[bytes, str]:
         data = self._read(key)

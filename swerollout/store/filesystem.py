@@ -14,7 +14,7 @@ import hashlib
 import os
 import secrets
 import shutil
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -217,6 +217,17 @@ class FilesystemStore(BlockingBackendStore):
                 return self._path(key).read_bytes()
         except NotFoundError:
             raise NotFoundError(f"object {ref!r} does not exist in the store") from None
+
+    def _iter_chunks(self, key: ObjectKey, chunk_size: int) -> Generator[bytes, None, None]:
+        ref = self._ref(key)
+        try:
+            with _mapped_os_errors(f"reading {ref}"):
+                handle = open(self._path(key), "rb")
+        except NotFoundError:
+            raise NotFoundError(f"object {ref!r} does not exist in the store") from None
+        with handle, _mapped_os_errors(f"reading {ref}"):
+            while chunk := handle.read(chunk_size):
+                yield chunk
 
     def _exists(self, key: ObjectKey) -> bool:
         with _mapped_os_errors(f"checking {self._ref(key)}"):

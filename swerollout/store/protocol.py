@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable
+from collections.abc import AsyncGenerator, AsyncIterable
 from typing import Protocol, runtime_checkable
 
 from swerollout.store.models import ObjectKind, Owner, StoredObject, StoreUsage
@@ -45,6 +45,16 @@ class ResultStore(Protocol):
     async def get(self, ref: str, *, expect_sha256: str | None = None) -> bytes:
         """The object's bytes, verified against the sha256 in its ref (and
         ``expect_sha256`` when given). Raises NotFoundError / IntegrityError."""
+        ...
+
+    def get_stream(
+        self, ref: str, *, expect_sha256: str | None = None, chunk_size: int = 1 << 20
+    ) -> AsyncGenerator[bytes, None]:
+        """The object's bytes in chunks, for big objects (``async for chunk in
+        store.get_stream(ref)``). The hash can only be checked at the end: the
+        iteration then raises IntegrityError and the consumer must discard what it
+        received (e.g. abort the HTTP response it was streaming). Stopping early:
+        ``await stream.aclose()`` releases the file or connection at once."""
         ...
 
     async def exists(self, ref: str) -> bool:

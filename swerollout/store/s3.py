@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from typing import Any, BinaryIO, Literal
 from urllib.parse import urlsplit
@@ -243,6 +243,20 @@ class S3Store(BlockingBackendStore):
                 return body
         except NotFoundError:
             raise NotFoundError(f"object {ref!r} does not exist in the store") from None
+
+    def _iter_chunks(self, key: ObjectKey, chunk_size: int) -> Generator[bytes, None, None]:
+        ref = self._ref(key)
+        try:
+            with _mapped_boto_errors(f"downloading {ref}", self._bucket):
+                body = self._client.get_object(Bucket=self._bucket, Key=self._s3_key(key))["Body"]
+        except NotFoundError:
+            raise NotFoundError(f"object {ref!r} does not exist in the store") from None
+        try:
+            with _mapped_boto_errors(f"downloading {ref}", self._bucket):
+                while chunk := body.read(chunk_size):
+                    yield chunk
+        finally:
+            body.close()
 
     def _exists(self, key: ObjectKey) -> bool:
         return self._head(key) is not None

@@ -304,3 +304,50 @@ async def test_a_damaged_or_broken_stream_stores_nothing(store: ResultStore) -> 
     with pytest.raises(ConnectionResetError):
         await store.put_stream(ROLLOUT, "report", breaks_midway())
     assert await store.usage() == StoreUsage(objects=0, bytes=0)
+
+
+async def test_get_stream_reads_big_objects_in_chunks(store: ResultStore) -> None:
+    data = os.urandom(3 * 1024 * 1024 + 7)
+    stored = await store.put(ROLLOUT, "snapshot", data)
+    chunks = [chunk async for chunk in store.get_stream(stored.ref, expect_sha256=stored.sha256, chunk_size=1 << 20)]
+
+    assert b"".join(chunks) == data
+    assert len(chunks) >= 4
+    assert all(len(chunk) <= 1 << 20 for chunk in chunks)
+
+
+async def test_get_stream_reports_corruption_after_the_last_chunk(store: ResultStore, raw: RawAccess) -> None:
+    data = os.urandom(200_000)
+    stored = await store.put(ROLLOUT, "trajectory", data)
+    raw.write(stored.ref, data[:-1] + bytes([data[-1] ^ 1]))
+    received = bytearray()
+
+    with pytest.raises(IntegrityError, match="is corrupted"):
+        async for chunk in store.get_stream(stored.ref, chunk_size=65536):
+            received += chunk
+    assert len(received) == len(data)  # everything arrived before the verdict
+
+
+async def test_get_stream_refuses_before_reading(store: ResultStore) -> None:
+    stored = await store.put(ROLLOUT, "report", b"r")
+    with pytest.raises(NotFoundError):
+        async for _ in store.get_stream(stored.ref.replace(stored.sha256, sha(b"gone"))):
+            pass
+    with pytest.raises(IntegrityError, match="the caller expected"):
+        async for _ in store.get_stream(stored.ref, expect_sha256=sha(b"other")):
+            pass
+    with pytest.raises(InvalidRefError):
+        async for _ in store.get_stream(stored.ref.rsplit("/", 4)[0] + "/../x/y/z/w"):
+            pass
+
+
+async def test_stopping_a_stream_early_leaves_the_store_usable(store: ResultStore) -> None:
+    data = os.urandom(1024 * 1024)
+    stored = await store.put(ROLLOUT, "other", data)
+    stream = store.get_stream(stored.ref, chunk_size=4096)
+    first = await anext(stream)
+    await stream.aclose()
+
+    assert first == data[:4096]
+    assert await store.get(stored.ref) == data
+    assert await store.delete_owner(ROLLOUT) == 1
