@@ -9,14 +9,16 @@ so the operator's event loop never blocks on disk or network.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import io
 import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, AsyncIterable, Generator, Iterable
-from typing import BinaryIO
+from collections.abc import AsyncGenerator, AsyncIterable, Callable, Generator, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import BinaryIO, ParamSpec, TypeVar
 
-from swerollout.store.errors import IntegrityError, InvalidRefError
+from swerollout.store.errors import IntegrityError, InvalidRefError, StoreError
 from swerollout.store.models import (
     ObjectKey,
     ObjectKind,
@@ -35,12 +37,27 @@ SPOOL_IN_MEMORY = 8 * 1024 * 1024
 """``put_stream`` keeps up to this many bytes in memory before spooling to a temp file."""
 
 
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
 class BlockingBackendStore(ABC):
     """A :class:`swerollout.store.protocol.ResultStore` built on blocking primitives."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, max_workers: int) -> None:
         self._url = url
         self._inflight: dict[str, asyncio.Task[None]] = {}
+        # The store's own threads: slow disk or S3 calls must not use up the
+        # event loop's default executor that the rest of the operator shares.
+        self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="result-store")
+        self._closed = False
+
+    async def _run(self, func: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """Run a blocking call on the store's threads."""
+        if self._closed:
+            raise StoreError(f"the result store {self._url} is closed")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, functools.partial(func, *args, **kwargs))
 
     @property
     def url(self) -> str:
@@ -106,7 +123,7 @@ class BlockingBackendStore(ABC):
         expected = parse_sha256(expect_sha256, what="expect_sha256") if expect_sha256 is not None else None
         payload = bytes(data)
         if len(payload) > _HASH_INLINE_LIMIT:
-            digest = await asyncio.to_thread(sha256_hex, payload)
+            digest = await self._run(sha256_hex, payload)
         else:
             digest = sha256_hex(payload)
         self._check_expected(owner, object_kind, len(payload), digest, expected)
@@ -136,12 +153,12 @@ class BlockingBackendStore(ABC):
                 if not isinstance(chunk, (bytes, bytearray, memoryview)):
                     raise InvalidRefError(f"stream chunks must be bytes, got {type(chunk).__name__}")
                 if len(chunk) > _HASH_INLINE_LIMIT:
-                    await asyncio.to_thread(digest.update, chunk)
+                    await self._run(digest.update, chunk)
                 else:
                     digest.update(chunk)
                 size += len(chunk)
                 if size > SPOOL_IN_MEMORY:
-                    await asyncio.to_thread(spool.write, chunk)
+                    await self._run(spool.write, chunk)
                 else:
                     spool.write(chunk)
             self._check_expected(owner, object_kind, size, digest.hexdigest(), expected)
@@ -174,7 +191,7 @@ class BlockingBackendStore(ABC):
         loop = asyncio.get_running_loop()
         task = self._inflight.get(name)
         if task is None or task.done() or task.get_loop() is not loop:
-            task = loop.create_task(asyncio.to_thread(self._put_blocking, key, body, size, close_body))
+            task = loop.create_task(self._run(self._put_blocking, key, body, size, close_body))
             self._inflight[name] = task
             task.add_done_callback(lambda done: self._forget(name, done))
         elif close_body:
@@ -200,7 +217,7 @@ class BlockingBackendStore(ABC):
     async def get(self, ref: str, *, expect_sha256: str | None = None) -> bytes:
         key = self._parse_ref(ref)
         self._check_ref_sha(ref, key, expect_sha256)
-        data, actual = await asyncio.to_thread(self._read_and_hash, key)
+        data, actual = await self._run(self._read_and_hash, key)
         self._verify(ref, key, len(data), actual)
         return data
 
@@ -215,12 +232,12 @@ class BlockingBackendStore(ABC):
         digest = hashlib.sha256()
         size = 0
         try:
-            while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:
+            while (chunk := await self._run(next, chunks, None)) is not None:
                 digest.update(chunk)
                 size += len(chunk)
                 yield chunk
         finally:
-            await asyncio.to_thread(chunks.close)
+            await self._run(chunks.close)
         # Only known once everything was read: the consumer must drop what it got.
         self._verify(ref, key, size, digest.hexdigest())
 
@@ -253,10 +270,10 @@ class BlockingBackendStore(ABC):
 
     async def exists(self, ref: str) -> bool:
         key = self._parse_ref(ref)
-        return await asyncio.to_thread(self._exists, key)
+        return await self._run(self._exists, key)
 
     async def delete_owner(self, owner: Owner) -> int:
-        return await asyncio.to_thread(self._delete_owner, owner)
+        return await self._run(self._delete_owner, owner)
 
     async def list_owner(self, owner: Owner) -> list[StoredObject]:
         def collect() -> list[StoredObject]:
@@ -264,7 +281,7 @@ class BlockingBackendStore(ABC):
                 StoredObject(ref=self._ref(key), sha256=key.sha256, bytes=size) for key, size in self._list(owner)
             ]
 
-        return sorted(await asyncio.to_thread(collect), key=lambda o: o.ref)
+        return sorted(await self._run(collect), key=lambda o: o.ref)
 
     async def usage(self, owner: Owner | None = None) -> StoreUsage:
         def total() -> StoreUsage:
@@ -274,10 +291,16 @@ class BlockingBackendStore(ABC):
                 size_sum += size
             return StoreUsage(objects=objects, bytes=size_sum)
 
-        return await asyncio.to_thread(total)
+        return await self._run(total)
 
     async def check(self) -> None:
-        await asyncio.to_thread(self._check)
+        await self._run(self._check)
 
     async def aclose(self) -> None:
-        await asyncio.to_thread(self._close)
+        if self._closed:
+            return
+        try:
+            await self._run(self._close)
+        finally:
+            self._closed = True
+            self._executor.shutdown(wait=False, cancel_futures=True)

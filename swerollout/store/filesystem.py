@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from swerollout.store.base import BlockingBackendStore
 from swerollout.store.errors import (
@@ -53,6 +53,8 @@ class FilesystemOptions(BaseModel):
     fsync: bool = True
     """fsync each object and its directory before put returns. Turn off only where
     durability does not matter (tests on tmpfs, benchmarks)."""
+    max_workers: int = Field(default=8, ge=1)
+    """Threads doing this store's disk I/O (at most this many reads/writes at once)."""
     create_root: bool = True
     """Create the root directory (mode 0700) when it is missing. Turn off to fail
     fast when a volume is expected to be mounted there."""
@@ -98,7 +100,7 @@ class FilesystemStore(BlockingBackendStore):
         with _mapped_os_errors(f"opening the store root {root}"):
             self._root = root.resolve(strict=True)
         self._root_uri = self._root.as_uri()
-        super().__init__(self._root_uri)
+        super().__init__(self._root_uri, max_workers=self._options.max_workers)
 
     @classmethod
     def from_url(cls, url: str, options: dict[str, Any]) -> FilesystemStore:

@@ -87,6 +87,8 @@ class S3Options(BaseModel):
     """Bodies of at least this many bytes are uploaded in parts."""
     multipart_chunksize: int = Field(default=16 * MIB, ge=MIN_PART_SIZE)
     """Size of each part of a multipart upload (the last may be smaller)."""
+    max_workers: int = Field(default=16, ge=1)
+    """Requests in flight at once (threads, and the size of boto's connection pool)."""
     send_checksums: bool = True
     """Send each body's SHA-256 / MD5 so the server refuses bytes damaged in transit.
     Turn off only for an S3-compatible server that rejects the checksum headers."""
@@ -110,13 +112,16 @@ class S3Store(BlockingBackendStore):
         if any(part in ("", ".", "..") for part in self._prefix.split("/")) and self._prefix:
             raise StoreConfigError(f"invalid S3 key prefix {prefix!r}: empty, '.' or '..' segments")
         self._key_prefix = f"{self._prefix}/" if self._prefix else ""
-        super().__init__(f"s3://{bucket}/{self._prefix}" if self._prefix else f"s3://{bucket}")
+        super().__init__(
+            f"s3://{bucket}/{self._prefix}" if self._prefix else f"s3://{bucket}", max_workers=self._options.max_workers
+        )
         opts = self._options
         config = Config(
             connect_timeout=opts.connect_timeout,
             read_timeout=opts.read_timeout,
             retries={"mode": "standard", "total_max_attempts": opts.max_attempts},
             s3={"addressing_style": opts.addressing_style},
+            max_pool_connections=opts.max_workers,
             # Without our own checksums, stop boto adding its default ones too.
             request_checksum_calculation="when_supported" if opts.send_checksums else "when_required",
         )

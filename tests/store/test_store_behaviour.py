@@ -19,7 +19,9 @@ from swerollout.store import (
     ObjectKind,
     Owner,
     ResultStore,
+    StoreError,
     StoreUsage,
+    open_store,
 )
 from swerollout.store.base import SPOOL_IN_MEMORY
 
@@ -351,3 +353,12 @@ async def test_stopping_a_stream_early_leaves_the_store_usable(store: ResultStor
     assert first == data[:4096]
     assert await store.get(stored.ref) == data
     assert await store.delete_owner(ROLLOUT) == 1
+
+
+async def test_a_closed_store_says_so(store_url: str, store_options: dict[str, object]) -> None:
+    store = open_store(store_url, **store_options)
+    stored = await store.put(ROLLOUT, "report", b"r")
+    await store.aclose()
+    await store.aclose()  # closing twice is harmless
+    with pytest.raises(StoreError, match="is closed"):
+        await store.get(stored.ref)
