@@ -36,15 +36,6 @@ def swerex_server(git_repo: Path) -> Iterator[SwerexHandle]:
         handle.stop()
 
 
-@pytest.fixture
-async def sandbox(swerex_server: SwerexHandle) -> AsyncIterator[Sandbox]:
-    sb = await Sandbox.connect(swerex_server.url, swerex_server.token, timeout=30)
-    try:
-        yield sb
-    finally:
-        await sb.close()
-
-
 @pytest.fixture(scope="module")
 def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedServer]:
     repo = tmp_path_factory.mktemp("shared") / "repo"
