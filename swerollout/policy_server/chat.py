@@ -12,9 +12,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from swerollout.policy_server.chat_format import new_tool_call_id, parse_tool_calls
+from swerollout.policy_server.chat_format import new_tool_call_id
 from swerollout.policy_server.engine import Engine
 from swerollout.policy_server.errors import BadRequestError
+from swerollout.policy_server.tool_markup import parse_tool_calls
 from swerollout.policy_server.wire import (
     ChatCompletionRequest,
     FinishType,
@@ -80,7 +81,8 @@ async def chat_completion(
     result = await engine.generate(
         GenerateRequest(rid=request.rid, input_ids=prompt_ids, sampling_params=sampling)
     )
-    content, calls = parse_tool_calls(result.text) if tools else (result.text, [])
+    markup = engine.chat_format.markup
+    content, calls = parse_tool_calls(result.text, markup) if tools and markup else (result.text, [])
     finish = result.meta_info.finish_reason
     finish_type = finish.type if finish else FinishType.STOP
     finish_reason = "tool_calls" if calls and finish_type is FinishType.STOP else finish_type.value

@@ -1,37 +1,27 @@
 """What the server needs to know about a tokenizer's chat template, derived from the template.
 
-Nothing here names a model family: the assistant-turn header and the end-of-turn
-token come from rendering probe conversations with the tokenizer's own template,
-and the tool-call markup is recognised by the markers the template itself
-prints. Only the Qwen/Hermes tool-call markup (``<tool_call>{json}</tool_call>``)
-is implemented; a template without it is treated as text-only (fenced bash).
+Nothing here names a model family: the assistant-turn markers and the tokens
+that end a turn come from rendering probe conversations with the tokenizer's
+own template, and the tool-call markup is picked from markers the template
+prints (tool_markup.py).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from swerollout.policy_server.tool_markup import CALL_CLOSE, TOOLS_MARKER, ToolMarkup, detect_markup
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 _PROBE_USER = "swerollout-probe-user"
 _PROBE_REPLY = "swerollout-probe-reply"
-
-HERMES_OPEN = "<tool_call>"
-HERMES_CLOSE = "</tool_call>"
-HERMES_TOOLS_MARKER = "<tools>"
-_HERMES_CALL = re.compile(re.escape(HERMES_OPEN) + r"\s*(.*?)\s*" + re.escape(HERMES_CLOSE), re.S)
-
-
-@dataclass(frozen=True)
-class ParsedToolCall:
-    name: str
-    arguments: dict[str, Any]
+_PROBE_TOOL = "swerollout_probe_tool"
+_PROBE_RESULT = "swerollout-probe-result"
 
 
 @dataclass(frozen=True)
@@ -43,9 +33,11 @@ class ChatFormat:
     assistant_marker: str
     """Text that starts every assistant turn, in the history and in the open turn."""
     end_of_turn_id: int
-    """Token that closes an assistant turn (e.g. Qwen's <|im_end|>)."""
-    hermes_tools: bool
-    """The template renders tools and tool calls with Hermes markup."""
+    """Token that ends an assistant turn of plain text (Qwen: <|im_end|>, GLM: <|user|>)."""
+    end_after_tool_call_id: int
+    """Token that ends an assistant turn with tool calls (Qwen: <|im_end|>, GLM: <|observation|>)."""
+    markup: ToolMarkup | None
+    """How the template writes tool calls; None when it has no tool-call markup we speak."""
 
     @classmethod
     def from_tokenizer(cls, tokenizer: PreTrainedTokenizerBase) -> ChatFormat:
@@ -62,16 +54,26 @@ class ChatFormat:
             [*user, {"role": "assistant", "content": _PROBE_REPLY}, {"role": "user", "content": _PROBE_USER}],
             add_generation_prompt=False,
         )
-        before_reply = history[: history.find(_PROBE_REPLY)]
-        marker = os.path.commonprefix([header, before_reply[len(without):]]).strip() or header.strip()
-        template = str(getattr(tokenizer, "chat_template", "") or "")
+        reply_at = history.find(_PROBE_REPLY)
+        marker = os.path.commonprefix([header, history[len(without):reply_at]]).strip() or header.strip()
+        end_of_turn = _first_special(tokenizer, history[reply_at + len(_PROBE_REPLY):])
+        if end_of_turn is None:
+            if tokenizer.eos_token_id is None:
+                raise ValueError("cannot find the end-of-turn token: the template emits none and there is no EOS")
+            end_of_turn = int(tokenizer.eos_token_id)
+        markup = detect_markup(str(getattr(tokenizer, "chat_template", "") or ""))
         return cls(
             assistant_header=header,
             assistant_marker=marker,
-            end_of_turn_id=_end_of_turn_id(tokenizer),
-            # GLM-4.5+ also prints <tool_call> but with <arg_key> markup, not Hermes JSON.
-            hermes_tools=HERMES_OPEN in template and HERMES_TOOLS_MARKER in template and "<arg_key>" not in template,
+            end_of_turn_id=end_of_turn,
+            end_after_tool_call_id=(_end_after_tool_call(tokenizer) if markup else None) or end_of_turn,
+            markup=markup,
         )
+
+    @property
+    def stop_ids(self) -> set[int]:
+        """Tokens that end a sampled turn (besides the tokenizer's EOS)."""
+        return {self.end_of_turn_id, self.end_after_tool_call_id}
 
     def prior_assistant_turns(self, prompt_text: str) -> int:
         """How many assistant turns the conversation already holds (not counting the open one)."""
@@ -82,38 +84,7 @@ class ChatFormat:
 
     def tools_offered(self, prompt_text: str) -> bool:
         """The prompt declares tools (so replies should be tool calls, not fenced bash)."""
-        return self.hermes_tools and HERMES_TOOLS_MARKER in prompt_text
-
-    def render_tool_call(self, name: str, arguments: dict[str, Any]) -> str:
-        payload = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
-        return f"{HERMES_OPEN}\n{payload}\n{HERMES_CLOSE}"
-
-
-def parse_tool_calls(text: str) -> tuple[str, list[ParsedToolCall]]:
-    """Split a reply into its plain content and its Hermes tool calls.
-
-    A block whose JSON does not parse stays in the content, so the caller sees
-    the model's malformed output instead of losing it.
-    """
-    calls: list[ParsedToolCall] = []
-    kept: list[str] = []
-    position = 0
-    for match in _HERMES_CALL.finditer(text):
-        try:
-            payload = json.loads(match.group(1))
-            name = payload["name"]
-            arguments = payload.get("arguments", {})
-            if isinstance(arguments, str):
-                arguments = json.loads(arguments)
-            if not isinstance(name, str) or not isinstance(arguments, dict):
-                raise TypeError("name must be a string and arguments an object")
-        except (ValueError, KeyError, TypeError):
-            continue
-        kept.append(text[position:match.start()])
-        position = match.end()
-        calls.append(ParsedToolCall(name=name, arguments=arguments))
-    kept.append(text[position:])
-    return "".join(kept).strip(), calls
+        return self.markup is not None and TOOLS_MARKER in prompt_text
 
 
 def new_tool_call_id() -> str:
@@ -125,23 +96,36 @@ def _render(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, Any]], 
     return str(rendered)
 
 
-def _end_of_turn_id(tokenizer: PreTrainedTokenizerBase) -> int:
-    """The first special token the template emits after an assistant reply's content."""
-    conversation = [
-        {"role": "user", "content": _PROBE_USER},
-        {"role": "assistant", "content": _PROBE_REPLY},
-    ]
-    text = _render(tokenizer, conversation, add_generation_prompt=False)
-    tail = text[text.rfind(_PROBE_REPLY) + len(_PROBE_REPLY):]
-    special = set(tokenizer.all_special_ids) | set(_added_token_ids(tokenizer))
-    for token_id in tokenizer.encode(tail, add_special_tokens=False):
+def _special_ids(tokenizer: PreTrainedTokenizerBase) -> set[int]:
+    decoder = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    added = {int(i) for i, token in decoder.items() if getattr(token, "special", False)}
+    return set(tokenizer.all_special_ids) | added
+
+
+def _first_special(tokenizer: PreTrainedTokenizerBase, text: str) -> int | None:
+    special = _special_ids(tokenizer)
+    for token_id in tokenizer.encode(text, add_special_tokens=False):
         if token_id in special:
             return int(token_id)
-    if tokenizer.eos_token_id is None:
-        raise ValueError("cannot find the end-of-turn token: the template emits none and there is no EOS")
-    return int(tokenizer.eos_token_id)
+    return None
 
 
-def _added_token_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
-    decoder = getattr(tokenizer, "added_tokens_decoder", {}) or {}
-    return [int(i) for i, token in decoder.items() if getattr(token, "special", False)]
+def _end_after_tool_call(tokenizer: PreTrainedTokenizerBase) -> int | None:
+    """The first special token between a rendered tool call and the tool's result."""
+    call: dict[str, Any] = {"type": "function", "id": "call_0", "function": {"name": _PROBE_TOOL, "arguments": {"x": "y"}}}
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": _PROBE_USER},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_0", "content": _PROBE_RESULT},
+    ]
+    try:
+        text = _render(tokenizer, messages, add_generation_prompt=False)
+    except Exception:  # noqa: BLE001 - templates that cannot render tool calls have no such token
+        return None
+    # Scan from the end of the call markup (<arg_key> and friends may be special tokens).
+    call_at = text.find(_PROBE_TOOL)
+    start = text.find(CALL_CLOSE, call_at)
+    end = text.find(_PROBE_RESULT, start)
+    if call_at < 0 or start < 0 or end < 0:
+        return None
+    return _first_special(tokenizer, text[start + len(CALL_CLOSE):end])

@@ -249,7 +249,7 @@ class Engine:
         )
         stop_ids = set(params.stop_token_ids or [])
         if not params.ignore_eos:
-            stop_ids.add(self.chat_format.end_of_turn_id)
+            stop_ids |= self.chat_format.stop_ids
             if self.tokenizer.eos_token_id is not None:
                 stop_ids.add(int(self.tokenizer.eos_token_id))
         stop_strings = params.stop_strings()

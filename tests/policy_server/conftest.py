@@ -41,7 +41,8 @@ def policy_server(tasks_file: Path) -> Iterator[Callable[..., PolicyServerHandle
     def start(policy: str, **settings: Any) -> PolicyServerHandle:
         if policy == "oracle":
             settings.setdefault("tasks", tasks_file)
-        handle = launch(policy, tokenizer=TOKENIZER, **settings)
+        settings.setdefault("tokenizer", TOKENIZER)
+        handle = launch(policy, **settings)
         started.append(handle)
         return handle
 

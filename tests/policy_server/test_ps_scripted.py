@@ -162,3 +162,28 @@ async def test_chat_completions_null_and_text_format(policy_server) -> None:
     message = reply["choices"][0]["message"]
     assert "tool_calls" not in message and BASH_BLOCK.findall(message["content"]) == ["submit"]
     assert reply["choices"][0]["finish_reason"] == "stop"
+
+
+async def test_oracle_speaks_the_template_family_markup(policy_server, greet_repo) -> None:
+    """GLM templates get GLM tool calls, ended by the token GLM puts after a call."""
+    from swerollout.policy_server.tool_markup import GLMMarkup, parse_tool_calls
+    from swerollout.tokenizers import load_tokenizer
+
+    glm = load_tokenizer("glm-4.5v")
+    server = policy_server("oracle", tokenizer="glm-4.5v")
+    reply = await generate(server.url, render(glm, [SYSTEM, TASK], tools=TOOLS))
+    assert glm.convert_ids_to_tokens(reply["output_ids"][-1]) == "<|observation|>"
+    _, calls = parse_tool_calls(reply["text"], GLMMarkup())
+    assert [c.name for c in calls] == ["bash"]
+    assert run_bash(calls[0].arguments["command"], greet_repo).returncode == 0
+    assert (greet_repo / "greet.py").read_text() == GREETING_V2
+
+
+async def test_oracle_falls_back_to_text_format_without_tool_markup(policy_server) -> None:
+    from swerollout.tokenizers import load_tokenizer
+
+    deepseek = load_tokenizer("deepseek-v3")
+    server = policy_server("oracle", tokenizer="deepseek-v3")
+    reply = await generate(server.url, render(deepseek, [SYSTEM, TASK], tools=TOOLS))
+    (command,) = BASH_BLOCK.findall(reply["text"])
+    assert GOLD_PATCH in command

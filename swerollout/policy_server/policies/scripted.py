@@ -1,10 +1,12 @@
 """Scripted policies: `oracle` solves known tasks with their gold patch, `null` gives up.
 
 Both decode the prompt, decide what to say from the conversation so far, and
-emit that reply as tokens followed by the template's end-of-turn token. Replies
-follow the prompt's action format: a Hermes tool call when the prompt offers
-tools, otherwise one fenced ```bash block (the text format's submit action is the
-bash command ``submit``).
+emit that reply as tokens followed by the template's end-of-turn token (the one
+the template puts after a tool call, for tool calls). Replies follow the
+prompt's action format: a tool call in the template's own markup (Hermes JSON,
+GLM arg_key, Qwen XML; see tool_markup.py) when the prompt offers tools,
+otherwise one fenced ```bash block (the text format's submit action is the bash
+command ``submit``).
 
 Logprobs: a scripted policy has no distribution, so every token's logprob is the
 constant SCRIPTED_LOGPROB (0.0, i.e. probability 1).
@@ -82,6 +84,13 @@ def apply_patch_command(patch: str) -> str:
     )
 
 
+@dataclass(frozen=True)
+class Reply:
+    text: str
+    tool_call: bool = False
+    """The reply is a tool call (some templates end such a turn with another token)."""
+
+
 @dataclass
 class ScriptedGeneration:
     tokens: list[int]
@@ -106,20 +115,22 @@ class _ScriptedPolicy:
     def start(self, input_ids: list[int], sampling: SamplingConfig) -> ScriptedGeneration:
         prompt = str(self._tokenizer.decode(input_ids, skip_special_tokens=False))
         reply = self.reply(prompt)
-        tokens = list(self._tokenizer.encode(reply, add_special_tokens=False))
-        return ScriptedGeneration(tokens + [self._format.end_of_turn_id])
+        tokens = list(self._tokenizer.encode(reply.text, add_special_tokens=False))
+        end = self._format.end_after_tool_call_id if reply.tool_call else self._format.end_of_turn_id
+        return ScriptedGeneration(tokens + [end])
 
-    def reply(self, prompt: str) -> str:
+    def reply(self, prompt: str) -> Reply:
         raise NotImplementedError
 
-    def _action(self, prompt: str, *, tool: str, arguments: dict[str, Any], thought: str) -> str:
-        if self._format.tools_offered(prompt):
-            return self._format.render_tool_call(tool, arguments)
+    def _action(self, prompt: str, *, tool: str, arguments: dict[str, Any], thought: str) -> Reply:
+        markup = self._format.markup
+        if markup is not None and self._format.tools_offered(prompt):
+            return Reply(markup.render(tool, arguments), tool_call=True)
+        # In the text format, a call without a command (submit) is the `submit` command.
         command = arguments.get("command", SUBMIT_COMMAND)
-        return f"{thought}\n\n```bash\n{command}\n```"
+        return Reply(f"{thought}\n\n```bash\n{command}\n```")
 
-    def _submit(self, prompt: str) -> str:
-        # In the text format an empty arguments dict falls back to the `submit` command.
+    def _submit(self, prompt: str) -> Reply:
         return self._action(prompt, tool="submit", arguments={}, thought="Submitting.")
 
 
@@ -128,7 +139,7 @@ class NullPolicy(_ScriptedPolicy):
 
     name = "null"
 
-    def reply(self, prompt: str) -> str:
+    def reply(self, prompt: str) -> Reply:
         return self._submit(prompt)
 
 
@@ -155,10 +166,13 @@ class OraclePolicy(_ScriptedPolicy):
                 return task
         return None
 
-    def reply(self, prompt: str) -> str:
+    def reply(self, prompt: str) -> Reply:
         task = self.find_task(prompt)
         if task is None:
-            return "I do not recognise this task: no instance_id or problem statement from the oracle's tasks file is in the prompt."
+            return Reply(
+                "I do not recognise this task: no instance_id or problem statement "
+                "from the oracle's tasks file is in the prompt."
+            )
         if self._format.prior_assistant_turns(prompt) >= 1:
             return self._submit(prompt)
         return self._action(
