@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 
@@ -126,14 +127,24 @@ async def test_reconnect_reuses_the_live_session(repo_sandbox: RepoSandbox) -> N
         await second.close(close_session=True)
 
 
-COUNT_COMMAND = "sleep 1; echo ran >> counter.txt; (exit 5)"
+COUNT_COMMAND = "touch started.txt; sleep 1; echo ran >> counter.txt; (exit 5)"
+
+
+async def until_started(marker: Path) -> None:
+    """Cut the connection only once the server is surely running the command."""
+    for _ in range(400):
+        if marker.exists():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{marker} never appeared: the command did not start")
 
 
 @pytest.mark.parametrize("close_upstream", [True, False])
 async def test_dropped_connection_never_runs_a_command_twice(repo_sandbox: RepoSandbox, close_upstream: bool) -> None:
     swerex_server, git_repo = repo_sandbox.handle, repo_sandbox.repo
     proxy = await DroppingProxy(
-        swerex_server.port, drop_when=b"counter.txt", close_upstream=close_upstream
+        swerex_server.port, drop_when=b"counter.txt", drop_after=0, close_upstream=close_upstream,
+        before_drop=lambda: until_started(git_repo / "started.txt"),
     ).start()
     sandbox = await Sandbox.connect(proxy.url, swerex_server.token, session=f"proxy-{uuid.uuid4().hex[:6]}")
     try:
@@ -151,6 +162,7 @@ async def test_dropped_connection_after_server_forgot_the_answer(repo_sandbox: R
     swerex_server, git_repo = repo_sandbox.handle, repo_sandbox.repo
 
     async def another_request_in_between() -> None:
+        await until_started(git_repo / "started.txt")
         async with httpx.AsyncClient() as other:
             await other.post(
                 f"{swerex_server.url}/execute",
@@ -160,7 +172,7 @@ async def test_dropped_connection_after_server_forgot_the_answer(repo_sandbox: R
             )
 
     proxy = await DroppingProxy(
-        swerex_server.port, drop_when=b"counter.txt", before_drop=another_request_in_between
+        swerex_server.port, drop_when=b"counter.txt", drop_after=0, before_drop=another_request_in_between
     ).start()
     sandbox = await Sandbox.connect(proxy.url, swerex_server.token, session=f"proxy-{uuid.uuid4().hex[:6]}")
     try:
@@ -189,6 +201,7 @@ async def test_dropped_connection_never_runs_an_execute_twice(repo_sandbox: Repo
     swerex_server, git_repo = repo_sandbox.handle, repo_sandbox.repo
 
     async def another_request_in_between() -> None:
+        await until_started(git_repo / "started.txt")
         async with httpx.AsyncClient() as other:
             await other.post(
                 f"{swerex_server.url}/execute",
@@ -198,11 +211,11 @@ async def test_dropped_connection_never_runs_an_execute_twice(repo_sandbox: Repo
             )
 
     proxy = await DroppingProxy(
-        swerex_server.port, drop_when=b"exec-counter.txt", before_drop=another_request_in_between
+        swerex_server.port, drop_when=b"exec-counter.txt", drop_after=0, before_drop=another_request_in_between
     ).start()
     sandbox = await Sandbox.connect(proxy.url, swerex_server.token, session=f"proxy-{uuid.uuid4().hex[:6]}")
     try:
-        result = await sandbox.execute("sleep 1; echo ran >> exec-counter.txt; exit 6", cwd=str(git_repo))
+        result = await sandbox.execute("touch started.txt; sleep 1; echo ran >> exec-counter.txt; exit 6", cwd=str(git_repo))
         again = await sandbox.execute(["cat", "exec-counter.txt"], cwd=str(git_repo))
     finally:
         await sandbox.close(close_session=True)
