@@ -26,6 +26,7 @@ from swerollout.client import (
     CrdNotInstalled,
     NamespaceNotFound,
     RolloutClient,
+    RolloutNotFound,
     UnknownBatch,
 )
 from swerollout.client.progress import member_state
@@ -38,7 +39,7 @@ EXIT_CODES_HELP = (
     "exit codes: 0 ok; 1 the batch has failed rollouts (watch, results); 2 usage/configuration error "
     "(no kubeconfig, CRD not installed, wrong namespace, unknown batch); 3 cluster/store/endpoint failure"
 )
-_USAGE_ERRORS = (ClientConfigError, CrdNotInstalled, NamespaceNotFound, UnknownBatch)
+_USAGE_ERRORS = (ClientConfigError, CrdNotInstalled, NamespaceNotFound, UnknownBatch, RolloutNotFound)
 
 Command = Callable[[argparse.Namespace, RolloutClient], int]
 

@@ -23,6 +23,7 @@ from swerollout.client.errors import (
     KubeApiError,
     NamespaceNotFound,
     ResultUnavailable,
+    RolloutNotFound,
     UnknownBatch,
     WaitTimeout,
 )
@@ -34,6 +35,6 @@ from swerollout.client.sync import RolloutClient
 __all__ = [
     "FIELD_MANAGER", "LABEL_SAMPLE", "AsyncRolloutClient", "BatchProgress", "ClientConfigError", "ClientError",
     "CrdNotInstalled", "EndpointUnreachable", "KubeApiError", "MemberState", "NamespaceNotFound", "ResultUnavailable",
-    "RolloutClient", "RolloutRecord", "TrainerStatus", "UnknownBatch", "WaitTimeout", "check_batch_name",
+    "RolloutClient", "RolloutNotFound", "RolloutRecord", "TrainerStatus", "UnknownBatch", "WaitTimeout", "check_batch_name",
     "check_inference_endpoint", "rollout_name", "trainer_status",
 ]

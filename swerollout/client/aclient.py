@@ -32,6 +32,7 @@ from swerollout.api.v1alpha1 import (
     PLURAL,
     VERSION,
     Agent,
+    AgentKind,
     Inference,
     Instance,
     Mode,
@@ -47,6 +48,7 @@ from swerollout.client.errors import (
     KubeApiError,
     NamespaceNotFound,
     ResultUnavailable,
+    RolloutNotFound,
     UnknownBatch,
     WaitTimeout,
 )
@@ -242,7 +244,7 @@ class AsyncRolloutClient:
         try:
             return await self.kube.get(SWEROLLOUTS, name, self.namespace)
         except NotFound:
-            raise UnknownBatch(
+            raise RolloutNotFound(
                 f"no SWERollout named {name!r} in namespace {self.namespace!r}; `swerollout list` shows what exists"
             ) from None
         except KubeError as exc:
@@ -316,6 +318,11 @@ class AsyncRolloutClient:
             ]
         except (ValidationError, ValueError) as exc:
             raise ClientConfigError(f"the rollout spec is not valid: {exc}") from exc
+        if specs[0].agent.kind is not AgentKind.CHAT_AGENT and not inf.tokenizer:
+            raise ClientConfigError(
+                f"inference.tokenizer is required for {specs[0].agent.kind.value}: set it (--tokenizer) to a "
+                "bundled name such as qwen-2.5 or a tokenizer directory, or use agent kind ChatAgent"
+            )
         if check_endpoint:
             await check_inference_endpoint(inf.endpoint)
         await self.check_cluster()
@@ -333,10 +340,11 @@ class AsyncRolloutClient:
                 try:
                     await self.kube.apply(SWEROLLOUTS, body, self.namespace, field_manager=FIELD_MANAGER)
                 except Invalid as exc:
-                    raise ClientConfigError(
-                        f"the API server refused {body['metadata']['name']}: {exc}. If this batch name was used "
-                        "before with other instances or mode, choose a new batch name"
-                    ) from exc
+                    hint = (
+                        " This batch name was used before with other instances or another mode: choose a new "
+                        "batch name." if "immutable" in str(exc) else ""
+                    )
+                    raise ClientConfigError(f"the API server refused {body['metadata']['name']}: {exc}.{hint}") from exc
                 except KubeError as exc:
                     raise _kube_error(exc, f"creating SWERollout {body['metadata']['name']}") from exc
             return str(body["metadata"]["name"])

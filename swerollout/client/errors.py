@@ -29,6 +29,10 @@ class UnknownBatch(ClientError):
     """No SWERollout carries the batch label in this namespace."""
 
 
+class RolloutNotFound(ClientError):
+    """No SWERollout of that name in this namespace."""
+
+
 class EndpointUnreachable(ClientError):
     """The inference endpoint did not answer its /health check."""
 

@@ -146,6 +146,8 @@ async def test_results_export_parquet_and_jsonl(
 def test_usage_errors_exit_2_with_a_clear_message(crd: ControlPlane, namespace: str, tmp_path: Path) -> None:
     unknown = swerollout(crd, "watch", "--batch", "nope", "-n", namespace)
     assert unknown.returncode == 2 and "batch 'nope' has no SWERollouts" in unknown.stderr
+    no_rollout = swerollout(crd, "get", "nope-0-0", "-n", namespace)
+    assert no_rollout.returncode == 2 and "no SWERollout named 'nope-0-0'" in no_rollout.stderr
     wrong_ns = swerollout(crd, "list", "-n", "no-such-namespace")
     assert wrong_ns.returncode == 2 and "no-such-namespace" in wrong_ns.stderr
     bad_file = swerollout(crd, *submit_args(namespace, "x")[:2], str(tmp_path / "missing.jsonl"), *submit_args(namespace, "x")[3:])

@@ -83,6 +83,8 @@ async def test_invalid_inputs_name_the_problem(client: AsyncRolloutClient) -> No
         await client.submit_batch([instance(0), {"instanceId": "x"}], 1, batch="b", inference=INFERENCE)
     with pytest.raises(ClientConfigError, match="endpoint"):
         await client.submit_batch([instance(0)], 1, batch="b", inference={"endpoint": "not a url"})
+    with pytest.raises(ClientConfigError, match="inference.tokenizer is required"):
+        await client.submit_batch([instance(0)], 1, batch="b", inference={"endpoint": "http://127.0.0.1:9"})
     with pytest.raises(ClientConfigError, match="set by the client"):
         await client.submit_batch([instance(0)], 1, batch="b", inference=INFERENCE, labels={LABEL_BATCH: "x"})
 
