@@ -288,7 +288,7 @@ class Engine:
                 entry.generated = len(output)
                 if sample.token_id in stop_ids:
                     finish = FinishReason(type=FinishType.STOP, matched=sample.token_id)
-                elif stop_strings:
+                elif stop_strings and self._tail_has_stop(output, stop_strings, params.skip_special_tokens):
                     matched_text = _first_stop(self._decode(output, params.skip_special_tokens), stop_strings)
                     if matched_text is not None:
                         finish = FinishReason(type=FinishType.STOP, matched=matched_text)
@@ -319,6 +319,16 @@ class Engine:
         if self.policy.offload:
             return await asyncio.get_running_loop().run_in_executor(self._executor, generation.next_token)
         return generation.next_token()
+
+    def _tail_has_stop(self, output: list[int], stops: list[str], skip_special_tokens: bool) -> bool:
+        # Only the newest tokens can complete a stop string; decoding the whole output
+        # at every step would make long generations quadratic. A non-special token
+        # decodes to at least one character (a partial UTF-8 byte shows as U+FFFD), so
+        # the last len(stop) + a few tokens hold any match ending at the newest token
+        # (unless skipped special tokens sit inside the match, which we accept).
+        window = max(len(stop) for stop in stops) + 4
+        tail = self._decode(output[-window:], skip_special_tokens)
+        return any(stop in tail for stop in stops)
 
     def _decode(self, ids: list[int], skip_special_tokens: bool) -> str:
         return str(self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens))
