@@ -135,11 +135,14 @@ class FilesystemStore(BlockingBackendStore):
         return ObjectKey.parse(normalized[len(prefix):], ref=ref)
 
     def _path(self, key: ObjectKey) -> Path:
-        path = self._root.joinpath(*key.parts)
-        # Defence in depth against a symlink planted inside the root.
-        resolved = path.resolve()
-        if not resolved.is_relative_to(self._root):
-            raise InvalidRefError(f"object {self._ref(key)!r} resolves outside the store root {self._root}")
+        return self._inside_root(self._root.joinpath(*key.parts), what=f"object {self._ref(key)!r}")
+
+    def _inside_root(self, path: Path, *, what: str) -> Path:
+        # Defence in depth: the key grammar keeps paths inside the root, but a
+        # symlink planted in the volume could still lead reads, writes or a
+        # recursive delete elsewhere.
+        if not path.resolve().is_relative_to(self._root):
+            raise InvalidRefError(f"{what} resolves outside the store root {self._root}")
         return path
 
     def _ensure_dirs(self, key: ObjectKey) -> Path:
@@ -152,6 +155,8 @@ class FilesystemStore(BlockingBackendStore):
                 current.mkdir(mode=DIR_MODE)
             except FileExistsError:
                 pass
+            # Checked per level, so nothing is created through a planted symlink.
+            self._inside_root(current, what=f"the directory of {self._ref(key)!r}")
         return current
 
     # -- primitives --
@@ -260,6 +265,8 @@ class FilesystemStore(BlockingBackendStore):
 
     def _delete_owner(self, owner: Owner) -> int:
         owner_dir = self._root / owner.namespace / owner.uid
+        with _mapped_os_errors(f"deleting the objects of {owner.prefix}"):
+            self._inside_root(owner_dir, what=f"the directory of {owner.prefix}")
         deleted = sum(1 for _ in self._list(owner))
         with _mapped_os_errors(f"deleting the objects of {owner.prefix}"):
             try:

@@ -134,3 +134,22 @@ async def test_two_stores_on_one_root_racing_the_same_object(tmp_path: Path) -> 
     assert await first.get(results[0].ref) == data
     kind_dir = tmp_path / "root" / "team-fs" / ROLLOUT.uid / "trajectory"
     assert [p.name for p in kind_dir.iterdir()] == [sha(data)]
+
+
+async def test_a_symlinked_namespace_directory_is_neither_written_nor_deleted_through(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / ROLLOUT.uid / "report").mkdir(parents=True)
+    precious = elsewhere / ROLLOUT.uid / "report" / "precious"
+    precious.write_bytes(b"keep me")
+    store = open_store((tmp_path / "root").as_uri())
+    (tmp_path / "root" / "team-fs").symlink_to(elsewhere)
+
+    with pytest.raises(InvalidRefError, match="outside the store root"):
+        await store.put(ROLLOUT, "report", b"r")
+    with pytest.raises(InvalidRefError, match="outside the store root"):
+        await store.put(Owner(namespace="team-fs", uid="fresh"), "report", b"r")
+    assert not (elsewhere / "fresh").exists()  # nothing created through the link
+    with pytest.raises(InvalidRefError, match="outside the store root"):
+        await store.delete_owner(ROLLOUT)
+    assert precious.read_bytes() == b"keep me"
+    assert sorted(p.name for p in precious.parent.iterdir()) == ["precious"]
