@@ -141,3 +141,12 @@ async def test_invalid_json_and_duplicate_rid(policy_server) -> None:
         assert second.status_code == 400 and "'dup' is already in flight" in second.json()["error"]["message"]
         await client.post(server.url + "/abort_request", json={"rid": "dup"})
         assert (await first).status_code == 200
+
+
+def test_in_process_stop_closes_the_port(policy_server) -> None:
+    server = policy_server("null")
+    assert httpx.get(server.url + "/health", timeout=30).status_code == 200
+    server.stop()
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(server.url + "/health", timeout=5)
+    server.stop()  # idempotent
