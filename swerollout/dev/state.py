@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from swerollout.nodeagent.process import start_ticks
 
-ComponentStatus = Literal["starting", "running", "restarting", "exited", "skipped", "failed"]
+ComponentStatus = Literal["starting", "running", "ready", "restarting", "exited", "skipped", "failed"]
 
 
 class ComponentState(BaseModel):

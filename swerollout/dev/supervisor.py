@@ -157,8 +157,7 @@ class Supervisor:
         port = free_port()
         argv = [sys.executable, "-m", "swerollout.cli.main", "policy-server", "--policy", self.args.policy,
                 "--port", str(port)]
-        if self.args.tasks:
-            argv += ["--tasks", str(Path(self.args.tasks).resolve())]
+        argv += ["--tasks", str(self._tasks_file())]
         child = Child("policy-server", argv, self.paths.logs / "policy-server.log")
         self.children[child.name] = child
         comp = child.start()
@@ -170,6 +169,18 @@ class Supervisor:
         else:
             comp.status, comp.detail = "failed", f"did not listen on port {port}; see {child.log}"
         self.save()
+
+    def _tasks_file(self) -> Path:
+        """--tasks, or the bundled tasks written as git repositories (file:// images) under the dev dir."""
+        if self.args.tasks:
+            return Path(self.args.tasks).resolve()
+        from swerollout.tasks import INDEX_FILE, materialize_tasks
+
+        dest = self.paths.root / "tasks"
+        if not (dest / INDEX_FILE).is_file():
+            materialize_tasks(dest)
+        self.state.components["tasks"] = ComponentState(status="ready", detail=f"bundled tasks in {dest / INDEX_FILE}")
+        return dest / INDEX_FILE
 
     def _start_node_agent(self) -> None:
         argv = [sys.executable, "-m", "swerollout.nodeagent", "--kubeconfig", str(self.paths.kubeconfig),

@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from swerollout.dev.paths import DevPaths
@@ -41,7 +42,7 @@ def wait_phase(kube: KubeClient, name: str, phases: tuple[str, ...], timeout: fl
 
 
 def test_dev_up_status_logs_down(workdir: Path) -> None:
-    up = cli("dev", "up", "--workdir", str(workdir))
+    up = cli("dev", "up", "--workdir", str(workdir), "--policy", "oracle")
     assert up.returncode == 0, up.stdout + up.stderr
     paths = DevPaths.under(workdir)
     assert f"kubeconfig: {paths.kubeconfig}" in up.stdout
@@ -54,10 +55,14 @@ def test_dev_up_status_logs_down(workdir: Path) -> None:
     assert status.returncode == 0, status.stdout
     state = DevState.read(paths.state)
     assert state is not None and state.status == "ready"
-    for name in ("etcd", "kube-apiserver", "node-agent", "operator"):
+    for name in ("etcd", "kube-apiserver", "node-agent", "operator", "policy-server"):
         assert state.components[name].alive(), name
         assert name in status.stdout
     assert state.components["chart"].status == "running"
+    assert state.components["tasks"].status == "ready"
+    assert state.sglang_url.startswith("http://127.0.0.1:")
+    assert httpx.get(f"{state.sglang_url}/health", timeout=10).status_code == 200
+    assert f"sglang: {state.sglang_url}" in status.stdout
 
     with KubeClient.from_kubeconfig(paths.kubeconfig) as kube:
         node = kube.get(NODES, "local")
