@@ -10,7 +10,9 @@ Endpoints (SGLang's field names; bodies validated, unknown fields -> 400 naming 
   ``sampling_params``, ``return_logprob``, ``return_routed_experts``, ``stream``).
 - ``POST /abort_request`` ``{rid (prefix), abort_all}``.
 - ``POST /pause_generation`` ``{mode: abort|retract|in_place}``, ``POST /continue_generation``.
-- ``POST /update_weight_version`` ``{new_version, abort_all_requests}``.
+- ``POST /update_weight_version`` ``{new_version, abort_all_requests}``; trainer
+  compatibility: ``POST /update_weights_from_disk`` (version only, no weights are
+  read), ``POST /flush_cache`` (no-op), ``GET /get_weight_version``.
 - ``GET /health``, ``/health_generate``, ``/get_model_info``, ``/get_server_info``,
   ``/get_load``, ``/v1/loads``, ``/v1/models``.
 - ``POST /v1/chat/completions`` (OpenAI, non-streaming, ``tools`` -> ``tool_calls``).

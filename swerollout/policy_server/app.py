@@ -29,6 +29,7 @@ from swerollout.policy_server.wire import (
     GenerateRequest,
     GenerateResponse,
     PauseRequest,
+    UpdateWeightsFromDiskRequest,
     UpdateWeightVersionRequest,
 )
 
@@ -143,6 +144,26 @@ async def update_weight_version(request: web.Request) -> web.Response:
     return web.json_response(
         {"success": True, "message": f"weight version is now {body.new_version}", "new_version": body.new_version}
     )
+
+
+async def update_weights_from_disk(request: web.Request) -> web.Response:
+    """Trainer compatibility: accepted, no weights are read; weight_version (if given) applies."""
+    body = await _parse(request, UpdateWeightsFromDiskRequest)
+    engine = _engine(request)
+    engine.update_weight_version(body.weight_version or engine.weight_version, abort_all=body.abort_all_requests)
+    return web.json_response(
+        {"success": True, "message": f"no weights loaded from {body.model_path} (policy server stand-in)",
+         "num_paused_requests": 0}
+    )
+
+
+async def flush_cache(request: web.Request) -> web.Response:
+    """Trainer compatibility: there is no prefix cache to flush."""
+    return web.Response(status=200, text="Cache flushed.")
+
+
+async def get_weight_version(request: web.Request) -> web.Response:
+    return web.json_response({"weight_version": _engine(request).weight_version})
 
 
 async def health(request: web.Request) -> web.Response:
@@ -280,6 +301,9 @@ def create_app(settings: ServerSettings, engine: Engine | None = None) -> web.Ap
         ("POST", "/pause_generation", pause_generation),
         ("POST", "/continue_generation", continue_generation),
         ("POST", "/update_weight_version", update_weight_version),
+        ("POST", "/update_weights_from_disk", update_weights_from_disk),
+        ("POST", "/flush_cache", flush_cache),
+        ("GET", "/get_weight_version", get_weight_version),
         ("GET", "/health", health),
         ("GET", "/health_generate", health_generate),
         ("GET", "/get_model_info", get_model_info),

@@ -193,6 +193,16 @@ class UpdateWeightVersionRequest(_Strict):
     """Abort every in-flight request before switching (SGLang's flag of the same name)."""
 
 
+class UpdateWeightsFromDiskRequest(_Strict):
+    """POST /update_weights_from_disk. There are no weights to load: only the version changes."""
+
+    model_path: str = Field(min_length=1)
+    load_format: str | None = None
+    weight_version: str | None = Field(default=None, min_length=1)
+    """New meta_info.weight_version; unchanged when absent."""
+    abort_all_requests: bool = False
+
+
 class FaultSettings(_Strict):
     """Failure injection for tests; every knob is off by default."""
 

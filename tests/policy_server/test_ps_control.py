@@ -204,3 +204,16 @@ async def test_client_disconnect_frees_the_request(policy_server) -> None:
         await asyncio.gather(task, return_exceptions=True)
     async with httpx.AsyncClient(timeout=120) as client:
         await wait_until(client, server.url, lambda load: load["num_total_reqs"] == 0)
+
+
+async def test_trainer_weight_update_calls(policy_server) -> None:
+    server = policy_server("null")
+    async with httpx.AsyncClient(timeout=120) as client:
+        reply = await post(client, server.url, "/update_weights_from_disk", {"model_path": "/ckpt/step-5", "weight_version": "5"})
+        assert reply["success"] is True
+        assert (await client.get(server.url + "/get_weight_version")).json() == {"weight_version": "5"}
+        assert (await client.post(server.url + "/flush_cache")).status_code == 200
+        await post(client, server.url, "/update_weights_from_disk", {"model_path": "/ckpt/step-6"})
+        assert (await client.get(server.url + "/get_weight_version")).json() == {"weight_version": "5"}
+        short = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 1}}
+        assert (await post(client, server.url, "/generate", short))["meta_info"]["weight_version"] == "5"
