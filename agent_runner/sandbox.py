@@ -285,11 +285,17 @@ class Sandbox:
 
     # -- internals ---------------------------------------------------------
 
+    def _ensure_ledger(self) -> str:
+        # The model can delete /tmp; without its parent every claim would fail
+        # and look like a duplicate.
+        return f"mkdir -p {shlex.quote(self._ledger)} 2>/dev/null"
+
     def _guarded(self, command: str, request_id: str) -> str:
         claim = shlex.quote(f"{self._ledger}/{request_id}")
         return (
+            f"{self._ensure_ledger()}; "
             f"if mkdir {claim} 2>/dev/null; then printf '%s\\n' {_start_marker(request_id)}; eval {shlex.quote(command)}; "
-            f"__swerollout_rc=$?; echo $__swerollout_rc > {claim}/rc; "
+            f"__swerollout_rc=$?; {{ echo $__swerollout_rc > {claim}/rc; }} 2>/dev/null; "
             f"printf '\\n%s%s\\n' {_exit_marker(request_id)} $__swerollout_rc; (exit $__swerollout_rc); "
             f"else echo {_DUPLICATE_MARKER}; fi"
         )
@@ -361,8 +367,9 @@ class Sandbox:
             # The subshell lets the exit code be recorded even when the script calls `exit`.
             claim = shlex.quote(f"{self._ledger}/{request_id}")
             script = (
+                f"{self._ensure_ledger()}\n"
                 f"if mkdir {claim} 2>/dev/null; then\n(\n{script}\n)\n"
-                f"__swerollout_rc=$?; echo $__swerollout_rc > {claim}/rc; exit $__swerollout_rc\n"
+                f"__swerollout_rc=$?; {{ echo $__swerollout_rc > {claim}/rc; }} 2>/dev/null; exit $__swerollout_rc\n"
                 f"else echo {_DUPLICATE_MARKER}; exit 1; fi"
             )
         request = Command(command=script, shell=True, timeout=timeout, cwd=cwd, merge_output_streams=merge_stderr)

@@ -224,3 +224,12 @@ async def test_dropped_connection_never_runs_an_execute_twice(repo_sandbox: Repo
     assert result.exit_code == 6
     assert "output was lost" in result.output
     assert (again.output, again.exit_code) == ("ran\n", 0)
+
+
+async def test_deleting_the_ledger_does_not_break_the_session(repo_sandbox: RepoSandbox) -> None:
+    sandbox = repo_sandbox.sandbox
+    assert (await sandbox.run("rm -rf /tmp/swerollout-ledger", timeout=10)).exit_code == 0
+    after = await sandbox.run("echo still-fine", timeout=10)
+    assert (after.output.strip(), after.exit_code) == ("still-fine", 0)
+    assert (await sandbox.execute("rm -rf /tmp/swerollout-ledger; echo gone")).output.strip() == "gone"
+    assert (await sandbox.execute(["echo", "fine"])).output.strip() == "fine"
