@@ -13,7 +13,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class _Strict(BaseModel):
@@ -90,6 +90,11 @@ class GenerateRequest(_Strict):
     """Return meta_info.routed_experts (synthetic here: this server has no MoE layers)."""
     stream: bool = False
     """Server-sent events, one cumulative chunk per token, then ``data: [DONE]``."""
+
+    @field_validator("sampling_params", mode="before")
+    @classmethod
+    def _null_means_defaults(cls, value: Any) -> Any:
+        return {} if value is None else value
 
     @model_validator(mode="after")
     def _one_prompt(self) -> GenerateRequest:
