@@ -14,7 +14,6 @@ identities allowed to get swerollouts in that namespace may read results).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -24,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 
 from swerollout.api import v1alpha1 as api
 from swerollout.kube import AsyncKubeClient, KubeError
-from swerollout.store import NotFoundError, ObjectKind as StoreKind, Owner, ResultStore, StoreError
+from swerollout.store import IntegrityError, NotFoundError, ObjectKind as StoreKind, Owner, ResultStore, StoreError
 from swerollout.wire import ingest as wire
 
 from .assignments import assignment_for
@@ -45,6 +44,13 @@ _STORE_KIND = {
 
 def _error(status: int, error: str, message: str) -> web.Response:
     return web.json_response(wire.ErrorBody(error=error, message=message).model_dump(), status=status)
+
+
+def _store_error(exc: StoreError) -> web.Response:
+    """503 only when retrying can help; a corrupted object or a misconfigured store is a 500."""
+    if exc.retryable:
+        return _error(503, "StoreUnavailable", str(exc))
+    return _error(500, type(exc).__name__, str(exc))
 
 
 class IngestServer:
@@ -165,17 +171,20 @@ class IngestServer:
             kind = wire.ObjectKind(request.match_info["kind"])
         except ValueError:
             return _error(400, "Invalid", f"object kind must be one of {[k.value for k in wire.ObjectKind]}")
-        data = await request.read()
-        digest = hashlib.sha256(data).hexdigest()
-        claimed = request.headers.get(wire.SHA256_HEADER)
-        if claimed and claimed != digest:
-            # A truncated or corrupted upload: store nothing.
-            return _error(400, "DigestMismatch", f"body sha256 {digest} != {wire.SHA256_HEADER} {claimed}")
+        if request.content_length is not None and request.content_length > wire.MAX_OBJECT_BYTES:
+            raise web.HTTPRequestEntityTooLarge(max_size=wire.MAX_OBJECT_BYTES, actual_size=request.content_length)
+        claimed = request.headers.get(wire.SHA256_HEADER) or None
         owner = Owner(namespace=entry.namespace, uid=entry.uid)
         try:
-            stored = await self.store.put(owner, _STORE_KIND[kind], data)
+            # Streamed and hashed off the event loop by the store; a body that does not
+            # match its claimed digest (truncated, corrupted) is never stored.
+            stored = await self.store.put_stream(
+                owner, _STORE_KIND[kind], request.content.iter_chunked(1 << 20), expect_sha256=claimed
+            )
+        except IntegrityError as exc:
+            return _error(400, "DigestMismatch", f"the body does not match {wire.SHA256_HEADER}: {exc}")
         except StoreError as exc:
-            return _error(503, "StoreUnavailable", str(exc))
+            return _store_error(exc)
         ref = wire.StoredObjectRef(kind=kind, sha256=stored.sha256, bytes=stored.bytes, ref=stored.ref)
         return web.json_response(ref.model_dump(mode="json"))
 
@@ -196,7 +205,7 @@ class IngestServer:
         except NotFoundError:
             return _error(404, "NotFound", f"object {sha} is missing from the store")
         except StoreError as exc:
-            return _error(503, "StoreUnavailable", str(exc))
+            return _store_error(exc)
         return web.Response(body=data, content_type="application/octet-stream")
 
     async def _event(self, request: web.Request, entry: Tracked) -> web.StreamResponse:
@@ -245,5 +254,5 @@ class IngestServer:
         try:
             data = await self.store.get(ref["ref"], expect_sha256=ref["sha256"])
         except StoreError as exc:
-            return _error(503, "StoreUnavailable", str(exc))
+            return _store_error(exc)
         return web.Response(body=data, content_type="application/octet-stream")
