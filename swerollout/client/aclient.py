@@ -66,6 +66,7 @@ from swerollout.kube import (
     SWEROLLOUTS,
     AsyncKubeClient,
     ConfigError,
+    Conflict,
     Forbidden,
     Gone,
     Invalid,
@@ -92,6 +93,8 @@ WATCH_SECONDS = 60
 MAX_WATCH_RECONNECTS = 5
 # Parallel requests for submit/abort/resume/results (the API server throttles beyond this).
 PARALLEL_REQUESTS = 16
+# Optimistic-concurrency retries of one abort/resume patch before giving up.
+MAX_CONFLICT_RETRIES = 5
 
 
 async def check_inference_endpoint(endpoint: str, *, timeout: float = 5.0) -> None:
@@ -381,26 +384,32 @@ class AsyncRolloutClient:
         return await self._set_suspend(batch, False)
 
     async def _set_suspend(self, batch: str, suspend: bool) -> list[str]:
-        targets = [
-            o for o in await self.members(batch)
-            if not parse_status(o).phase.is_terminal and bool((o.get("spec") or {}).get("suspend")) != suspend
-        ]
         limit = asyncio.Semaphore(PARALLEL_REQUESTS)
 
         async def patch(obj: Object) -> str:
             name = str(obj["metadata"]["name"])
             async with limit:
-                try:
-                    await self.kube.patch(
-                        SWEROLLOUTS, name, {"spec": {"suspend": suspend}}, self.namespace, field_manager=FIELD_MANAGER
-                    )
-                except NotFound:
-                    return ""  # deleted meanwhile: nothing to abort or resume
-                except KubeError as exc:
-                    raise _kube_error(exc, f"setting spec.suspend={suspend} on {name}") from exc
-            return name
+                for _ in range(MAX_CONFLICT_RETRIES):
+                    if parse_status(obj).phase.is_terminal or bool((obj.get("spec") or {}).get("suspend")) == suspend:
+                        return ""
+                    # The resourceVersion makes the patch conditional: a member that finished
+                    # since we read it is re-read (and left alone) instead of being patched.
+                    body = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "spec": {"suspend": suspend}}
+                    try:
+                        await self.kube.patch(SWEROLLOUTS, name, body, self.namespace, field_manager=FIELD_MANAGER)
+                        return name
+                    except Conflict:
+                        try:
+                            obj = await self.kube.get(SWEROLLOUTS, name, self.namespace)
+                        except NotFound:
+                            return ""
+                    except NotFound:
+                        return ""  # deleted meanwhile: nothing to abort or resume
+                    except KubeError as exc:
+                        raise _kube_error(exc, f"setting spec.suspend={suspend} on {name}") from exc
+            raise KubeApiError(f"{name} kept changing while setting spec.suspend={suspend}; try again", retryable=True)
 
-        names = await asyncio.gather(*(patch(o) for o in targets))
+        names = await asyncio.gather(*(patch(o) for o in await self.members(batch)))
         return sorted(n for n in names if n)
 
     # --- following a batch --------------------------------------------------------------

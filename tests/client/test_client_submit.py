@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from client_support import INFERENCE, finish, instance, make_trajectory, run
 from swerollout.api.v1alpha1 import LABEL_BATCH, LABEL_MEMBER
 from swerollout.client import FIELD_MANAGER, LABEL_SAMPLE, AsyncRolloutClient, ClientConfigError
-from swerollout.kube import SWEROLLOUTS, AsyncKubeClient
+from swerollout.controlplane import ControlPlane
+from swerollout.kube import SWEROLLOUTS, AsyncKubeClient, ResourceType, load_kubeconfig
 from swerollout.store import ResultStore
 from swerollout.tasks import DEFAULT_TASKS_DIR, load_instances
 
@@ -106,3 +109,26 @@ async def test_abort_and_resume_touch_only_unfinished_members(
     assert await client.resume("ab") == ["ab-0-0"]
     suspend = {o["metadata"]["name"]: o["spec"].get("suspend") for o in (await akube.list(SWEROLLOUTS, namespace))["items"]}
     assert suspend == {"ab-0-0": False, "ab-0-1": False, "ab-1-0": False, "ab-1-1": True}
+
+
+async def test_a_member_that_finishes_during_abort_is_left_alone(
+    crd: ControlPlane, akube: AsyncKubeClient, store: ResultStore, store_url: str, namespace: str
+) -> None:
+    class FinishFirstDuringPatch(AsyncKubeClient):
+        """Lets race-0-0 finish between the client's read and its patch (the race abort must survive)."""
+
+        raced = False
+
+        async def patch(self, rt: ResourceType, name: str, patch: Any, namespace: str | None = None, **kw: Any) -> Any:
+            if name == "race-0-0" and kw.get("patch_type", "merge") == "merge" and not self.raced:
+                self.raced = True
+                await finish(akube, store, namespace or "", name, trajectory=make_trajectory(9))
+            return await super().patch(rt, name, patch, namespace, **kw)
+
+    kube = FinishFirstDuringPatch(load_kubeconfig(crd.kubeconfig_path))
+    async with AsyncRolloutClient(kube, namespace, store_url=store_url, owns_kube=True) as client:
+        await client.submit_batch([instance(0)], 3, batch="race", inference=INFERENCE)
+        assert await client.abort("race") == ["race-0-1", "race-0-2"]
+        assert kube.raced
+    suspend = {o["metadata"]["name"]: o["spec"]["suspend"] for o in (await akube.list(SWEROLLOUTS, namespace))["items"]}
+    assert suspend == {"race-0-0": False, "race-0-1": True, "race-0-2": True}
