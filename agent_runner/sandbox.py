@@ -288,16 +288,19 @@ class Sandbox:
     def _ensure_ledger(self) -> str:
         # The model can delete /tmp; without its parent every claim would fail
         # and look like a duplicate.
-        return f"mkdir -p {shlex.quote(self._ledger)} 2>/dev/null"
+        return f"command mkdir -p {shlex.quote(self._ledger)} 2>/dev/null"
 
     def _guarded(self, command: str, request_id: str) -> str:
+        # `command` / `builtin` keep the guard working if the model defined
+        # functions or aliases named mkdir, printf, echo or eval.
         claim = shlex.quote(f"{self._ledger}/{request_id}")
         return (
             f"{self._ensure_ledger()}; "
-            f"if mkdir {claim} 2>/dev/null; then printf '%s\\n' {_start_marker(request_id)}; eval {shlex.quote(command)}; "
-            f"__swerollout_rc=$?; {{ echo $__swerollout_rc > {claim}/rc; }} 2>/dev/null; "
-            f"printf '\\n%s%s\\n' {_exit_marker(request_id)} $__swerollout_rc; (exit $__swerollout_rc); "
-            f"else echo {_DUPLICATE_MARKER}; fi"
+            f"if command mkdir {claim} 2>/dev/null; then builtin printf '%s\\n' {_start_marker(request_id)}; "
+            f"builtin eval {shlex.quote(command)}; "
+            f"__swerollout_rc=$?; {{ builtin echo $__swerollout_rc > {claim}/rc; }} 2>/dev/null; "
+            f"builtin printf '\\n%s%s\\n' {_exit_marker(request_id)} $__swerollout_rc; (exit $__swerollout_rc); "
+            f"else builtin echo {_DUPLICATE_MARKER}; fi"
         )
 
     async def _recorded_exit_code(self, request_id: str) -> int | None:

@@ -233,3 +233,10 @@ async def test_deleting_the_ledger_does_not_break_the_session(repo_sandbox: Repo
     assert (after.output.strip(), after.exit_code) == ("still-fine", 0)
     assert (await sandbox.execute("rm -rf /tmp/swerollout-ledger; echo gone")).output.strip() == "gone"
     assert (await sandbox.execute(["echo", "fine"])).output.strip() == "fine"
+
+
+async def test_model_functions_cannot_break_the_guard(repo_sandbox: RepoSandbox) -> None:
+    sandbox = repo_sandbox.sandbox
+    await sandbox.run("mkdir() { return 1; }; printf() { :; }; echo() { :; }; alias eval=false", timeout=10)
+    result = await sandbox.run("builtin echo guarded; (exit 3)", timeout=10)
+    assert (result.output.strip(), result.exit_code) == ("guarded", 3)
