@@ -76,6 +76,9 @@ def _watch(args: argparse.Namespace, client: RolloutClient) -> int:
 
         final = client.wait(args.batch, progress=show, timeout=args.timeout)
     verdict = "all succeeded" if final.failed == 0 else f"{final.failed} failed"
+    for member in final.members:
+        if member.phase is Phase.FAILED:
+            console.print(f"  failed: {member.name}: {member.message or member.exit_status or 'no message'}", highlight=False)
     console.print(f"batch {args.batch}: {final.finished}/{final.total} finished, {verdict}", highlight=False)
     return EXIT_OK if final.failed == 0 else EXIT_BATCH_FAILURES
 

@@ -20,6 +20,8 @@ class MemberState:
     resolved: bool | None
     exit_status: str | None
     suspend: bool
+    message: str = ""
+    """The operator's summary of the latest phase change (why it failed, for example)."""
 
 
 @dataclass(frozen=True)
@@ -89,4 +91,5 @@ def member_state(obj: dict[str, Any]) -> MemberState:
         resolved=reward.resolved if reward else None,
         exit_status=result.exit_status if result else None,
         suspend=bool((obj.get("spec") or {}).get("suspend", False)),
+        message=status.message,
     )

@@ -3,14 +3,17 @@ the four statuses RL trainers (slime, verl) distinguish."""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from pydantic import ValidationError
 
 from swerollout.api.v1alpha1 import LABEL_BATCH, LABEL_MEMBER, Phase, SWERolloutStatus
+from swerollout.client.errors import ClientError
 from swerollout.wire.trajectory import Trajectory
 
 LABEL_SAMPLE = "swerollout.io/sample"
@@ -20,6 +23,8 @@ ANNOTATION_INSTANCE_ID = "swerollout.io/instance-id"
 # not learn from them as if the model had chosen to stop.
 INFRASTRUCTURE_EXITS = ("exit_environment_error", "exit_api", "exit_error")
 EXIT_CONTEXT = "exit_context"
+# Each pass drops every unknown field pydantic reported; nested unknowns may need another pass.
+MAX_UNKNOWN_FIELD_PASSES = 8
 
 
 class TrainerStatus(StrEnum):
@@ -131,7 +136,27 @@ def _int(value: str | None) -> int:
 
 
 def parse_status(obj: dict[str, Any]) -> SWERolloutStatus:
-    return SWERolloutStatus.model_validate(obj.get("status") or {})
+    """The object's status. Fields this client does not know (written by a newer
+    operator) are dropped rather than failing the trainer; anything else is an error."""
+    status = copy.deepcopy(obj.get("status") or {})
+    for _ in range(MAX_UNKNOWN_FIELD_PASSES):
+        try:
+            return SWERolloutStatus.model_validate(status)
+        except ValidationError as exc:
+            unknown = [e["loc"] for e in exc.errors() if e["type"] == "extra_forbidden"]
+            if not unknown or len(unknown) != len(exc.errors()):
+                name = (obj.get("metadata") or {}).get("name", "?")
+                raise ClientError(f"the status of SWERollout {name} is not readable by this client: {exc}") from exc
+            for loc in unknown:
+                _drop(status, loc)
+    raise ClientError("too many unknown status fields; upgrade swerollout")
+
+
+def _drop(tree: Any, loc: tuple[int | str, ...]) -> None:
+    for key in loc[:-1]:
+        tree = tree[key]
+    if isinstance(tree, dict):
+        tree.pop(loc[-1], None)
 
 
 def build_record(obj: dict[str, Any], trajectory: Trajectory | None) -> RolloutRecord:

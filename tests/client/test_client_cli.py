@@ -95,6 +95,7 @@ async def test_watch_follows_until_done_and_exits_1_on_failures(
     assert watcher.returncode == 1, stderr.decode()
     assert f"batch wb: {len(names)}/{len(names)} finished, 1 failed" in text
     assert all(name in text for name in names)
+    assert f"failed: {names[0]}: submitted" in text
 
 
 async def test_results_export_parquet_and_jsonl(

@@ -1,0 +1,61 @@
+"""Pure parts of the client: trainer statuses, status parsing, names."""
+
+from __future__ import annotations
+
+import pytest
+
+from swerollout.api.v1alpha1 import Phase
+from swerollout.client import ClientError, TrainerStatus, check_batch_name, rollout_name, trainer_status
+from swerollout.client.records import build_record, parse_status
+
+
+@pytest.mark.parametrize(
+    ("phase", "exit_status", "truncated", "expected"),
+    [
+        (Phase.SUCCEEDED, "submitted", False, TrainerStatus.COMPLETED),
+        (Phase.SUCCEEDED, "exit_format", False, TrainerStatus.COMPLETED),
+        (Phase.SUCCEEDED, "exit_max_iter_out (submitted)", False, TrainerStatus.COMPLETED),
+        (Phase.SUCCEEDED, "exit_context", False, TrainerStatus.TRUNCATED),
+        (Phase.SUCCEEDED, "exit_context (submitted)", False, TrainerStatus.TRUNCATED),
+        (Phase.SUCCEEDED, "submitted", True, TrainerStatus.TRUNCATED),
+        (Phase.SUCCEEDED, "exit_environment_error", False, TrainerStatus.FAILED),
+        (Phase.SUCCEEDED, "exit_api", False, TrainerStatus.FAILED),
+        (Phase.SUCCEEDED, None, False, TrainerStatus.FAILED),
+        (Phase.FAILED, "submitted", False, TrainerStatus.FAILED),
+        (Phase.ABORTED, None, False, TrainerStatus.ABORTED),
+        (Phase.RUNNING, None, False, TrainerStatus.ABORTED),
+    ],
+)
+def test_trainer_status(phase: Phase, exit_status: str | None, truncated: bool, expected: TrainerStatus) -> None:
+    assert trainer_status(phase, exit_status, truncated) is expected
+
+
+def test_unknown_status_fields_from_a_newer_operator_are_dropped() -> None:
+    obj = {
+        "metadata": {"name": "b-0-0"},
+        "status": {
+            "phase": "Running",
+            "futureField": {"x": 1},
+            "progress": {"turns": 2, "generatedTokens": 7, "newCounter": 3},
+        },
+    }
+    status = parse_status(obj)
+    assert status.phase is Phase.RUNNING and status.progress is not None and status.progress.generated_tokens == 7
+    assert "futureField" in obj["status"]  # the caller's object is not modified
+    record = build_record(obj, None)
+    assert record.status is TrainerStatus.ABORTED and record.response_ids.size == 0
+
+
+def test_a_malformed_status_is_a_client_error_naming_the_rollout() -> None:
+    with pytest.raises(ClientError, match="b-0-1"):
+        parse_status({"metadata": {"name": "b-0-1"}, "status": {"phase": "Exploded"}})
+
+
+def test_names_are_deterministic_and_bounded() -> None:
+    assert rollout_name("step-42", 3, 7) == "step-42-3-7"
+    assert check_batch_name("a" * 40) == "a" * 40
+    assert len(rollout_name("a" * 40, 99_999, 9_999)) <= 63
+    with pytest.raises(ValueError, match="shorter batch name"):
+        rollout_name("a" * 40, 10**12, 10**10)
+    with pytest.raises(ValueError, match="lowercase"):
+        check_batch_name("Step_42")
