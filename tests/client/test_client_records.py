@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from swerollout.api.v1alpha1 import Phase
@@ -31,7 +33,7 @@ def test_trainer_status(phase: Phase, exit_status: str | None, truncated: bool, 
 
 
 def test_unknown_status_fields_from_a_newer_operator_are_dropped() -> None:
-    obj = {
+    obj: dict[str, Any] = {
         "metadata": {"name": "b-0-0"},
         "status": {
             "phase": "Running",
