@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import shutil
 import sys
 import time
@@ -28,6 +29,8 @@ from .podspec import Container, Pod
 from .probes import probe_once
 from .process import ContainerProcess, ProcessRecord, kill_tree
 from .volumes import materialise
+
+log = logging.getLogger("swerollout.nodeagent")
 
 POD_IP = "127.0.0.1"  # every container shares the host loopback; there is no pod network here
 DEFAULT_TASK_WORKDIR = "/testbed"
@@ -168,8 +171,7 @@ class PodRuntime:
             "podIPs": [{"ip": POD_IP}],
             "containerStatuses": [s.status() for s in self.slots],
             "initContainerStatuses": [s.status() for s in self.init_slots],
-            "qosClass": "BestEffort",
-        }
+        }  # qosClass is left to the API server: it computes it from resources and it is immutable
         if self.start_time:
             out["startTime"] = self.start_time
         failure = self._pod_failure()
@@ -230,7 +232,8 @@ class PodRuntime:
                 try:
                     await self.host.publish_status(self.pod, status)
                     self._last_published = status
-                except Exception:  # the agent logs it; the next change retries
+                except Exception as exc:  # keep the pod running; the next round retries
+                    log.warning("status of pod %s not published: %s", self.pod.key, exc)
                     self._changed.set()
                     await asyncio.sleep(1.0)
             if self._finished.is_set() and not self._changed.is_set():

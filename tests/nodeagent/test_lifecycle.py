@@ -21,7 +21,9 @@ def test_pods_from_kubectl_run_to_completion_with_exit_codes(
     agent: AgentProcess, kubectl: Callable[..., Any], kube: KubeClient, namespace: str
 ) -> None:
     ok = pod_manifest("ok", agent.node, [
-        {"name": "a", "image": RUNNER, "command": ["sh", "-c", "echo hello from a"]},
+        # resources make the pod Burstable: the API server's qosClass must be left alone
+        {"name": "a", "image": RUNNER, "command": ["sh", "-c", "echo hello from a"],
+         "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}},
         {"name": "b", "image": RUNNER, "command": ["python", "-c"], "args": ["import sys; sys.exit(0)"]},
     ], restartPolicy="Never")
     bad = pod_manifest("bad", agent.node, [
@@ -34,6 +36,7 @@ def test_pods_from_kubectl_run_to_completion_with_exit_codes(
 
     pod = wait_pod(kube, namespace, "ok", phase_is("Succeeded", "Failed"))
     assert pod["status"]["phase"] == "Succeeded"
+    assert pod["status"]["qosClass"] == "Burstable"
     assert pod["spec"]["nodeName"] == agent.node
     assert pod["status"]["podIP"] == "127.0.0.1" and pod["status"]["startTime"]
     conditions = {c["type"]: c for c in pod["status"]["conditions"]}
