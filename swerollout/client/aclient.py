@@ -184,6 +184,19 @@ class AsyncRolloutClient:
             ) from exc
         return cls(AsyncKubeClient(config), namespace, owns_kube=True, **options)
 
+    @classmethod
+    def in_cluster(
+        cls, token_dir: str | os.PathLike[str] | None = None, *, namespace: str | None = None, **options: Any
+    ) -> AsyncRolloutClient:
+        """Build from the pod's ServiceAccount (token, ca.crt and namespace under ``token_dir``)."""
+        try:
+            kube = AsyncKubeClient.in_cluster(token_dir)
+        except ConfigError as exc:
+            raise ClientConfigError(
+                f"the in-cluster identity is not usable: {exc}. Outside a pod, use connect(kubeconfig=...)"
+            ) from exc
+        return cls(kube, namespace, owns_kube=True, **options)
+
     async def aclose(self) -> None:
         if self._store is not None:
             await self._store.aclose()

@@ -46,6 +46,19 @@ class RolloutClient:
             raise
         return cls(inner, loop)
 
+    @classmethod
+    def in_cluster(
+        cls, token_dir: str | os.PathLike[str] | None = None, *, namespace: str | None = None, **options: Any
+    ) -> RolloutClient:
+        """Build from the pod's ServiceAccount (see AsyncRolloutClient.in_cluster)."""
+        loop = asyncio.new_event_loop()
+        try:
+            inner = loop.run_until_complete(_in_cluster(token_dir, namespace, options))
+        except BaseException:
+            loop.close()
+            raise
+        return cls(inner, loop)
+
     @property
     def namespace(self) -> str:
         return self._inner.namespace
@@ -132,3 +145,9 @@ async def _connect(
     kubeconfig: str | os.PathLike[str] | None, context: str | None, namespace: str | None, options: dict[str, Any]
 ) -> AsyncRolloutClient:
     return AsyncRolloutClient.connect(kubeconfig, context=context, namespace=namespace, **options)
+
+
+async def _in_cluster(
+    token_dir: str | os.PathLike[str] | None, namespace: str | None, options: dict[str, Any]
+) -> AsyncRolloutClient:
+    return AsyncRolloutClient.in_cluster(token_dir, namespace=namespace, **options)
