@@ -224,3 +224,21 @@ def test_agent_restart_adopts_running_pods_and_records_lost_ones(
         raise AssertionError("pod object should be gone")
     except NotFound:
         pass
+
+
+def test_logs_command_shows_and_follows_container_output(agent: AgentProcess, kube: KubeClient, namespace: str) -> None:
+    import sys
+
+    kube.create(PODS, pod_manifest("talker", agent.node, [
+        {"name": "main", "image": RUNNER, "command": ["sh", "-c", "for i in 1 2 3; do echo line $i; sleep 0.3; done"]},
+        {"name": "other", "image": RUNNER, "command": ["sleep", "0.1"]},
+    ], restartPolicy="Never"), namespace)
+    wait_pod(kube, namespace, "talker", lambda p: bool(p) and p["status"].get("phase") == "Running")
+    base = [sys.executable, "-m", "swerollout.cli.main", "logs", "talker", "-n", namespace, "--node-root", str(agent.root)]
+    followed = subprocess.run([*base, "-c", "main", "-f"], capture_output=True, text=True, timeout=30)
+    assert followed.returncode == 0 and followed.stdout == "line 1\nline 2\nline 3\n"
+    ambiguous = subprocess.run(base, capture_output=True, text=True, timeout=30)
+    assert ambiguous.returncode == 1 and "main, other" in ambiguous.stderr
+    wait_pod(kube, namespace, "talker", phase_is("Succeeded"))
+    again = subprocess.run([*base, "-c", "main"], capture_output=True, text=True, timeout=30)
+    assert again.stdout == "line 1\nline 2\nline 3\n"
