@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import signal
 import sys
 from pathlib import Path
@@ -28,6 +29,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--abort-after-tokens", type=int, metavar="N", help="fault: abort each request after N tokens")
     parser.add_argument("--error-rate", type=float, default=0.0, metavar="R", help="fault: fraction of requests failing with 500")
     parser.add_argument("--fail-next", type=int, default=0, metavar="N", help="fault: fail the next N requests with 503")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="one line per finished request, abort, pause and version change at INFO")
     parser.set_defaults(func=run)
 
 
@@ -61,6 +64,9 @@ def run(args: argparse.Namespace) -> int:
             message = str(problem["msg"]).removeprefix("Value error, ")
             print(f"policy-server: {option if problem['loc'] else 'options'}: {message}", file=sys.stderr)
         return 2
+
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     async def main() -> None:
         stop = asyncio.Event()

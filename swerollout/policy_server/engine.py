@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import random
 import struct
 import time
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from swerollout.policy_server.chat_format import ChatFormat
 
 ProgressCallback = Callable[[GenerateResponse], Awaitable[None]]
+log = logging.getLogger("swerollout.policy_server")
 
 # Synthetic routed-experts shape (this server has no MoE layers): per output token,
 # ROUTED_LAYERS x ROUTED_TOP_K int32 expert ids, derived from the token id.
@@ -134,6 +136,7 @@ class Engine:
         if not abort_all and not rid_prefix:
             return 0
         hits = [e for e in self._requests.values() if abort_all or e.rid.startswith(rid_prefix)]
+        log.info("abort prefix=%r all=%s matched=%d", rid_prefix, abort_all, len(hits))
         for entry in hits:
             if entry.abort_message is None:
                 entry.abort_message = message
@@ -142,6 +145,7 @@ class Engine:
 
     async def pause(self, mode: PauseMode) -> None:
         """Pause generation; returns once no in-flight request is mid-token."""
+        log.info("pause mode=%s in_flight=%d", mode.value, len(self._requests))
         self._pause_mode = mode
         if mode is PauseMode.ABORT:
             self.abort("", abort_all=True, message="Abort by pause_generation")
@@ -156,12 +160,14 @@ class Engine:
         )
 
     def resume(self) -> None:
+        log.info("continue generation")
         self._pause_mode = None
         self._signal()
 
     def update_weight_version(self, new_version: str, *, abort_all: bool) -> None:
         if abort_all:
             self.abort("", abort_all=True, message="Abort by update_weight_version")
+        log.info("weight version %s -> %s", self.weight_version, new_version)
         self.weight_version = new_version
 
     def load(self) -> dict[str, int]:
@@ -226,9 +232,16 @@ class Engine:
     async def run(self, admitted: Admitted, on_progress: ProgressCallback | None = None) -> GenerateResponse:
         """Generate an admitted request to its end; it leaves the in-flight table in every case."""
         try:
-            return await self._run(admitted.entry, admitted.request, admitted.input_ids, on_progress)
+            result = await self._run(admitted.entry, admitted.request, admitted.input_ids, on_progress)
         finally:
             self.release(admitted)
+        finish = result.meta_info.finish_reason
+        log.info(
+            "rid=%s prompt=%d completion=%d finish=%s version=%s",
+            result.meta_info.id, result.meta_info.prompt_tokens, result.meta_info.completion_tokens,
+            finish.type.value if finish else None, result.meta_info.weight_version,
+        )
+        return result
 
     async def generate(
         self, request: GenerateRequest, on_progress: ProgressCallback | None = None

@@ -31,7 +31,9 @@ def test_cli_serves_with_flags_and_stops_on_sigterm(tasks_file: Path, tmp_path: 
     finally:
         server.stop()
     assert server.process.returncode == 0  # SIGTERM is a clean shutdown
-    assert "ready at " + server.url in log.read_text()
+    output = log.read_text()
+    assert "ready at " + server.url in output
+    assert "completion=3 finish=abort version=cli-v1" in output  # one log line per request
     with pytest.raises(httpx.ConnectError):
         httpx.get(server.url + "/health", timeout=5)
 
