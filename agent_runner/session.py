@@ -31,7 +31,7 @@ from swerollout.tokenizers import load_tokenizer
 from swerollout.wire import ingest as wire
 from swerollout.wire.codec import decode, encode
 
-from .chat_model import ChatModel
+from .chat_model import chat_model_from_spec
 from .config import AgentConfig, ActionFormat
 from .eval import EvalRequest, evaluate
 from .ingest_client import IngestClient
@@ -197,17 +197,11 @@ class Runner:
     def _model(self, spec: api.SWERolloutSpec, config: AgentConfig, snapshot: bytes | None) -> tuple[Model, dict[str, Any], SGLangClient | None]:
         inference = spec.inference
         if spec.agent.kind == api.AgentKind.CHAT_AGENT:
-            chat = ChatModel(
-                inference.endpoint, model=inference.model,
-                tools=tool_schemas([t.value for t in config.tools.enabled]),
-                sampling={"temperature": inference.sampling.temperature, "top_p": inference.sampling.top_p,
-                          "max_tokens": inference.sampling.max_new_tokens},
-                request_timeout=float(inference.request_timeout_seconds),
-            )
+            chat = chat_model_from_spec(inference, tools=tool_schemas([t.value for t in config.tools.enabled]))
             agent_state: dict[str, Any] = {}
             if snapshot is not None:
                 decoded = decode(snapshot, kind=CHAT_SNAPSHOT_KIND)
-                chat._messages = list(decoded.meta["messages"])  # noqa: SLF001 - restoring our own snapshot
+                chat.add_messages(list(decoded.meta["messages"]))
                 agent_state = dict(decoded.meta["agent_state"])
             return chat, agent_state, None
         client = SGLangClient(inference.endpoint, timeout=float(inference.request_timeout_seconds))
@@ -292,17 +286,20 @@ class Runner:
                 return
 
     async def _workdir(self, declared: str) -> str:
-        """The repository directory as the sandbox sees it (dev mode checks out elsewhere)."""
+        """The repository directory as the sandbox sees it (dev mode checks out elsewhere).
+
+        Bookkeeping commands run outside the agent's bash session (`execute`), so they
+        never move the session's working directory or environment."""
         assert self.sandbox is not None
-        probe = await self.sandbox.run(f"test -d {shlex.quote(declared)} && echo yes || pwd", timeout=30)
+        probe = await self.sandbox.execute(f"test -d {shlex.quote(declared)} && echo yes || pwd", timeout=30)
         out = probe.output.strip().splitlines()
         return declared if out and out[-1] == "yes" else (out[-1] if out else declared)
 
     async def _worktree_diff(self, workdir: str, base_commit: str) -> str:
         assert self.sandbox is not None
-        result = await self.sandbox.run(
-            f"cd {shlex.quote(workdir)} && git add -A >/dev/null 2>&1 && git diff --cached --binary {shlex.quote(base_commit)}",
-            timeout=120,
+        result = await self.sandbox.execute(
+            f"git add -A >/dev/null 2>&1 && git diff --cached --binary {shlex.quote(base_commit)}",
+            timeout=120, cwd=workdir, merge_stderr=False,
         )
         return result.output if result.exit_code == 0 else ""
 
@@ -310,9 +307,7 @@ class Runner:
         assert self.sandbox is not None
         path = "/tmp/swerollout-replay.diff"
         await self.sandbox.write_file(path, diff if diff.endswith("\n") else diff + "\n")
-        result = await self.sandbox.run(
-            f"cd {shlex.quote(workdir)} && git apply --whitespace=nowarn {path}", timeout=120
-        )
+        result = await self.sandbox.execute(f"git apply --whitespace=nowarn {path}", timeout=120, cwd=workdir)
         if result.exit_code != 0:
             return f"could not restore the recorded working tree in the fresh sandbox: {result.output[-2000:]}"
         return None
