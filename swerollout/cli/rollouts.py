@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -54,10 +56,20 @@ def add_connection_args(parser: argparse.ArgumentParser, *, results: bool = Fals
     group.add_argument("-n", "--namespace", help="namespace of the rollouts (default: the context's)")
     if results:
         group.add_argument(
-            "--store-url", help="result store the operator writes to, e.g. file:///data/results or s3://bucket/prefix"
+            "--store-url", default=os.environ.get("SWEROLLOUT_STORE_URL"),
+            help="result store the operator writes to, e.g. file:///data/results or s3://bucket/prefix "
+            "(default: $SWEROLLOUT_STORE_URL)",
         )
-        group.add_argument("--results-url", help="the operator's ingest URL; serves /v1/results to a bearer token")
-        group.add_argument("--results-token", help="Kubernetes bearer token for --results-url (default: the kubeconfig's)")
+        group.add_argument(
+            "--results-url", default=os.environ.get("SWEROLLOUT_RESULTS_URL"),
+            help="the operator's ingest URL, which serves /v1/results to a Kubernetes bearer token "
+            "(default: $SWEROLLOUT_RESULTS_URL)",
+        )
+        group.add_argument(
+            "--results-token-file",
+            help="file holding the Kubernetes bearer token for --results-url (default: the kubeconfig's token); "
+            "a file, not an argument, so the token never shows in the process list",
+        )
     parser.epilog = EXIT_CODES_HELP
 
 
@@ -68,9 +80,14 @@ def run_client_command(command: Command) -> Callable[[argparse.Namespace], int]:
         err = Console(stderr=True)
         try:
             options: dict[str, Any] = {}
-            for key in ("store_url", "results_url", "results_token"):
+            for key in ("store_url", "results_url"):
                 if getattr(args, key, None):
                     options[key] = getattr(args, key)
+            if getattr(args, "results_token_file", None):
+                try:
+                    options["results_token"] = Path(args.results_token_file).read_text().strip()
+                except OSError as exc:
+                    raise ClientConfigError(f"cannot read --results-token-file {args.results_token_file}: {exc.strerror}") from exc
             with RolloutClient.connect(args.kubeconfig, context=args.context, namespace=args.namespace, **options) as client:
                 return command(args, client)
         except _USAGE_ERRORS as exc:

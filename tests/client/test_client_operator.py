@@ -5,6 +5,11 @@ client collects the trajectory through the operator's /v1/results endpoint."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -48,7 +53,7 @@ async def grant_reader(kube: AsyncKubeClient, plane: ControlPlane, namespace: st
 
 
 async def test_results_through_the_operator_endpoint(
-    operator: OperatorProcess, crd: ControlPlane, akube: AsyncKubeClient, namespace: str
+    operator: OperatorProcess, crd: ControlPlane, akube: AsyncKubeClient, namespace: str, tmp_path: Path
 ) -> None:
     token = await grant_reader(akube, crd, namespace)
     async with AsyncRolloutClient.connect(
@@ -94,6 +99,20 @@ async def test_results_through_the_operator_endpoint(
         assert record.reward == 0.0 and record.graded is False
         assert record.response_ids.tolist() == trajectory.response_ids
         assert record.logprobs.tolist() == trajectory.logprobs
+
+    # The CLI takes the same path, with the token from a file.
+    token_file = tmp_path / "token"
+    token_file.write_text(token)
+    out = tmp_path / "op.jsonl"
+    exported = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "swerollout.cli.main", "results", "--batch", "op", "--out", str(out), "-n", namespace,
+         "--results-url", operator.ingest_url, "--results-token-file", str(token_file)],
+        env={**os.environ, "KUBECONFIG": str(crd.kubeconfig_path)}, capture_output=True, text=True, timeout=120,
+    )
+    assert exported.returncode == 0, exported.stderr
+    [row] = [json.loads(line) for line in out.read_text().splitlines()]
+    assert row["response_ids"] == trajectory.response_ids and row["status"] == "completed"
 
     # A token without the right to read swerollouts gets a clear, non-retryable error.
     nobody = await asyncio.to_thread(crd.mint_token, namespace, "nobody")
