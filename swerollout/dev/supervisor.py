@@ -184,7 +184,7 @@ class Supervisor:
 
     def _start_node_agent(self) -> None:
         argv = [sys.executable, "-m", "swerollout.nodeagent", "--kubeconfig", str(self.paths.kubeconfig),
-                "--root", str(self.paths.node), "--stop-pods-on-exit"]
+                "--root", str(self.paths.node), "--hide", str(self.paths.root), "--stop-pods-on-exit"]
         child = Child("node-agent", argv, self.paths.logs / "node-agent.log")
         self.children[child.name] = child
         comp = child.start()

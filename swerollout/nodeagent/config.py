@@ -34,6 +34,10 @@ class NodeAgentConfig(BaseModel):
     """auto: use bubblewrap when `bwrap` is installed, else run unisolated and say so
     in the pod status. bwrap: require it. none: never isolate (tests, debugging)."""
 
+    hidden_paths: tuple[Path, ...] = ()
+    """Host paths no container may see under bubblewrap, besides ``root_dir`` (e.g. the dev
+    directory holding the admin kubeconfig: pods get no Kubernetes credentials)."""
+
     taint: bool = True
     """Register the Node with taint swerollout.io/local=true:NoSchedule, so only pods
     that tolerate it are bound here."""

@@ -448,7 +448,7 @@ class PodRuntime:
             exposed = [Path("/")] if isinstance(image, PythonEnvImage) else [
                 *(Path(p) for p in SYSTEM_PATHS), python_env, Path(sys.base_prefix)]
             prefix = bwrap_argv(
-                self.bwrap, exposed=exposed, hidden=[self.config.root_dir], mounts=mounts, private_tmp=tmp,
+                self.bwrap, exposed=exposed, hidden=[self.config.root_dir, *self.config.hidden_paths], mounts=mounts, private_tmp=tmp,
                 workdir=workdir or PurePosixPath("/tmp"), hostname=self.pod.metadata.name,
             )
             cwd = ctr_dir

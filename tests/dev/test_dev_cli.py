@@ -69,7 +69,9 @@ def test_dev_up_status_logs_down(workdir: Path) -> None:
         assert node["metadata"]["labels"]["swerollout.io/node-agent"] == "local"
         assert node["spec"]["taints"] == [{"key": "swerollout.io/local", "value": "true", "effect": "NoSchedule"}]
         toleration = [{"key": "swerollout.io/local", "operator": "Exists", "effect": "NoSchedule"}]
-        for name, script in (("hello", "echo hello dev; echo on stderr >&2"), ("forever", "sleep 300")):
+        # a pod gets no Kubernetes credentials: the dev directory is hidden from containers
+        hello = f"echo hello dev; echo on stderr >&2; test -e {paths.kubeconfig} && echo leaked; true"
+        for name, script in (("hello", hello), ("forever", "sleep 300")):
             kube.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
                 "restartPolicy": "Never", "tolerations": toleration, "terminationGracePeriodSeconds": 1,
                 "containers": [{"name": "main", "image": "swerollout:dev", "command": ["sh", "-c", script]}]}}, "default")
