@@ -445,23 +445,26 @@ class AsyncRolloutClient:
             reconnects = 0
             try:
                 while True:
+                    stream = self.kube.watch(
+                        SWEROLLOUTS, self.namespace, resource_version=version, label_selector=selector,
+                        allow_bookmarks=True, timeout_seconds=WATCH_SECONDS,
+                    )
                     try:
-                        async for event in self.kube.watch(
-                            SWEROLLOUTS, self.namespace, resource_version=version, label_selector=selector,
-                            allow_bookmarks=True, timeout_seconds=WATCH_SECONDS,
-                        ):
-                            reconnects = 0
-                            version = event.resource_version or version
-                            if event.type == "BOOKMARK":
-                                continue
-                            name = event.object["metadata"]["name"]
-                            if event.type == "DELETED":
-                                items.pop(name, None)
-                            else:
-                                items[name] = event.object
-                            if not items:
-                                raise UnknownBatch(f"every member of batch {batch!r} was deleted while following it")
-                            yield list(items.values())
+                        # aclosing: a caller that stops early must close the HTTP stream now, not at GC.
+                        async with aclosing(stream) as events:  # type: ignore[type-var]
+                            async for event in events:
+                                reconnects = 0
+                                version = event.resource_version or version
+                                if event.type == "BOOKMARK":
+                                    continue
+                                name = event.object["metadata"]["name"]
+                                if event.type == "DELETED":
+                                    items.pop(name, None)
+                                else:
+                                    items[name] = event.object
+                                if not items:
+                                    raise UnknownBatch(f"every member of batch {batch!r} was deleted while following it")
+                                yield list(items.values())
                     except TransportError:
                         reconnects += 1
                         if reconnects > MAX_WATCH_RECONNECTS:

@@ -15,6 +15,7 @@ from swerollout.client import (
     ResultUnavailable,
     RolloutClient,
     TrainerStatus,
+    UnknownBatch,
     WaitTimeout,
 )
 from swerollout.controlplane import ControlPlane
@@ -159,3 +160,30 @@ def test_the_sync_facade_runs_the_whole_cycle(crd: ControlPlane, namespace: str,
         assert streamed == names
         records = client.results("sync")
         assert [r.response_ids.tolist() for r in records] == [make_trajectory(30 + i).response_ids for i in range(2)]
+
+
+async def test_deleted_members_leave_the_batch_and_a_deleted_batch_ends_wait(
+    client: AsyncRolloutClient, akube: AsyncKubeClient, store: ResultStore, namespace: str
+) -> None:
+    await client.submit_batch([instance(0)], 2, batch="del", inference=INFERENCE)
+    totals: list[int] = []
+    listed = asyncio.Event()
+
+    def progress(state: BatchProgress) -> None:
+        totals.append(state.total)
+        listed.set()
+
+    waiter = asyncio.create_task(client.wait("del", progress=progress, timeout=60))
+    await listed.wait()
+    await akube.delete(SWEROLLOUTS, "del-0-0", namespace)
+    await finish(akube, store, namespace, "del-0-1", trajectory=make_trajectory(1))
+    final = await waiter
+    assert final.total == 1 and final.done and totals[0] == 2
+
+    await client.submit_batch([instance(0)], 1, batch="gone", inference=INFERENCE)
+    listed.clear()
+    waiter = asyncio.create_task(client.wait("gone", progress=progress, timeout=60))
+    await listed.wait()
+    await akube.delete(SWEROLLOUTS, "gone-0-0", namespace)
+    with pytest.raises(UnknownBatch, match="deleted"):
+        await waiter
