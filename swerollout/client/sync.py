@@ -14,10 +14,22 @@ from typing import Any, TypeVar
 
 from swerollout.api.v1alpha1 import Agent, Inference, Mode, Reward, Sandbox
 from swerollout.client.aclient import AsyncRolloutClient, InstanceLike, Object, ProgressCallback
+from swerollout.client.errors import ClientConfigError
 from swerollout.client.progress import BatchProgress
 from swerollout.client.records import RolloutRecord
 
 T = TypeVar("T")
+
+
+def _refuse_inside_event_loop() -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise ClientConfigError(
+        "RolloutClient is the blocking client and cannot run inside a running event loop (asyncio code, "
+        "Jupyter): use AsyncRolloutClient and await its methods there"
+    )
 
 
 class RolloutClient:
@@ -37,6 +49,7 @@ class RolloutClient:
         **options: Any,
     ) -> RolloutClient:
         """Build from ``kubeconfig``, else $KUBECONFIG, else ~/.kube/config, else the pod's identity."""
+        _refuse_inside_event_loop()
         loop = asyncio.new_event_loop()
         try:
             # The HTTP clients bind to the loop they are created in.
@@ -51,6 +64,7 @@ class RolloutClient:
         cls, token_dir: str | os.PathLike[str] | None = None, *, namespace: str | None = None, **options: Any
     ) -> RolloutClient:
         """Build from the pod's ServiceAccount (see AsyncRolloutClient.in_cluster)."""
+        _refuse_inside_event_loop()
         loop = asyncio.new_event_loop()
         try:
             inner = loop.run_until_complete(_in_cluster(token_dir, namespace, options))
@@ -68,6 +82,7 @@ class RolloutClient:
         return self._inner
 
     def _run(self, coro: Awaitable[T]) -> T:
+        _refuse_inside_event_loop()
         return self._loop.run_until_complete(coro)
 
     def close(self) -> None:
