@@ -89,7 +89,8 @@ class NodeAgent:
         self._binding: set[str] = set()
         # Requests in flight, bounded below the HTTP client's keep-alive pool (20), so
         # bursts reuse connections instead of paying a TLS handshake per request.
-        self._api_slots = asyncio.Semaphore(16)
+        self._api_slots = asyncio.Semaphore(12)
+        self._event_slots = asyncio.Semaphore(4)  # Events never crowd out status writes
 
     # ---- entry points ---------------------------------------------------------------
 
@@ -344,10 +345,12 @@ class NodeAgent:
                 data[k] = base64.b64decode(v)
         return data
 
-    async def publish_status(self, pod: Pod, status: dict[str, Any]) -> None:
+    async def publish_status(self, pod: Pod, status: Callable[[], dict[str, Any] | None]) -> None:
         try:
             async with self._api_slots:
-                await self.kube.patch_status(PODS, pod.metadata.name, {"status": status}, pod.metadata.namespace)
+                body = status()
+                if body is not None:
+                    await self.kube.patch_status(PODS, pod.metadata.name, {"status": body}, pod.metadata.namespace)
         except NotFound:
             pass
 
@@ -368,7 +371,7 @@ class NodeAgent:
             "reportingComponent": COMPONENT, "reportingInstance": self.config.node_name,
         }
         try:
-            async with self._api_slots:
+            async with self._event_slots:
                 await self.kube.create(EVENTS, body, pod.metadata.namespace)
         except KubeError as exc:
             log.debug("event %s for %s not recorded: %s", reason, pod.key, exc)
@@ -383,7 +386,7 @@ class _Host:
     async def fetch(self, namespace: str, kind: str, name: str) -> Mapping[str, bytes] | None:
         return await self._agent.fetch(namespace, kind, name)
 
-    async def publish_status(self, pod: Pod, status: dict[str, Any]) -> None:
+    async def publish_status(self, pod: Pod, status: Callable[[], dict[str, Any] | None]) -> None:
         await self._agent.publish_status(pod, status)
 
     async def event(self, pod: Pod, type_: str, reason: str, message: str) -> None:

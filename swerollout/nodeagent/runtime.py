@@ -13,7 +13,7 @@ import logging
 import shutil
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
@@ -47,7 +47,10 @@ class PodHost(Protocol):
 
     async def fetch(self, namespace: str, kind: str, name: str) -> Mapping[str, bytes] | None: ...
 
-    async def publish_status(self, pod: Pod, status: dict[str, Any]) -> None: ...
+    async def publish_status(self, pod: Pod, status: Callable[[], dict[str, Any] | None]) -> None:
+        """Write ``status()`` to pods/status; it is called once a request slot is free, so a
+        pod that waited publishes its latest state (None: nothing new to write)."""
+        ...
 
     async def event(self, pod: Pod, type_: str, reason: str, message: str) -> None: ...
 
@@ -104,6 +107,7 @@ class PodRuntime:
         self._finished = asyncio.Event()
         self._last_published: dict[str, Any] | None = None
         self._persisted = ""  # the state file's last content, to skip identical rewrites
+        self._pending: dict[str, Any] | None = None  # status being written
         self._tasks: list[asyncio.Task[Any]] = []
         # container -> (env, cwd, bwrap prefix) so exec probes see what the container sees
         self._probe_context: dict[str, tuple[dict[str, str], str, list[str]]] = {}
@@ -227,11 +231,20 @@ class PodRuntime:
             await self._changed.wait()
             self._changed.clear()
             self._persist()
-            status = self.status()
-            if status != self._last_published:
+
+            def latest() -> dict[str, Any] | None:
+                self._changed.clear()  # what changed so far is in this status
+                status = self.status()
+                if status == self._last_published:
+                    return None
+                self._pending = status
+                return status
+
+            if self.status() != self._last_published:
                 try:
-                    await self.host.publish_status(self.pod, status)
-                    self._last_published = status
+                    await self.host.publish_status(self.pod, latest)
+                    if self._pending is not None:
+                        self._last_published, self._pending = self._pending, None
                 except Exception as exc:  # keep the pod running; the next round retries
                     log.warning("status of pod %s not published: %s", self.pod.key, exc)
                     self._changed.set()
