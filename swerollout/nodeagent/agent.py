@@ -169,6 +169,12 @@ class NodeAgent:
             await asyncio.sleep(self.config.status_interval_seconds)
             try:
                 await self.kube.patch_status(NODES, self.config.node_name, {"status": self._node_status()})
+            except NotFound:
+                log.warning("Node %s was deleted; registering it again", self.config.node_name)
+                try:
+                    await self.register_node()
+                except KubeError as exc:
+                    log.warning("registering Node %s failed: %s", self.config.node_name, exc)
             except KubeError as exc:
                 log.warning("node heartbeat failed: %s", exc)
 
