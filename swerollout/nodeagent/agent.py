@@ -34,7 +34,7 @@ from swerollout.kube import CONFIGMAPS, EVENTS, NODES, PODS, SECRETS, AlreadyExi
 
 from .config import NodeAgentConfig
 from .errors import NodeAgentError
-from .isolation import find_bwrap
+from .isolation import bwrap_works, find_bwrap
 from .layout import PodDir
 from .podspec import Pod, tolerates
 from .process import ContainerProcess, ProcessRecord, kill_tree
@@ -83,6 +83,12 @@ class NodeAgent:
             self.bwrap = find_bwrap()
             if self.bwrap is None and config.isolation == "bwrap":
                 raise NodeAgentError("isolation='bwrap' but bwrap is not installed (apt-get install bubblewrap)")
+            problem = bwrap_works(self.bwrap) if self.bwrap else None
+            if problem is not None:
+                if config.isolation == "bwrap":
+                    raise NodeAgentError(f"isolation='bwrap' but bubblewrap cannot run here: {problem}")
+                log.warning("bubblewrap is installed but cannot run here (%s); pods will run unisolated", problem)
+                self.bwrap = None
         self.workers: dict[str, _Worker] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self.ready = asyncio.Event()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -38,6 +39,20 @@ class Mount:
 
 def find_bwrap() -> str | None:
     return shutil.which("bwrap")
+
+
+def bwrap_works(bwrap: str) -> str | None:
+    """None when bubblewrap can build a sandbox here, else its error (some container
+    runtimes forbid the namespaces it needs)."""
+    try:
+        result = subprocess.run(
+            [bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--ro-bind", "/", "/", "--dev", "/dev",
+             "--proc", "/proc", "--", "true"],
+            capture_output=True, text=True, timeout=30, check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    return None if result.returncode == 0 else (result.stderr.strip() or f"exit code {result.returncode}")
 
 
 def _under(path: PurePosixPath, parent: PurePosixPath) -> bool:

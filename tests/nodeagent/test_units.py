@@ -113,3 +113,13 @@ async def test_shim_records_exit_codes_and_identity_survives_adoption(tmp_path: 
     assert start_ticks(record.pid) is None or long._popen is not None and long._popen.poll() is not None
     long._popen.wait()  # type: ignore[union-attr]
     assert adopted.exit_code() == 128 + signal.SIGTERM
+
+
+def test_bubblewrap_is_probed_before_use() -> None:
+    from swerollout.nodeagent.isolation import bwrap_works, find_bwrap
+
+    bwrap = find_bwrap()
+    assert bwrap is not None, "hack/install-system-deps.sh installs bubblewrap"
+    assert bwrap_works(bwrap) is None
+    assert bwrap_works("/bin/false") == "exit code 1"
+    assert bwrap_works("/nonexistent/bwrap") is not None
