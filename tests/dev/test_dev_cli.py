@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -83,6 +85,25 @@ def test_dev_up_status_logs_down(workdir: Path) -> None:
     assert logs.returncode == 0 and logs.stdout == "hello dev\non stderr\n"
     missing = cli("logs", "nosuchpod", "--workdir", str(workdir))
     assert missing.returncode == 1 and "nosuchpod" in missing.stderr
+
+    # the supervisor restarts a node agent that dies; the new one adopts the running pod
+    os.kill(state.components["node-agent"].pid or 0, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        now = DevState.read(paths.state)
+        if now is not None and now.components["node-agent"].restarts == 1 and now.components["node-agent"].alive():
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError("the node agent was not restarted")
+    with KubeClient.from_kubeconfig(paths.kubeconfig) as kube:
+        again = wait_phase(kube, "forever", ("Running",))
+        assert again["status"]["containerStatuses"][0]["containerID"] == f"local://{pid}"
+        kube.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "after"}, "spec": {
+            "restartPolicy": "Never", "tolerations": toleration,
+            "containers": [{"name": "main", "image": "swerollout:dev", "command": ["true"]}]}}, "default")
+        wait_phase(kube, "after", ("Succeeded",))
+    state = DevState.read(paths.state) or state
 
     operator_kubeconfig = paths.operator_kubeconfig.read_text()
     assert "token" in operator_kubeconfig and "client-key" not in operator_kubeconfig
