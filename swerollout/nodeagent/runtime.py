@@ -21,8 +21,8 @@ from typing import Any, Protocol
 
 from .config import NodeAgentConfig
 from .env import container_env, expand, referenced_objects
-from .errors import ContainerConfigError, ImageError, ReferenceNotFound
-from .images import BASE_COMMIT_ENV, GitRepoImage, PythonEnvImage, checkout, resolve_argv, resolve_image
+from .errors import ContainerConfigError, ReferenceNotFound
+from .images import BASE_COMMIT_ENV, PythonEnvImage, checkout, resolve_argv, resolve_image
 from .isolation import MOUNT_ROOT_ENV, SYSTEM_PATHS, Mount, bwrap_argv, map_unisolated
 from .layout import PodDir
 from .podspec import Container, Pod

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -116,4 +115,3 @@ def test_dev_up_status_logs_down(workdir: Path) -> None:
     assert not any(str(workdir) in line for line in Path("/proc/self/mountinfo").read_text().splitlines())
     assert cli("dev", "status", "--workdir", str(workdir)).returncode == 3
     assert not paths.state.exists()
-    _ = json

@@ -6,15 +6,9 @@ test's agent; pods select the node with nodeSelector and tolerate its taint.
 
 from __future__ import annotations
 
-import os
 import secrets
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 

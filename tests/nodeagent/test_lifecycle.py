@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from typing import Any, Callable
 
 from swerollout.kube import EVENTS, PODS, KubeClient
@@ -152,4 +151,3 @@ def test_readiness_probes_exec_http_and_tcp(agent: AgentProcess, kube: KubeClien
     assert all(s["ready"] for s in statuses(pod).values())
     kube.delete(PODS, "probed", namespace, grace_period_seconds=1)
     wait_pod(kube, namespace, "probed", lambda p: not p, timeout=20)
-    _ = time

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import base64
 import subprocess
-import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import httpx
 
@@ -93,4 +92,3 @@ def test_without_bubblewrap_the_pod_says_it_is_unisolated_and_maps_mount_paths(
     assert "SWEROLLOUT_MOUNT_ROOT" in isolated["message"]
     events = kube.list(EVENTS, namespace, field_selector="involvedObject.name=plain")["items"]
     assert any(e["reason"] == "RunningUnisolated" and e["type"] == "Warning" for e in events)
-    _ = (sys, Any)

@@ -95,15 +95,17 @@ def test_deleting_a_pod_stops_its_processes_within_the_grace_period(
     pids = [int(container(pod, n)["containerID"].rpartition("/")[2]) for n in ("polite", "stubborn")]
     assert all(pid_alive(p) for p in pids)
     [pod_dir] = find_pod_dirs(agent.root, namespace, "del")
-    polite_log = container_logs(pod_dir, "polite")[-1]
     began = time.monotonic()
     kube.delete(PODS, "del", namespace)
+    # SIGTERM first: the polite container exits 0 while the stubborn one is still in its grace period
+    during = wait_pod(kube, namespace, "del", lambda p: bool(p) and container(p, "polite")["state"].get(
+        "terminated", {}).get("exitCode") == 0, timeout=10)
+    assert "running" in container(during, "stubborn")["state"]
     wait_pod(kube, namespace, "del", lambda p: not p, timeout=20)
     assert not any(pid_alive(p) for p in pids)
     # the object disappears only after the stubborn container was killed at the end of its grace period
     assert time.monotonic() - began >= 1.5
     assert not pod_dir.exists()
-    _ = polite_log
 
 
 def test_sandbox_in_bubblewrap_cannot_read_the_runner_secret(
