@@ -187,20 +187,29 @@ class Supervisor:
                 "--root", str(self.paths.node), "--hide", str(self.paths.root), "--stop-pods-on-exit"]
         child = Child("node-agent", argv, self.paths.logs / "node-agent.log")
         self.children[child.name] = child
+        log_offset = child.log.stat().st_size if child.log.exists() else 0
         comp = child.start()
         self.state.components[child.name] = comp
         comp.detail = f"node local, pods in {self.paths.node}"
         self.save()
-        if not self._wait_node_ready(child, timeout=60):
+        if not self._wait_node_ready(child, log_offset, timeout=60):
             comp.status = "failed"
             comp.detail = f"Node 'local' did not become Ready; see {child.log}"
             raise RuntimeError(comp.detail)
 
-    def _wait_node_ready(self, child: Child, timeout: float) -> bool:
+    def _wait_node_ready(self, child: Child, log_offset: int, timeout: float) -> bool:
+        """Node 'local' is Ready and this agent announced it serves (the Node may still be
+        Ready from an earlier run kept in etcd)."""
         assert self.plane is not None
         deadline = time.monotonic() + timeout
         with self.plane.admin_client() as kube:
             while time.monotonic() < deadline and child.popen is not None and child.popen.poll() is None:
+                with open(child.log, "rb") as log:
+                    log.seek(log_offset)
+                    serving = b"node agent serving" in log.read()
+                if not serving:
+                    time.sleep(0.2)
+                    continue
                 try:
                     conditions = kube.get(NODES, "local").get("status", {}).get("conditions", [])
                     if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):

@@ -111,6 +111,8 @@ class NodeAgent:
             asyncio.create_task(self._watch_pods(f"spec.nodeName={self.config.node_name}", self._on_pod)),
         ]
         self.ready.set()
+        log.info("node agent serving Node %s (isolation: %s)", self.config.node_name,
+                 "bubblewrap" if self.bwrap else "none")
         try:
             await asyncio.gather(*loops)
         finally:

@@ -22,6 +22,8 @@ class AgentProcess:
         self.popen: subprocess.Popen[bytes] | None = None
 
     def start(self, kube: KubeClient) -> AgentProcess:
+        """Start the agent and wait until it serves (registered and done adopting)."""
+        served_before = self._served()
         log = open(self.log_path, "ab")
         self.popen = subprocess.Popen(
             [sys.executable, "-m", "swerollout.nodeagent", "--kubeconfig", str(self.kubeconfig), "--root", str(self.root),
@@ -33,13 +35,21 @@ class AgentProcess:
         while time.monotonic() < deadline:
             try:
                 node = kube.get(NODES, self.node)
-                if any(c["type"] == "Ready" and c["status"] == "True" for c in node.get("status", {}).get("conditions", [])):
+                ready = any(c["type"] == "Ready" and c["status"] == "True" for c in node.get("status", {}).get("conditions", []))
+                # the Node may be Ready from a previous agent: wait for this one's own announcement
+                if ready and self._served() > served_before:
                     return self
             except NotFound:
                 pass
             assert self.popen.poll() is None, self.log_path.read_text()
             time.sleep(0.1)
         raise AssertionError(f"node agent did not register: {self.log_path.read_text()}")
+
+    def _served(self) -> int:
+        try:
+            return self.log_path.read_text(errors="replace").count("node agent serving")
+        except OSError:
+            return 0
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.popen is not None and self.popen.poll() is None:
