@@ -36,6 +36,7 @@ from .config import NodeAgentConfig
 from .errors import NodeAgentError
 from .isolation import bwrap_works, find_bwrap
 from .layout import PodDir
+from .network import allocate_loopback
 from .podspec import Pod, tolerates
 from .process import ContainerProcess, ProcessRecord, kill_tree
 from .runtime import PodRuntime, now_rfc3339
@@ -299,7 +300,9 @@ class NodeAgent:
             self._start(pod, run=True)
 
     def _start(self, pod: Pod, *, run: bool) -> _Worker:
-        runtime = PodRuntime(pod, self.config, _Host(self), bwrap=self.bwrap)
+        taken = {w.runtime.pod_ip for w in self.workers.values()}
+        runtime = PodRuntime(pod, self.config, _Host(self), bwrap=self.bwrap,
+                             pod_ip=allocate_loopback(pod.metadata.uid, taken))
         restored = runtime.restore()
         if not restored and pod.status.get("phase") == "Running":
             runtime.failure = (

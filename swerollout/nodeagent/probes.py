@@ -1,7 +1,7 @@
 """Readiness probes: exec, httpGet and tcpSocket, as the kubelet runs them.
 
-Every container shares the host loopback (podIP is 127.0.0.1), so network
-probes go to 127.0.0.1 unless the probe names a host.
+Network probes go to the pod's IP (its own loopback address on this node)
+unless the probe names a host, as the kubelet probes the pod IP.
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ import httpx
 from .podspec import Container, Probe
 
 
-async def probe_once(probe: Probe, container: Container, *, env: dict[str, str], cwd: str, exec_prefix: list[str]) -> bool:
+async def probe_once(
+    probe: Probe, container: Container, *, env: dict[str, str], cwd: str, exec_prefix: list[str], pod_ip: str
+) -> bool:
     timeout = max(probe.timeout_seconds, 0.1)
     try:
         if probe.exec is not None:
@@ -30,14 +32,14 @@ async def probe_once(probe: Probe, container: Container, *, env: dict[str, str],
                 return False
         if probe.http_get is not None:
             g = probe.http_get
-            url = f"{g.scheme.lower()}://{g.host or '127.0.0.1'}:{container.named_port(g.port)}{g.path}"
+            url = f"{g.scheme.lower()}://{g.host or pod_ip}:{container.named_port(g.port)}{g.path}"
             async with httpx.AsyncClient(verify=False, timeout=timeout) as client:
                 resp = await client.get(url)
             return 200 <= resp.status_code < 400
         if probe.tcp_socket is not None:
             t = probe.tcp_socket
             _, writer = await asyncio.wait_for(
-                asyncio.open_connection(t.host or "127.0.0.1", container.named_port(t.port)),
+                asyncio.open_connection(t.host or pod_ip, container.named_port(t.port)),
                 timeout,
             )
             writer.close()

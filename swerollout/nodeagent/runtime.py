@@ -25,6 +25,7 @@ from .errors import ContainerConfigError, ReferenceNotFound
 from .images import BASE_COMMIT_ENV, PythonEnvImage, checkout, resolve_argv, resolve_image
 from .isolation import MOUNT_ROOT_ENV, SYSTEM_PATHS, Mount, bwrap_argv, map_unisolated
 from .layout import PodDir
+from .network import HOST_IP, POD_LOOPBACK_ENV
 from .podspec import Container, Pod
 from .probes import probe_once
 from .process import ContainerProcess, ProcessRecord, kill_tree
@@ -32,7 +33,6 @@ from .volumes import materialise
 
 log = logging.getLogger("swerollout.nodeagent")
 
-POD_IP = "127.0.0.1"  # every container shares the host loopback; there is no pod network here
 DEFAULT_TASK_WORKDIR = "/testbed"
 ISOLATION_CONDITION = "swerollout.io/Isolated"
 _SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -87,8 +87,12 @@ class ContainerSlot:
 
 
 class PodRuntime:
-    def __init__(self, pod: Pod, config: NodeAgentConfig, host: PodHost, *, bwrap: str | None) -> None:
+    def __init__(
+        self, pod: Pod, config: NodeAgentConfig, host: PodHost, *, bwrap: str | None, pod_ip: str = HOST_IP
+    ) -> None:
         self.pod = pod
+        self.pod_ip = pod_ip
+        """This pod's own loopback address (see network.py); a restored pod keeps the one it had."""
         self.config = config
         self.host = host
         self.bwrap = bwrap
@@ -170,9 +174,9 @@ class PodRuntime:
         out: dict[str, Any] = {
             "phase": phase,
             "conditions": conditions,
-            "hostIP": POD_IP,
-            "podIP": POD_IP,
-            "podIPs": [{"ip": POD_IP}],
+            "hostIP": HOST_IP,
+            "podIP": self.pod_ip,
+            "podIPs": [{"ip": self.pod_ip}],
             "containerStatuses": [s.status() for s in self.slots],
             "initContainerStatuses": [s.status() for s in self.init_slots],
         }  # qosClass is left to the API server: it computes it from resources and it is immutable
@@ -193,6 +197,7 @@ class PodRuntime:
     def _persist(self) -> None:
         state = {
             "startTime": self.start_time,
+            "podIP": self.pod_ip,
             "initialized": self.initialized,
             "failure": list(self.failure) if self.failure else None,
             "containers": {s.spec.name: s.persisted() for s in [*self.init_slots, *self.slots]},
@@ -213,6 +218,7 @@ class PodRuntime:
         except (OSError, ValueError):
             return False
         self.start_time = state.get("startTime")
+        self.pod_ip = state.get("podIP") or self.pod_ip
         self.initialized = bool(state.get("initialized")) or not self.init_slots
         if state.get("failure"):
             self.failure = (state["failure"][0], state["failure"][1])
@@ -344,7 +350,7 @@ class PodRuntime:
                 for volume in self.pod.spec.volumes:
                     materialise(volume, self.dir.volumes, self._lookup)
                 for slot in [*self.init_slots, *self.slots]:
-                    container_env(self.pod, slot.spec, self._lookup, POD_IP)
+                    container_env(self.pod, slot.spec, self._lookup, self.pod_ip)
                 return
             except ReferenceNotFound as exc:
                 if self.stopping:
@@ -436,14 +442,18 @@ class PodRuntime:
     async def _launch(self, slot: ContainerSlot) -> ContainerProcess:
         c = slot.spec
         image = resolve_image(c.image, self.config)
-        env = container_env(self.pod, c, self._lookup, POD_IP)
+        env = container_env(self.pod, c, self._lookup, self.pod_ip)
         argv = [expand(a, env) for a in resolve_argv(c.name, c.image, c.command, c.args)]
         ctr_dir = self.dir.container(c.name)
         ctr_dir.mkdir(parents=True, exist_ok=True)
         mounts = self._mounts(c)
         python_env = self.config.python_bin_dir.parent
         workdir = PurePosixPath(c.working_dir) if c.working_dir else None
-        base_env = {"HOSTNAME": self.pod.metadata.name, "HOME": "/tmp" if self.bwrap else str(ctr_dir / "tmp")}
+        base_env = {
+            "HOSTNAME": self.pod.metadata.name,
+            "HOME": "/tmp" if self.bwrap else str(ctr_dir / "tmp"),
+            POD_LOOPBACK_ENV: self.pod_ip,
+        }
         if isinstance(image, PythonEnvImage):
             base_env["PATH"] = f"{image.bin_dir}:{_SYSTEM_PATH}"
             base_env["VIRTUAL_ENV"] = str(python_env)
@@ -526,7 +536,7 @@ class PodRuntime:
             period = self.config.probe_period_seconds or probe.period_seconds
             while "running" in slot.state:
                 env, cwd, prefix = self._probe_context.get(slot.spec.name, ({}, "/", []))
-                ok = await probe_once(probe, slot.spec, env=env, cwd=cwd, exec_prefix=prefix)
+                ok = await probe_once(probe, slot.spec, env=env, cwd=cwd, exec_prefix=prefix, pod_ip=self.pod_ip)
                 successes, failures = (successes + 1, 0) if ok else (0, failures + 1)
                 ready = slot.ready
                 if ok and successes >= probe.success_threshold:

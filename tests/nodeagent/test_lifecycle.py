@@ -37,7 +37,10 @@ def test_pods_from_kubectl_run_to_completion_with_exit_codes(
     assert pod["status"]["phase"] == "Succeeded"
     assert pod["status"]["qosClass"] == "Burstable"
     assert pod["spec"]["nodeName"] == agent.node
-    assert pod["status"]["podIP"] == "127.0.0.1" and pod["status"]["startTime"]
+    # each pod has its own loopback address; the node (hostIP) is 127.0.0.1
+    pod_ip = pod["status"]["podIP"]
+    assert pod_ip.startswith("127.") and not pod_ip.startswith("127.0.") and pod["status"]["hostIP"] == "127.0.0.1"
+    assert pod["status"]["podIPs"] == [{"ip": pod_ip}] and pod["status"]["startTime"]
     conditions = {c["type"]: c for c in pod["status"]["conditions"]}
     assert conditions["PodScheduled"]["status"] == "True"
     assert conditions["Initialized"]["status"] == "True"
@@ -134,7 +137,9 @@ def test_readiness_probes_exec_http_and_tcp(agent: AgentProcess, kube: KubeClien
     from swerollout.controlplane import free_port
 
     port = free_port()
-    server = f"import http.server as h; h.HTTPServer(('127.0.0.1', {port}), h.SimpleHTTPRequestHandler).serve_forever()"
+    # binds the pod's own address: probes target the podIP, as a kubelet's do
+    server = ("import http.server as h, os; h.HTTPServer((os.environ['SWEROLLOUT_POD_LOOPBACK'], "
+              f"{port}), h.SimpleHTTPRequestHandler).serve_forever()")
     fast = {"periodSeconds": 1, "failureThreshold": 1}
     kube.create(PODS, pod_manifest("probed", agent.node, [
         {"name": "web", "image": RUNNER, "command": ["python", "-c", server],

@@ -58,9 +58,10 @@ def test_rollout_shaped_pod_serves_swerex_from_the_bundle_in_the_checkout(
                         "command": ["swerollout", "sandbox-bundle", "install", "--dest", "/swerex"],
                         "volumeMounts": [{"name": "bundle", "mountPath": "/swerex"}]}])
     kube.create(PODS, pod, namespace)
-    wait_pod(kube, namespace, "rollout", lambda p: bool(p) and any(
+    ready = wait_pod(kube, namespace, "rollout", lambda p: bool(p) and any(
         c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", [])), timeout=60)
-    with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"X-API-Key": "sk"}, timeout=30) as http:
+    # swerex-serve binds the pod's own loopback address (SWEROLLOUT_POD_LOOPBACK), which is its podIP
+    with httpx.Client(base_url=f"http://{ready['status']['podIP']}:{port}", headers={"X-API-Key": "sk"}, timeout=30) as http:
         result = http.post("/execute", json={
             "command": f"git rev-parse HEAD; cat mod.py; ls {secrets_dir}; cat /proc/1/cmdline | tr '\\0' ' '",
             "shell": True}).json()

@@ -62,9 +62,10 @@ def test_env_value_from_and_secret_configmap_volumes(agent: AgentProcess, kube: 
     ]), namespace)
     pod = wait_pod(kube, namespace, "envpod", phase_is("Succeeded", "Failed"))
     out = log_of(agent, namespace, "envpod", "main")
+    ip = pod["status"]["podIP"]
     assert pod["status"]["phase"] == "Succeeded", out
     lines = out.splitlines()
-    assert lines[0] == f"tok=t0ken mode=train name=envpod ns={namespace} ip=127.0.0.1 greet=hi-envpod"
+    assert lines[0] == f"tok=t0ken mode=train name=envpod ns={namespace} ip={ip} greet=hi-envpod"
     assert lines[1:] == ["renamed", "t0ken", "400", "train", "640", "/etc/cfg"]
 
 
@@ -167,14 +168,16 @@ def test_file_image_checks_out_the_base_commit_and_swerex_answers(
     port = free_port()
     kube.create(PODS, pod_manifest("swe", agent.node, [{
         "name": "sandbox", "image": f"file://{repo.path}", "workingDir": "/testbed",
-        "command": ["swerex-remote", "--host", "127.0.0.1", "--port", str(port), "--auth-token", "tok"],
-        "env": [{"name": "SWEROLLOUT_BASE_COMMIT", "value": repo.commits[0]}],
+        "command": ["swerex-remote", "--host", "$(POD_IP)", "--port", str(port), "--auth-token", "tok"],
+        "env": [{"name": "SWEROLLOUT_BASE_COMMIT", "value": repo.commits[0]},
+                {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
         "readinessProbe": {"tcpSocket": {"port": port}, "periodSeconds": 1},
     }]), namespace)
-    wait_pod(kube, namespace, "swe", lambda p: bool(p) and any(
+    ready = wait_pod(kube, namespace, "swe", lambda p: bool(p) and any(
         c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", [])), timeout=60)
     headers = {"X-API-Key": "tok"}
-    with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=30) as http:
+    pod_ip = ready["status"]["podIP"]
+    with httpx.Client(base_url=f"http://{pod_ip}:{port}", headers=headers, timeout=30) as http:
         assert http.get("/is_alive").json()["is_alive"] is True
         result = http.post("/execute", json={"command": "git rev-parse HEAD; cat README; pwd", "shell": True}).json()
     assert result["stdout"].split() == [repo.commits[0], "hello", "v1", "/testbed"]
@@ -184,7 +187,7 @@ def test_file_image_checks_out_the_base_commit_and_swerex_answers(
     wait_pod(kube, namespace, "swe", lambda p: not p, timeout=20)
     with httpx.Client(timeout=2) as http:
         try:
-            http.get(f"http://127.0.0.1:{port}/is_alive")
+            http.get(f"http://{pod_ip}:{port}/is_alive")
             raise AssertionError("swerex-remote still answers after the pod was deleted")
         except httpx.TransportError:
             pass

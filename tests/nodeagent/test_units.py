@@ -123,3 +123,16 @@ def test_bubblewrap_is_probed_before_use() -> None:
     assert bwrap_works(bwrap) is None
     assert bwrap_works("/bin/false") == "exit code 1"
     assert bwrap_works("/nonexistent/bwrap") is not None
+
+
+def test_pod_loopback_addresses_are_stable_distinct_and_outside_127_0() -> None:
+    from swerollout.nodeagent.network import allocate_loopback
+
+    first = allocate_loopback("uid-1", ())
+    assert first == allocate_loopback("uid-1", ())
+    assert first.startswith("127.") and not first.startswith("127.0.")
+    assert allocate_loopback("uid-1", {first}) != first
+    taken: set[str] = set()
+    for i in range(500):
+        taken.add(allocate_loopback(f"pod-{i}", taken))
+    assert len(taken) == 500 and not any(a.endswith((".0", ".255")) for a in taken)
