@@ -168,6 +168,8 @@ class Supervisor:
             self.state.sglang_url = comp.detail
         else:
             comp.status, comp.detail = "failed", f"did not listen on port {port}; see {child.log}"
+            self.save()
+            raise RuntimeError(f"the policy server {comp.detail}")
         self.save()
 
     def _tasks_file(self) -> Path:

@@ -115,3 +115,18 @@ def test_dev_up_status_logs_down(workdir: Path) -> None:
     assert not any(str(workdir) in line for line in Path("/proc/self/mountinfo").read_text().splitlines())
     assert cli("dev", "status", "--workdir", str(workdir)).returncode == 3
     assert not paths.state.exists()
+
+
+def test_dev_up_that_fails_says_why_and_leaves_nothing_running(workdir: Path) -> None:
+    up = cli("dev", "up", "--workdir", str(workdir), "--policy", "oracle", "--tasks", str(workdir / "missing.jsonl"),
+             "--no-operator")
+    assert up.returncode == 1
+    assert "policy server did not listen" in up.stdout and "dev up failed" in up.stderr
+    state = DevState.read(DevPaths.under(workdir).state)
+    assert state is not None and state.status == "failed"
+    deadline = time.monotonic() + 30
+    while state.supervisor.alive() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not state.supervisor.alive()
+    assert not any(c.alive() for c in state.components.values())
+    assert cli("dev", "status", "--workdir", str(workdir)).returncode == 3
