@@ -33,7 +33,23 @@ import os
 import sys
 
 
+def probe(host, port):
+    """Readiness: exit 0 when the server accepts connections. A kubelet's tcpSocket
+    probe would dial the pod IP, but the server listens on loopback only."""
+    import socket
+
+    try:
+        socket.create_connection((host, port), timeout=2).close()
+    except OSError as exc:
+        sys.exit(f"swerex-serve: not serving on {host}:{port}: {exc}")
+    sys.exit(0)
+
+
 def main():
+    host = os.environ.get("SWEROLLOUT_POD_LOOPBACK") or os.environ.get("SWEREX_HOST") or "127.0.0.1"
+    port = int(os.environ.get("SWEREX_PORT", "8880"))
+    if sys.argv[1:] == ["--probe"]:
+        probe(host, port)
     token_file = os.environ.get("SWEREX_AUTH_TOKEN_FILE", "")
     try:
         with open(token_file) as f:
@@ -42,9 +58,6 @@ def main():
         sys.exit(f"swerex-serve: cannot read SWEREX_AUTH_TOKEN_FILE={token_file!r}: {exc}")
     if not token:
         sys.exit("swerex-serve: the auth token is empty; refusing to serve without authentication")
-    # The embedded dev mode gives each pod its own loopback address.
-    host = os.environ.get("SWEROLLOUT_POD_LOOPBACK") or os.environ.get("SWEREX_HOST") or "127.0.0.1"
-    port = int(os.environ.get("SWEREX_PORT", "8880"))
     import uvicorn
     from swerex import server
 

@@ -179,9 +179,12 @@ def rollout_pod(
                     {"name": "swerex-bundle", "mountPath": BUNDLE_MOUNT, "readOnly": True},
                     {"name": "sandbox-credentials", "mountPath": RUNNER_SECRET_DIR, "readOnly": True},
                 ],
+                # An exec probe: swerex listens on loopback only, and a tcpSocket probe
+                # would dial the pod IP.
                 "readinessProbe": {
-                    "tcpSocket": {"port": settings.sandbox_port},
+                    "exec": {"command": [f"{BUNDLE_MOUNT}/bin/swerex-serve", "--probe"]},
                     "periodSeconds": 2,
+                    "timeoutSeconds": 5,
                     "failureThreshold": 3,
                 },
                 "resources": _resources(sandbox_resources),

@@ -112,6 +112,11 @@ def test_launcher_serves_with_auth_and_refuses_an_empty_token(tmp_path: Path) ->
         # The token is not on the command line.
         cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
         assert b"s3cret" not in cmdline
+        # The pod's readiness probe command.
+        env = {"SWEREX_PORT": str(port), "PATH": "/usr/bin:/bin"}
+        assert subprocess.run([str(launcher), "--probe"], env=env).returncode == 0
+        closed = {"SWEREX_PORT": str(_free_port()), "PATH": "/usr/bin:/bin"}
+        assert subprocess.run([str(launcher), "--probe"], env=closed, capture_output=True).returncode != 0
     finally:
         proc.terminate()
         proc.wait(timeout=10)
