@@ -297,7 +297,11 @@ class Reconciler:
             extra={
                 "attempts": attempt,
                 "replay": True,
-                "sandbox": {"podName": pod["metadata"]["name"], "podUID": pod["metadata"]["uid"]},
+                # A merge patch: null clears what described the old pod.
+                "sandbox": {
+                    "podName": pod["metadata"]["name"], "podUID": pod["metadata"]["uid"],
+                    "podIP": None, "nodeName": None, "startedAt": None, "reclaimedAt": None,
+                },
             },
         )
 

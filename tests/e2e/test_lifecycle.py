@@ -1,0 +1,201 @@
+"""The rollout lifecycle end to end on the embedded default.
+
+Real control plane, the chart, the operator under the chart's ServiceAccount, the
+node agent running pods as local processes (sandbox = swerex-remote in a fresh
+checkout, runner = agent_runner), the SGLang-compatible policy server, real
+tokenizers, and the file:// result store.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from agent_runner.snapshot import Snapshot
+from swerollout.api import v1alpha1 as api
+from swerollout.kube import PODS, SECRETS, SWEROLLOUTS, KubeClient
+from swerollout.policy_server.launch import launch
+from swerollout.wire.trajectory import Trajectory
+from tests.e2e.conftest import DevStack, dump, post_json
+
+TERMINAL = {"Succeeded", "Failed"}
+
+
+@pytest.fixture(scope="module")
+def null_policy(dev_stack: DevStack) -> Iterator[str]:
+    with launch("null", subprocess=True, tokenizer="qwen-2.5") as server:
+        yield server.url
+
+
+@pytest.fixture
+def slow_policy(dev_stack: DevStack) -> Iterator[str]:
+    """tiny-lm (real sampling, real logprobs) slowed down so aborts land mid-generation."""
+    with launch(
+        "tiny-lm", subprocess=True, tokenizer="qwen-2.5", weight_version="v1", faults={"delay_per_token": 0.08}
+    ) as server:
+        yield server.url
+
+
+# Long enough to abort in the middle, short enough to finish: tiny-lm's random text is
+# never a valid action, so the run ends on max turns (reward 0, ungraded).
+SLOW_AGENT = {"maxTurns": 6, "maxRequeries": 20}
+SLOW_INFERENCE = {"sampling": {"maxNewTokens": 24, "temperature": 1.0}}
+
+
+def _slow_rollout(stack: DevStack, name: str, endpoint: str) -> None:
+    stack.rollout(name, endpoint=endpoint, agent=SLOW_AGENT, inference=SLOW_INFERENCE)
+    stack.wait(f"{name} generating", lambda: (stack.status(name).get("progress") or {}).get("turns", 0) >= 1, timeout=180)
+
+
+def test_oracle_succeeds_with_reward_1_and_null_gets_0(dev_stack: DevStack, null_policy: str) -> None:
+    dev_stack.rollout("oracle-1", endpoint=dev_stack.oracle_url, task=1)
+    dev_stack.rollout("null-1", endpoint=null_policy, task=1)
+    oracle = dev_stack.wait_phase("oracle-1", TERMINAL)
+    null = dev_stack.wait_phase("null-1", TERMINAL)
+    assert oracle["phase"] == "Succeeded", dump(oracle)
+    assert oracle["result"]["exitStatus"] == "submitted"
+    assert oracle["reward"]["value"] == 1.0 and oracle["reward"]["resolved"] is True
+    assert oracle["reward"]["failToPassPassed"] == oracle["reward"]["failToPassTotal"] > 0
+    assert null["phase"] == "Succeeded", dump(null)
+    assert null["reward"]["value"] == 0.0 and null["reward"]["resolved"] is False
+
+    trajectory = Trajectory.from_bytes(dev_stack.read_object(oracle["result"]["trajectory"]))
+    assert trajectory.exit_status == "submitted"
+    assert len(trajectory.response_ids) == len(trajectory.loss_mask) == len(trajectory.logprobs)
+    assert sum(trajectory.loss_mask) > 0
+    assert "diff --git" in trajectory.submission
+    patch = dev_stack.read_object(oracle["result"]["patch"]).decode()
+    assert patch == trajectory.submission
+    # The policy's pod and the eval pod are gone once the reward is in.
+    dev_stack.wait(
+        "pods cleaned up",
+        lambda: not [
+            p for p in dev_stack.kube.list(PODS, "default", label_selector=f"{api.LABEL_ROLLOUT}=oracle-1")["items"]
+            if not p["metadata"].get("deletionTimestamp")
+        ],
+        timeout=60,
+    )
+
+
+def test_suspend_then_resume_on_the_same_pod(dev_stack: DevStack, slow_policy: str) -> None:
+    _slow_rollout(dev_stack, "susp", slow_policy)
+    pod_before = dev_stack.status("susp")["sandbox"]["podUID"]
+    dev_stack.set_suspend("susp", True)
+    aborted = dev_stack.wait_phase("susp", {"Aborted"}, timeout=60)
+    partial = aborted["partial"]
+    assert partial["reason"] == "Suspended"
+    conditions = {c["type"]: c["status"] for c in aborted["conditions"]}
+    assert conditions["Suspended"] == "True"
+    snapshot = Snapshot.from_bytes(dev_stack.read_object(partial["snapshot"]))
+    before = snapshot.buffer
+
+    post_json(f"{slow_policy}/update_weight_version", {"new_version": "v2"})
+    dev_stack.set_suspend("susp", False)
+    done = dev_stack.wait_phase("susp", TERMINAL, timeout=240)
+    assert done["phase"] == "Succeeded", dump(done)
+    assert done["sandbox"]["podUID"] == pod_before, "resume must continue on the same live pod"
+    assert done["attempts"] == 1
+
+    trajectory = Trajectory.from_bytes(dev_stack.read_object(done["result"]["trajectory"]))
+    full_ids = list(trajectory.prompt_ids) + list(trajectory.response_ids)
+    # The resumed token list is the pre-abort list plus new tokens.
+    assert full_ids[: len(before.input_ids)] == list(before.input_ids)
+    assert len(full_ids) > len(before.input_ids)
+    start = len(trajectory.prompt_ids)
+    mask = np.array(trajectory.loss_mask)
+    versions = list(trajectory.weight_versions)
+    pre = [versions[i - start] for i in range(start, len(before.input_ids)) if mask[i - start]]
+    post = [versions[i - start] for i in range(len(before.input_ids), len(full_ids)) if mask[i - start]]
+    assert pre and set(pre) == {"v1"}, "tokens sampled before the abort keep their weight version"
+    assert post and set(post) == {"v2"}, "tokens sampled after the resume carry the new weight version"
+
+
+def test_abort_from_the_inference_side_lands_in_aborted_and_resumes(dev_stack: DevStack, slow_policy: str) -> None:
+    _slow_rollout(dev_stack, "paused", slow_policy)
+    post_json(f"{slow_policy}/pause_generation", {"mode": "abort"})
+    try:
+        aborted = dev_stack.wait_phase("paused", {"Aborted"}, timeout=60)
+        assert aborted["partial"]["reason"] == "InferenceAborted"
+        # Recorded as a suspension, so resuming is the same for every abort.
+        assert dev_stack.get("paused")["spec"]["suspend"] is True
+    finally:
+        post_json(f"{slow_policy}/continue_generation", {})
+    dev_stack.set_suspend("paused", False)
+    done = dev_stack.wait_phase("paused", TERMINAL, timeout=240)
+    assert done["phase"] == "Succeeded", dump(done)
+
+
+def test_pod_lost_while_aborted_is_replayed_into_a_fresh_pod(dev_stack: DevStack, slow_policy: str) -> None:
+    _slow_rollout(dev_stack, "lost", slow_policy)
+    dev_stack.set_suspend("lost", True)
+    aborted = dev_stack.wait_phase("lost", {"Aborted"}, timeout=60)
+    pod = aborted["sandbox"]["podName"]
+    dev_stack.kube.delete(PODS, pod, "default")
+    dev_stack.wait("reclaimedAt", lambda: (dev_stack.status("lost").get("sandbox") or {}).get("reclaimedAt"), timeout=60)
+    dev_stack.set_suspend("lost", False)
+    done = dev_stack.wait_phase("lost", TERMINAL, timeout=300)
+    assert done["phase"] == "Succeeded", dump(done)
+    assert done["attempts"] == 2 and done["replay"] is True
+    assert done["sandbox"]["podName"] != pod
+
+
+def test_operator_sigkill_during_a_batch_finishes_each_rollout_exactly_once(
+    dev_stack: DevStack, null_policy: str
+) -> None:
+    names = [f"batch-{i:02d}" for i in range(20)]
+    seen_pods: set[str] = set()
+    stop = threading.Event()
+
+    def record_pods() -> None:
+        with KubeClient.from_kubeconfig(dev_stack.paths.kubeconfig) as kube:
+            while not stop.is_set():
+                for pod in kube.list(PODS, "default", label_selector=f"{api.LABEL_BATCH}=kill")["items"]:
+                    seen_pods.add(pod["metadata"]["name"])
+                time.sleep(0.3)
+
+    recorder = threading.Thread(target=record_pods, daemon=True)
+    recorder.start()
+    try:
+        for i, name in enumerate(names):
+            body = dev_stack.rollout(name, endpoint=null_policy, task=i % 5)
+            dev_stack.kube.patch(SWEROLLOUTS, name, {"metadata": {"labels": {api.LABEL_BATCH: "kill"}}}, "default")
+            assert body["metadata"]["name"] == name
+        for delay in (1.0, 6.0, 12.0):
+            time.sleep(delay)
+            operator = dev_stack.state().components["operator"]
+            assert operator.pid
+            os.kill(operator.pid, signal.SIGKILL)
+            dev_stack.wait(
+                "operator restarted",
+                lambda old=operator.pid: (c := dev_stack.state().components["operator"]).pid not in (None, old) and c.alive(),
+                timeout=60,
+            )
+        finals = {name: dev_stack.wait_phase(name, TERMINAL, timeout=600) for name in names}
+    finally:
+        stop.set()
+        recorder.join(timeout=10)
+    for name, status in finals.items():
+        assert status["phase"] == "Succeeded", (name, dump(status))
+        assert status["attempts"] == 1, name
+    # Deterministic names: one rollout pod per rollout, never a second attempt.
+    assert {p for p in seen_pods if p.startswith("batch-")} <= {f"{n}-a1" for n in names}
+    # Nothing leaked: pods gone; deleting the rollouts removes their Secrets and stored objects.
+    dev_stack.wait(
+        "batch pods deleted",
+        lambda: not dev_stack.kube.list(PODS, "default", label_selector=f"{api.LABEL_BATCH}=kill")["items"],
+        timeout=120,
+    )
+    uids = {name: dev_stack.get(name)["metadata"]["uid"] for name in names}
+    for name in names:
+        dev_stack.kube.delete(SWEROLLOUTS, name, "default")
+    dev_stack.wait("rollouts deleted", lambda: all(dev_stack.get(n) is None for n in names), timeout=120)
+    secrets = {s["metadata"]["name"] for s in dev_stack.kube.list(SECRETS, "default")["items"]}
+    assert not {f"{n}-runner" for n in names} & secrets
+    for uid in uids.values():
+        assert not (dev_stack.store_dir / "default" / uid).exists() or not any((dev_stack.store_dir / "default" / uid).rglob("*.*"))
