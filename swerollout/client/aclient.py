@@ -15,7 +15,7 @@ import asyncio
 import hashlib
 import inspect
 import os
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import aclosing
 from types import TracebackType
 from typing import Any
@@ -295,8 +295,12 @@ class AsyncRolloutClient:
         reward: Reward | Mapping[str, Any] | None = None,
         sandbox: Sandbox | Mapping[str, Any] | None = None,
         check_endpoint: bool = False,
+        member_inference: Sequence[Inference | Mapping[str, Any]] | None = None,
     ) -> list[str]:
         """Create ``len(instances) x group_size`` SWERollouts named ``<batch>-<sample>-<member>``.
+
+        ``member_inference`` (one per group member) gives member *m* its own policy
+        server, e.g. to compare two policies on the same tasks within one group.
 
         Server-side apply with field manager ``swerollout-client`` makes a repeated call
         a no-op. ``spec.suspend`` is left out so a re-submit never resumes an aborted
@@ -339,8 +343,22 @@ class AsyncRolloutClient:
                 f"inference.tokenizer is required for {specs[0].agent.kind.value}: set it (--tokenizer) to a "
                 "bundled name such as qwen-2.5 or a tokenizer directory, or use agent kind ChatAgent"
             )
+        per_member: list[Object] | None = None
+        if member_inference is not None:
+            if len(member_inference) != group_size:
+                raise ClientConfigError(
+                    f"member_inference has {len(member_inference)} entries; it needs one per group member ({group_size})"
+                )
+            try:
+                members = [m if isinstance(m, Inference) else Inference.model_validate(m) for m in member_inference]
+            except ValidationError as exc:
+                raise ClientConfigError(f"member_inference is not valid: {exc}") from exc
+            if weight_version is not None:
+                members = [m.model_copy(update={"weight_version": weight_version}) for m in members]
+            per_member = [m.to_wire() for m in members]
         if check_endpoint:
-            await check_inference_endpoint(inf.endpoint)
+            for endpoint in {inf.endpoint, *(m["endpoint"] for m in per_member or [])}:
+                await check_inference_endpoint(endpoint)
         await self.check_cluster()
 
         bodies = []
@@ -348,7 +366,8 @@ class AsyncRolloutClient:
             wire = spec.to_wire()
             wire.pop("suspend", None)
             for member in range(group_size):
-                bodies.append(self._body(batch, sample, member, spec.instance.instance_id, wire, extra_labels))
+                member_spec = wire if per_member is None else {**wire, "inference": per_member[member]}
+                bodies.append(self._body(batch, sample, member, spec.instance.instance_id, member_spec, extra_labels))
         limit = asyncio.Semaphore(PARALLEL_REQUESTS)
 
         async def apply(body: Object) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -113,11 +113,13 @@ class RolloutClient:
         reward: Reward | Mapping[str, Any] | None = None,
         sandbox: Sandbox | Mapping[str, Any] | None = None,
         check_endpoint: bool = False,
+        member_inference: Sequence[Inference | Mapping[str, Any]] | None = None,
     ) -> list[str]:
         return self._run(
             self._inner.submit_batch(
                 instances, group_size, batch=batch, inference=inference, agent=agent, mode=mode, labels=labels,
                 weight_version=weight_version, reward=reward, sandbox=sandbox, check_endpoint=check_endpoint,
+                member_inference=member_inference,
             )
         )
 

@@ -132,3 +132,23 @@ async def test_a_member_that_finishes_during_abort_is_left_alone(
         assert kube.raced
     suspend = {o["metadata"]["name"]: o["spec"]["suspend"] for o in (await akube.list(SWEROLLOUTS, namespace))["items"]}
     assert suspend == {"race-0-0": False, "race-0-1": True, "race-0-2": True}
+
+
+async def test_member_inference_gives_each_group_member_its_own_policy(
+    client: AsyncRolloutClient, akube: AsyncKubeClient, namespace: str
+) -> None:
+    oracle = {**INFERENCE, "endpoint": "http://oracle:30000"}
+    null = {**INFERENCE, "endpoint": "http://null:30000"}
+    await client.submit_batch(
+        [instance(0), instance(1)], 2, batch="ab", inference=INFERENCE, member_inference=[oracle, null],
+        weight_version="w-3",
+    )
+    items = (await akube.list(SWEROLLOUTS, namespace))["items"]
+    endpoints = {o["metadata"]["name"]: o["spec"]["inference"]["endpoint"] for o in items}
+    assert endpoints == {
+        "ab-0-0": "http://oracle:30000", "ab-0-1": "http://null:30000",
+        "ab-1-0": "http://oracle:30000", "ab-1-1": "http://null:30000",
+    }
+    assert {o["spec"]["inference"]["weightVersion"] for o in items} == {"w-3"}
+    with pytest.raises(ClientConfigError, match="one per group member"):
+        await client.submit_batch([instance(0)], 3, batch="ab2", inference=INFERENCE, member_inference=[oracle, null])
