@@ -39,6 +39,7 @@ lock:
 
 crds: venv
 	$(BIN)/python -m swerollout.api.crdgen --out crds/ --chart helm/swerollout
+	$(BIN)/python -m swerollout.api.docgen
 
 test: venv bins system-deps
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -85,7 +85,11 @@ _CONDITIONS: dict[Phase, dict[ConditionType, ConditionStatus | None]] = {
     Phase.ABORTED: {ConditionType.GENERATING: ConditionStatus.FALSE, ConditionType.SUSPENDED: ConditionStatus.TRUE},
     Phase.RESUMING: {ConditionType.SUSPENDED: ConditionStatus.FALSE},
     Phase.EVALUATING: {ConditionType.GENERATING: ConditionStatus.FALSE, ConditionType.EVALUATED: ConditionStatus.FALSE},
-    Phase.SUCCEEDED: {ConditionType.GENERATING: ConditionStatus.FALSE, ConditionType.COMPLETE: ConditionStatus.TRUE},
+    Phase.SUCCEEDED: {
+        ConditionType.GENERATING: ConditionStatus.FALSE,
+        ConditionType.EVALUATED: ConditionStatus.TRUE,
+        ConditionType.COMPLETE: ConditionStatus.TRUE,
+    },
     Phase.FAILED: {ConditionType.GENERATING: ConditionStatus.FALSE, ConditionType.COMPLETE: ConditionStatus.TRUE},
 }
 

@@ -118,3 +118,12 @@ def test_make_crds_command_is_reproducible(tmp_path: Path) -> None:
         capture_output=True,
     )
     assert (out / crdgen.CRD_FILENAME).read_text() == (ROOT / "crds" / crdgen.CRD_FILENAME).read_text()
+
+
+def test_configuration_reference_is_generated_from_the_models() -> None:
+    from swerollout.api import docgen
+
+    reference = (ROOT / "docs" / "api-reference.md").read_text()
+    assert reference == docgen.render(), "docs/api-reference.md is stale: run `make crds`"
+    assert "`spec.sandbox.keepAliveSecondsAfterAbort`" in reference
+    assert "spec.instance is immutable" in reference
