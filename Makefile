@@ -52,7 +52,7 @@ demo: venv bins system-deps
 	$(BIN)/python -m swerollout.demo
 
 bench: venv bins system-deps
-	$(BIN)/python -m bench
+	$(BIN)/python -m bench $(BENCH)
 
 clean:
 	rm -rf $(VENV) .swerollout .pytest_cache

@@ -1,0 +1,89 @@
+"""`make bench`: run every benchmark and print one report.
+
+Targets live here, not in the test suite: shared 2-core machines make timed
+assertions flaky, so each benchmark reports its numbers next to a baseline
+measured in the same run, and the ratios are what to compare across runs.
+
+    python -m bench                 # all
+    python -m bench runner lifecycle
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+SUITES: dict[str, tuple[str, Callable[[], str]]] = {}
+
+
+def _runner() -> str:
+    from bench import runner_overhead
+
+    result = runner_overhead.run()
+    lines = [f"runner overhead per turn (tokenizer {result['tokenizer']}, generation excluded):"]
+    for n in result["per_turn"].values():
+        lines.append(
+            f"  {n['context_tokens']:>6.0f} ctx tokens: {n['ours_ms']:.2f} ms "
+            f"(naive re-tokenize {n['naive_retokenize_ms']:.1f} ms = {n['naive_vs_ours']:.0f}x ours)"
+        )
+    s = result["snapshot_32k"]
+    lines.append(
+        f"  snapshot at {s['tokens']:.0f} tokens: encode {s['encode_ms']:.1f} ms + decode {s['decode_ms']:.1f} ms, "
+        f"{s['bytes_per_token']:.2f} bytes/token (raw arrays {s['raw_packed_bytes_per_token']})"
+    )
+    return "\n".join(lines)
+
+
+def _nodeagent() -> str:
+    from bench import nodeagent_pods
+
+    r = nodeagent_pods.run()
+    return (
+        f"node agent: {r['pods']} light pods: bind->Running p50 {r['bind_to_running_p50_s'] * 1000:.0f} ms, "
+        f"p99 {r['bind_to_running_p99_s'] * 1000:.0f} ms, {r['pods_per_second']:.1f} pods/s "
+        f"(bare process spawns {r['baseline_spawns_per_second']:.0f}/s; ratio {r['ratio_vs_baseline']:.3f})"
+    )
+
+
+def _store() -> str:
+    out = subprocess.run([sys.executable, "-m", "bench.store_throughput"], capture_output=True, text=True, check=True)
+    return "result store:\n" + "\n".join("  " + line for line in out.stdout.strip().splitlines())
+
+
+def _lifecycle() -> str:
+    from bench import lifecycle
+
+    return lifecycle.report(lifecycle.run(500))
+
+
+SUITES = {
+    "runner": ("runner overhead and snapshot size", _runner),
+    "store": ("result store throughput", _store),
+    "nodeagent": ("node agent: 200 pods", _nodeagent),
+    "lifecycle": ("operator overhead, 500 rollouts, abort fan-out", _lifecycle),
+}
+
+
+def main(argv: list[str]) -> int:
+    chosen = argv or list(SUITES)
+    unknown = [c for c in chosen if c not in SUITES]
+    if unknown:
+        print(f"unknown benchmark(s) {unknown}; choose from {list(SUITES)}", file=sys.stderr)
+        return 2
+    report: dict[str, str] = {}
+    for name in chosen:
+        title, fn = SUITES[name]
+        print(f"== {name}: {title}", flush=True)
+        start = time.monotonic()
+        report[name] = fn()
+        print(report[name])
+        print(f"   ({time.monotonic() - start:.0f} s)\n", flush=True)
+    print(json.dumps({"suites": list(report)}, indent=None))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
