@@ -116,7 +116,10 @@ class IngestServer:
                 return _error(401, "Unauthorized", "send `Authorization: Bearer <the rollout's ingest token>`")
             if not self.token_key.verify(token.strip(), TokenKind.INGEST, ns, name, uid):
                 return _error(403, "Forbidden", f"this token is not valid for rollout {ns}/{name} ({uid})")
-            entry = self.reconciler.lookup(ns, name, uid)
+            try:
+                entry = await self.reconciler.lookup_or_fetch(ns, name, uid)
+            except KubeError as exc:
+                return _error(503, "ApiUnavailable", f"could not read rollout {ns}/{name}: {exc}")
             if entry is None:
                 return _error(404, "NotFound", f"rollout {ns}/{name} ({uid}) does not exist (deleted?)")
             return await handler(request, entry)

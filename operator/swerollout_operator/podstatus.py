@@ -75,6 +75,21 @@ def read_pod(pod: dict[str, Any]) -> PodState:
         message = status.get("message") or detail or f"pod phase {phase}"
         return PodState(False, True, reason, message, ip, node)
 
+    # Rollout and eval pods never finish on their own: every container serves until
+    # the pod is deleted, so one that has terminated means the pod is done for
+    # (a runner that crashed would otherwise leave the rollout Running forever).
+    spec_containers = {c.get("name") for c in (pod.get("spec") or {}).get("containers") or []}
+    for cs in status.get("containerStatuses") or []:
+        ended = (cs.get("state") or {}).get("terminated")
+        if ended and cs.get("name") in spec_containers:
+            code = ended.get("exitCode")
+            message = (
+                f"container {cs.get('name')} exited {code} ({ended.get('reason', '')}); "
+                f"its output: `swerollout logs {(pod.get('metadata') or {}).get('name', 'POD')} -c {cs.get('name')}` "
+                "in dev mode, `kubectl logs` in a cluster"
+            )
+            return PodState(False, True, "ContainerExited", message, ip, node)
+
     conditions = {c.get("type"): c for c in status.get("conditions") or []}
     ready = conditions.get("Ready", {}).get("status") == "True"
     if not ready:

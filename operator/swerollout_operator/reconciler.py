@@ -141,6 +141,20 @@ class Reconciler:
             return None
         return entry
 
+    async def lookup_or_fetch(self, namespace: str, name: str, uid: str) -> Tracked | None:
+        """The rollout, read from the API server when this process has not seen it yet
+        (right after a restart, runners can call before the first listing arrives)."""
+        entry = self.lookup(namespace, name, uid)
+        if entry is not None:
+            return entry
+        try:
+            body = await self.kube.get(SWEROLLOUTS, name, namespace)
+        except NotFound:
+            return None
+        if body["metadata"]["uid"] != uid or body["metadata"].get("deletionTimestamp"):
+            return None
+        return self.observe(body)
+
     # -- status ------------------------------------------------------------------
 
     async def _patch_status(self, entry: Tracked, patch: dict[str, Any]) -> None:

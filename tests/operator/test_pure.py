@@ -194,3 +194,21 @@ def test_tokens_are_per_rollout_and_constant_time_checked(tmp_path: Path) -> Non
     path.write_bytes(b"short")
     with pytest.raises(ValueError, match="at least 32 bytes"):
         TokenKey.from_file(path)
+
+
+def test_read_pod_treats_an_exited_container_as_the_end_of_the_pod() -> None:
+    """A crashed runner must not leave its rollout Running forever."""
+    pod = _pod(
+        {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "False"}],
+            "containerStatuses": [
+                {"name": "sandbox", "state": {"running": {}}},
+                {"name": "runner", "state": {"terminated": {"exitCode": 1, "reason": "Error"}}},
+            ],
+        }
+    )
+    pod["spec"]["containers"].append({"name": "runner", "image": "swerollout:dev"})
+    state = read_pod(pod)
+    assert state.failed and state.reason == "ContainerExited"
+    assert "runner exited 1" in state.message and "swerollout logs p -c runner" in state.message
