@@ -11,7 +11,6 @@ import asyncio
 import json
 import logging
 import os
-import signal
 import sys
 from pathlib import Path
 
@@ -80,28 +79,14 @@ async def run(settings: OperatorSettings, kubeconfig: Path | None) -> None:
         # kopf's own login reads KUBECONFIG.
         os.environ["KUBECONFIG"] = str(kubeconfig)
     memo = kopf.Memo(runtime=OperatorRuntime(settings, kubeconfig=kubeconfig))
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    stop_flag: asyncio.Future[None] = loop.create_future()
-
-    async def _relay() -> None:
-        await stop.wait()
-        if not stop_flag.done():
-            stop_flag.set_result(None)
-
-    relay = asyncio.create_task(_relay())
-    try:
-        await kopf.operator(
-            standalone=True,
-            clusterwide=settings.cluster_wide,
-            namespaces=settings.namespaces,
-            memo=memo,
-            stop_flag=stop_flag,
-        )
-    finally:
-        relay.cancel()
+    # kopf handles SIGTERM/SIGINT itself: it stops the watches, runs the cleanup
+    # handlers (which stop our servers) and returns.
+    await kopf.operator(
+        standalone=True,
+        clusterwide=settings.cluster_wide,
+        namespaces=settings.namespaces,
+        memo=memo,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,7 +33,7 @@ def null_policy(dev_stack: DevStack) -> Iterator[str]:
         yield server.url
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def slow_policy(dev_stack: DevStack) -> Iterator[str]:
     """tiny-lm (real sampling, real logprobs) slowed down so aborts land mid-generation."""
     with launch(
@@ -84,6 +84,7 @@ def test_oracle_succeeds_with_reward_1_and_null_gets_0(dev_stack: DevStack, null
 
 
 def test_suspend_then_resume_on_the_same_pod(dev_stack: DevStack, slow_policy: str) -> None:
+    post_json(f"{slow_policy}/update_weight_version", {"new_version": "v1"})
     _slow_rollout(dev_stack, "susp", slow_policy)
     pod_before = dev_stack.status("susp")["sandbox"]["podUID"]
     dev_stack.set_suspend("susp", True)
