@@ -47,6 +47,21 @@ _RESTARTABLE = ("node-agent", "operator")
 _MAX_RESTARTS = 5
 
 
+# SGLang's own default port: examples/dev-rollout.yaml can name the endpoint when it is free.
+DEFAULT_POLICY_PORT = 30000
+
+
+def _port_or_free(preferred: int) -> int:
+    import socket
+
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", preferred))
+        except OSError:
+            return free_port()
+    return preferred
+
+
 def repo_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
@@ -154,7 +169,7 @@ class Supervisor:
         self.save()
 
     def _start_policy_server(self) -> None:
-        port = free_port()
+        port = _port_or_free(DEFAULT_POLICY_PORT)
         argv = [sys.executable, "-m", "swerollout.cli.main", "policy-server", "--policy", self.args.policy,
                 "--port", str(port)]
         argv += ["--tasks", str(self._tasks_file())]

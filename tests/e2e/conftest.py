@@ -107,6 +107,14 @@ class DevStack:
     def set_suspend(self, name: str, value: bool) -> None:
         self.kube.patch(SWEROLLOUTS, name, {"spec": {"suspend": value}}, "default")
 
+    def kubectl(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+        from swerollout.binaries import find_binaries
+
+        return subprocess.run(
+            [str(find_binaries().kubectl), f"--kubeconfig={self.paths.kubeconfig}", *args],
+            input=input, capture_output=True, text=True, timeout=120,
+        )
+
     def read_object(self, ref: dict[str, Any]) -> bytes:
         uri = ref["ref"]
         assert uri.startswith("file://"), uri
