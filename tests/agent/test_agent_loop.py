@@ -107,8 +107,10 @@ async def test_total_execution_time(repo_sandbox: RepoSandbox) -> None:
     assert result.exit_status == "exit_total_execution_time"
     # The model is asked again only while the summed command time is under the limit.
     assert model.calls == len(steps) < 10
-    assert all(step.state.execution_seconds < 1.0 for step in steps[:-1])
-    assert steps[-1].state.execution_seconds >= 1.0
+    # The stopping rule, not a speed target: the run stops at the first step whose
+    # summed command time reaches the limit.
+    summed = [step.state.execution_seconds for step in steps]
+    assert max(summed[:-1], default=0.0) < 1.0 <= summed[-1]
 
 
 async def test_repeated_command_timeouts(repo_sandbox: RepoSandbox) -> None:
