@@ -114,14 +114,22 @@ def bwrap_argv(
     private_tmp: Path,
     workdir: PurePosixPath,
     hostname: str,
+    keep_visible: list[Path] | None = None,
 ) -> list[str]:
-    """The bwrap prefix for one container (the command follows after ``--``)."""
+    """The bwrap prefix for one container (the command follows after ``--``).
+
+    ``keep_visible``: paths the container needs even where they live under /tmp (a
+    checkout or venv in /tmp, as CI clones often are), which the private /tmp would
+    otherwise hide; they are bound read-only on top of it."""
     mounts = [Mount(m.source, _through_symlinks(m.dest, exposed), m.read_only) for m in mounts]
     cuts = [*_REPLACED, *(PurePosixPath(p) for p in hidden), *(m.dest for m in mounts)]
     args = [bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", hostname[:63], "--die-with-parent"]
     for path in exposed:
         _emit(path, PurePosixPath(path), cuts, args)
     args += ["--dev", "/dev", "--proc", "/proc", "--bind", str(private_tmp), "/tmp"]
+    for path in keep_visible or []:
+        if path.exists() and Path("/tmp") in path.resolve().parents:
+            args += ["--ro-bind", str(path), str(path)]
     for m in sorted(mounts, key=lambda m: len(m.dest.parts)):
         args += ["--ro-bind" if m.read_only else "--bind", str(m.source), str(m.dest)]
     args += ["--chdir", str(workdir), "--"]

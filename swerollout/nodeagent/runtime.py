@@ -470,9 +470,12 @@ class PodRuntime:
         if self.bwrap is not None:
             exposed = [Path("/")] if isinstance(image, PythonEnvImage) else [
                 *(Path(p) for p in SYSTEM_PATHS), python_env, Path(sys.base_prefix)]
+            keep = [python_env, Path(sys.base_prefix)]
+            if isinstance(image, PythonEnvImage):
+                keep += _source_dirs()
             prefix = bwrap_argv(
                 self.bwrap, exposed=exposed, hidden=[self.config.root_dir, *self.config.hidden_paths], mounts=mounts, private_tmp=tmp,
-                workdir=workdir or PurePosixPath("/tmp"), hostname=self.pod.metadata.name,
+                workdir=workdir or PurePosixPath("/tmp"), hostname=self.pod.metadata.name, keep_visible=keep,
             )
             cwd = ctr_dir
             launch = [*prefix, *argv]
@@ -569,3 +572,16 @@ class PodRuntime:
 
     def remove_files(self) -> None:
         shutil.rmtree(self.dir.path, ignore_errors=True)
+
+
+def _source_dirs() -> list[Path]:
+    """Where our own packages are imported from (an editable install points into the
+    checkout), so runner containers can import them even from a checkout under /tmp."""
+    import importlib.util
+
+    dirs: list[Path] = []
+    for module in ("swerollout", "agent_runner", "swerollout_operator"):
+        spec = importlib.util.find_spec(module)
+        if spec is not None and spec.origin:
+            dirs.append(Path(spec.origin).parent)
+    return dirs
