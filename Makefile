@@ -49,7 +49,7 @@ lint: venv
 	$(BIN)/mypy
 
 demo: venv bins system-deps
-	$(BIN)/python -m swerollout.demo
+	$(BIN)/python -m swerollout.dev.demo
 
 bench: venv bins system-deps
 	$(BIN)/python -m bench $(BENCH)

@@ -41,7 +41,7 @@ produced): Qwen3 strips ``<think>`` from assistant turns before the last user
 message; GLM-4.5+ and DeepSeek V3.1 drop reasoning of earlier turns; DeepSeek V3's
 template opens tool outputs with ``<｜tool▁outputs▁begin｜>`` only once per
 conversation, and the delta reproduces that because it renders the real roles.
-tests/runner_core/test_chat_template.py checks both the exact and the differing
+tests/agent_runner/core/test_chat_template.py checks both the exact and the differing
 cases on real tokenizers.
 """
 

@@ -30,7 +30,7 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from swerollout.api.v1alpha1 import Evaluation, Instance, RewardStatus
-from swerollout.tasks import GateDecision
+from swerollout.exit_status import GateDecision
 
 from .grading import Backend, GradingError, GroupOutcome, LogGrade, grade_log
 

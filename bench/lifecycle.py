@@ -37,7 +37,7 @@ from typing import Any
 import httpx
 
 from swerollout.api import v1alpha1 as api
-from swerollout.controlplane import ControlPlane
+from swerollout.dev.controlplane import ControlPlane
 from swerollout.kube import NAMESPACES, PODS, SECRETS, SWEROLLOUTS, AsyncKubeClient, load_kubeconfig
 from swerollout.wire import ingest as wire
 

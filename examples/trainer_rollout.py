@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from swerollout.client import AsyncRolloutClient, RolloutRecord, TrainerStatus
-from swerollout.tasks import SWEBenchInstance, load_instances
+from swerollout.instances import SWEBenchInstance, load_instances
 
 
 @dataclass

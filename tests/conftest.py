@@ -18,9 +18,10 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 
-from swerollout.controlplane import ControlPlane
-from swerollout.controlplane.cleanup import purge_namespace
+from swerollout.dev.controlplane import ControlPlane
+from swerollout.dev.controlplane.cleanup import purge_namespace
 from swerollout.kube import NAMESPACES, AsyncKubeClient, KubeClient
+from tests.support.rbac import once_rbac_allows
 
 CLUSTER_FIXTURES = {"control_plane", "kube", "akube", "kubectl", "helm", "namespace"}
 
@@ -93,3 +94,9 @@ def namespace(control_plane: ControlPlane, request: pytest.FixtureRequest) -> It
     finally:
         with control_plane.admin_client() as kube:
             purge_namespace(kube, name)
+
+
+@pytest.fixture
+def rbac_eventually() -> Callable[..., object]:
+    """``rbac_eventually(lambda: ...)`` retries a call until RBAC stops refusing it."""
+    return once_rbac_allows

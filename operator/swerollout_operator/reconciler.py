@@ -20,7 +20,7 @@ from typing import Any
 from swerollout.api import v1alpha1 as api
 from swerollout.api.v1alpha1 import Phase
 from swerollout.kube import PODS, SECRETS, SWEROLLOUTS, AlreadyExists, AsyncKubeClient, KubeError, NotFound
-from swerollout.tasks import gate_exit_status
+from swerollout.exit_status import gate_exit_status
 from swerollout.wire.ingest import Ack, EventKind, Progress, RunnerEvent, StoredObjectRef
 
 from . import phases, podspec

@@ -1,6 +1,6 @@
 """`swerollout dev up | status | down`: the embedded default on this machine.
 
-`up` starts a detached supervisor (see swerollout.dev.supervisor) and waits
+`up` starts a detached supervisor (see swerollout.dev.stack.supervisor) and waits
 until everything is ready; `status` reports each component; `down` stops them
 all and leaves no process behind.
 """
@@ -14,10 +14,10 @@ import subprocess
 import sys
 import time
 
-from swerollout.dev.paths import DevPaths
-from swerollout.dev.state import DevState
-from swerollout.nodeagent.agent import reap_all
-from swerollout.nodeagent.process import kill_tree
+from swerollout.dev.stack.paths import DevPaths
+from swerollout.dev.stack.state import DevState
+from swerollout.dev.nodeagent.agent import reap_all
+from swerollout.dev.nodeagent.process import kill_tree
 
 EXIT_NOT_RUNNING = 3
 
@@ -69,7 +69,7 @@ def up_command(args: argparse.Namespace) -> int:
         return 1
     paths.root.mkdir(parents=True, exist_ok=True)
     paths.state.unlink(missing_ok=True)
-    argv = [sys.executable, "-m", "swerollout.dev.supervisor", "--dev-dir", str(paths.root)]
+    argv = [sys.executable, "-m", "swerollout.dev.stack.supervisor", "--dev-dir", str(paths.root)]
     if args.sglang_url:
         argv += ["--sglang-url", args.sglang_url]
     if args.policy:

@@ -12,8 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-from swerollout.dev.paths import DevPaths
-from swerollout.nodeagent.layout import container_logs, find_pod_dirs
+from swerollout.dev.stack.paths import DevPaths
+from swerollout.dev.nodeagent.layout import container_logs, find_pod_dirs
 
 
 def register(parser: argparse.ArgumentParser) -> None:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from swerollout.policy_server.errors import PolicyServerError
-from swerollout.policy_server.settings import DEFAULT_PORT, DEFAULT_TOKENIZER, ServerSettings
-from swerollout.policy_server.wire import FaultSettings
+from swerollout.dev.policy_server.errors import PolicyServerError
+from swerollout.dev.policy_server.settings import DEFAULT_PORT, DEFAULT_TOKENIZER, ServerSettings
+from swerollout.dev.policy_server.wire import FaultSettings
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -54,7 +54,7 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
 
 
 def run(args: argparse.Namespace) -> int:
-    from swerollout.policy_server.launch import ready_line, serve
+    from swerollout.dev.policy_server.launch import ready_line, serve
 
     try:
         settings = settings_from_args(args)

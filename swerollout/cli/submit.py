@@ -17,7 +17,7 @@ from typing import Any
 from swerollout.api.v1alpha1 import AgentKind, Mode
 from swerollout.cli.rollouts import EXIT_OK, EXIT_USAGE, add_connection_args, run_client_command
 from swerollout.client import RolloutClient
-from swerollout.tasks import TaskError, load_instances
+from swerollout.instances import InstanceError, load_instances
 
 
 def _labels(pairs: list[str]) -> dict[str, str]:
@@ -34,7 +34,7 @@ def _submit(args: argparse.Namespace, client: RolloutClient) -> int:
     try:
         instances = load_instances(Path(args.file))
         labels = _labels(args.label or [])
-    except (TaskError, argparse.ArgumentTypeError) as exc:
+    except (InstanceError, argparse.ArgumentTypeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     inference: dict[str, Any] = {"endpoint": args.endpoint, "tokenizer": args.tokenizer}

@@ -12,7 +12,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from swerollout import tasks
+from swerollout.dev import tasks
+from swerollout.instances import InstanceError
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -39,7 +40,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 def _list(args: argparse.Namespace) -> int:
     try:
         instances = tasks.load_instances(args.tasks_dir / tasks.INDEX_FILE)
-    except tasks.TaskError as exc:
+    except InstanceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(f"{'INSTANCE':<34} {'REPO':<30} {'BASE':<12} {'F2P':>4} {'P2P':>4}")
@@ -54,7 +55,7 @@ def _list(args: argparse.Namespace) -> int:
 def _materialize(args: argparse.Namespace) -> int:
     try:
         instances = tasks.materialize_tasks(args.dest, args.tasks_dir)
-    except tasks.TaskError as exc:
+    except InstanceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     for instance in instances:
@@ -79,7 +80,7 @@ def _index(args: argparse.Namespace) -> int:
             print(f"{index_path} is up to date ({len(fresh)} instances)")
             return 0
         tasks.write_instances(fresh, index_path)
-    except tasks.TaskError as exc:
+    except InstanceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(f"wrote {len(fresh)} instances to {index_path}")

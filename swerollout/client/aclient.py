@@ -77,7 +77,7 @@ from swerollout.kube import (
 )
 from swerollout.store import StoreError, open_store
 from swerollout.store.protocol import ResultStore
-from swerollout.tasks import SWEBenchInstance, TaskError, to_api_instance
+from swerollout.instances import InstanceError, SWEBenchInstance, to_api_instance
 from swerollout.wire.trajectory import Trajectory
 
 FIELD_MANAGER = "swerollout-client"
@@ -124,7 +124,7 @@ def _to_instance(item: InstanceLike, index: int) -> Instance:
         if "FAIL_TO_PASS" in item or "base_commit" in item:
             return to_api_instance(SWEBenchInstance.model_validate(item))
         return Instance.model_validate(item)
-    except (ValidationError, TaskError) as exc:
+    except (ValidationError, InstanceError) as exc:
         raise ClientConfigError(f"instance #{index} is not valid: {exc}") from exc
 
 

@@ -1,124 +1,16 @@
-"""The embedded default, started as a user starts it: `swerollout dev up`.
-
-One dev stack per e2e module (control plane, chart, operator under the chart's
-ServiceAccount, node agent, oracle policy server). Extra policy servers (null,
-a slow tiny-lm) are started by the tests that need them.
-"""
+"""One dev stack per e2e module (`swerollout dev up`); the handles are in tests.support.devstack."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
-from swerollout.api import v1alpha1 as api
-from swerollout.dev.paths import DevPaths
-from swerollout.dev.state import DevState
-from swerollout.kube import SWEROLLOUTS, KubeClient, NotFound
-from swerollout.tasks import SWEBenchInstance, load_instances, materialize_tasks, to_api_instance
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def swerollout_cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "swerollout.cli.main", *args],
-        cwd=cwd, capture_output=True, text=True, timeout=timeout,
-        env={k: v for k, v in os.environ.items() if k != "KUBECONFIG"},
-    )
-
-
-@dataclass
-class DevStack:
-    workdir: Path
-    paths: DevPaths
-    kube: KubeClient
-    oracle_url: str
-    instances: list[SWEBenchInstance]
-
-    def state(self) -> DevState:
-        state = DevState.read(self.paths.state)
-        assert state is not None, "the dev stack is not running"
-        return state
-
-    @property
-    def store_dir(self) -> Path:
-        return self.paths.root / "store"
-
-    def rollout(
-        self, name: str, *, endpoint: str, task: int = 0, namespace: str = "default", **spec: Any
-    ) -> dict[str, Any]:
-        instance = to_api_instance(self.instances[task])
-        body: dict[str, Any] = {
-            "apiVersion": api.API_VERSION,
-            "kind": api.KIND,
-            "metadata": {"name": name, "namespace": namespace, "labels": {api.LABEL_BATCH: "e2e"}},
-            "spec": {
-                "instance": instance.to_wire(),
-                "inference": {"endpoint": endpoint, "tokenizer": "qwen-2.5"},
-                "sandbox": {"startupTimeoutSeconds": 180},
-            },
-        }
-        for key, value in spec.items():
-            if isinstance(value, dict) and isinstance(body["spec"].get(key), dict):
-                body["spec"][key].update(value)
-            else:
-                body["spec"][key] = value
-        return self.kube.create(SWEROLLOUTS, body, namespace)
-
-    def get(self, name: str, namespace: str = "default") -> dict[str, Any] | None:
-        try:
-            return self.kube.get(SWEROLLOUTS, name, namespace)
-        except NotFound:
-            return None
-
-    def status(self, name: str, namespace: str = "default") -> dict[str, Any]:
-        obj = self.get(name, namespace)
-        return (obj or {}).get("status") or {}
-
-    def wait(self, what: str, probe: Callable[[], Any], timeout: float = 240) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            value = probe()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                logs = "\n".join(
-                    f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in sorted(self.paths.logs.glob("*.log"))
-                )
-                raise AssertionError(f"timed out waiting for {what}\n{logs}")
-            time.sleep(0.5)
-
-    def wait_phase(self, name: str, phases: set[str], timeout: float = 240) -> dict[str, Any]:
-        return self.wait(
-            f"{name} in {phases}",
-            lambda: (s := self.status(name)) and s.get("phase") in phases and s,
-            timeout,
-        )
-
-    def set_suspend(self, name: str, value: bool) -> None:
-        self.kube.patch(SWEROLLOUTS, name, {"spec": {"suspend": value}}, "default")
-
-    def kubectl(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
-        from swerollout.binaries import find_binaries
-
-        return subprocess.run(
-            [str(find_binaries().kubectl), f"--kubeconfig={self.paths.kubeconfig}", *args],
-            input=input, capture_output=True, text=True, timeout=120,
-        )
-
-    def read_object(self, ref: dict[str, Any]) -> bytes:
-        uri = ref["ref"]
-        assert uri.startswith("file://"), uri
-        return Path(uri[len("file://"):]).read_bytes()
+from swerollout.dev.stack.paths import DevPaths
+from swerollout.dev.stack.state import DevState
+from swerollout.dev.tasks import load_instances, materialize_tasks
+from swerollout.kube import KubeClient
+from tests.support.devstack import DevStack, swerollout_cli
 
 
 @pytest.fixture(scope="module")
@@ -139,15 +31,3 @@ def dev_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevStack]:
     finally:
         down = swerollout_cli("dev", "down", "--workdir", str(workdir))
         assert down.returncode == 0, down.stdout + down.stderr
-
-
-def post_json(url: str, body: dict[str, Any]) -> Any:
-    import httpx
-
-    response = httpx.post(url, json=body, timeout=30)
-    response.raise_for_status()
-    return response.json() if response.content else None
-
-
-def dump(obj: Any) -> str:
-    return json.dumps(obj, indent=1)[:4000]

@@ -22,9 +22,9 @@ import pytest
 from agent_runner.snapshot import Snapshot
 from swerollout.api import v1alpha1 as api
 from swerollout.kube import PODS, SECRETS, SWEROLLOUTS, KubeClient
-from swerollout.policy_server.launch import launch
+from swerollout.dev.policy_server.launch import launch
 from swerollout.wire.trajectory import Trajectory
-from tests.e2e.conftest import DevStack, dump, post_json
+from tests.support.devstack import DevStack, dump, post_json
 
 TERMINAL = {"Succeeded", "Failed"}
 
@@ -208,7 +208,7 @@ def test_the_dev_example_runs_as_documented(dev_stack: DevStack) -> None:
     """examples/dev-rollout.yaml, applied with kubectl: only the machine-specific bits differ."""
     import yaml
 
-    from tests.e2e.conftest import ROOT
+    from tests.support.devstack import ROOT
 
     doc = yaml.safe_load((ROOT / "examples" / "dev-rollout.yaml").read_text())
     task_dir = doc["spec"]["instance"]["image"].removeprefix("file:///tmp/swerollout-tasks/")
@@ -222,7 +222,7 @@ def test_the_dev_example_runs_as_documented(dev_stack: DevStack) -> None:
 
 
 def test_cli_submit_watch_results_on_the_embedded_default(dev_stack: DevStack, null_policy: str, tmp_path: Path) -> None:
-    from tests.e2e.conftest import swerollout_cli
+    from tests.support.devstack import swerollout_cli
 
     tasks = dev_stack.workdir / "tasks" / "instances.jsonl"
     common = ["--kubeconfig", str(dev_stack.paths.kubeconfig), "--namespace", "default"]

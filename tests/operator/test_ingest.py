@@ -14,10 +14,10 @@ from typing import Any
 
 import httpx
 
-from swerollout.controlplane import ControlPlane
+from swerollout.dev.controlplane import ControlPlane
 from swerollout.wire import ingest as wire
 from swerollout_operator.tokens import TokenKey, TokenKind
-from tests.operator.conftest import OperatorProcess
+from tests.support.operator import OperatorProcess
 from tests.operator.test_operator_cluster import get_json, mark_ready, phase, rollout, wait_for
 
 

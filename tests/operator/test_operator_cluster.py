@@ -12,8 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from swerollout.api import v1alpha1 as api
-from swerollout.controlplane import ControlPlane
-from tests.operator.conftest import OperatorProcess
+from swerollout.dev.controlplane import ControlPlane
+from tests.support.operator import OperatorProcess
 
 
 def rollout(name: str, **spec: Any) -> dict[str, Any]:

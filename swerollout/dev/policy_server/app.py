@@ -1,0 +1,325 @@
+"""HTTP layer: routes, request validation and error mapping (a thin shell around Engine).
+
+Errors are JSON ``{"error": {"message", "type", "code", "field"}}``: 400 for a bad
+request (the message names the field), 5xx for injected faults.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+
+from swerollout.dev.policy_server.chat import chat_completion
+from swerollout.dev.policy_server.chat_format import ChatFormat
+from swerollout.dev.policy_server.engine import Engine
+from swerollout.dev.policy_server.errors import BadRequestError, InjectedFaultError
+from swerollout.dev.policy_server.faults import FaultInjector
+from swerollout.dev.policy_server.policies import PolicyContext, load_policy
+from swerollout.dev.policy_server.settings import ServerSettings
+from swerollout.dev.policy_server.wire import (
+    AbortRequest,
+    ChatCompletionRequest,
+    ContinueRequest,
+    FaultsUpdate,
+    GenerateRequest,
+    GenerateResponse,
+    PauseRequest,
+    UpdateWeightsFromDiskRequest,
+    UpdateWeightVersionRequest,
+)
+
+VERSION = "swerollout-policy-server/0.1"
+ENGINE_KEY = web.AppKey("engine", Engine)
+SETTINGS_KEY = web.AppKey("settings", ServerSettings)
+
+Model = TypeVar("Model", bound=BaseModel)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _error(status: int, message: str, *, kind: str, field: str | None = None) -> web.Response:
+    body = {"error": {"message": message, "type": kind, "code": status, "field": field}}
+    return web.json_response(body, status=status)
+
+
+def _describe(exc: ValidationError) -> tuple[str, str | None]:
+    """One line per problem, each starting with the dotted path of the field."""
+    parts: list[str] = []
+    first_field: str | None = None
+    for problem in exc.errors():
+        path = ".".join(str(p) for p in problem["loc"])
+        first_field = first_field or path or None
+        parts.append(f"{path or 'body'}: {problem['msg']}")
+    return "; ".join(parts), first_field
+
+
+async def _parse(request: web.Request, model: type[Model], *, allow_empty: bool = False) -> Model:
+    raw = await request.read()
+    if not raw.strip():
+        if allow_empty:
+            return model()
+        raise BadRequestError("the request body is empty; send a JSON object", field=None)
+    try:
+        payload = json.loads(raw)
+    except ValueError as exc:
+        raise BadRequestError(f"the request body is not valid JSON: {exc}") from exc
+    if isinstance(payload, list) or (
+        model is GenerateRequest and isinstance(payload, dict) and isinstance(payload.get("input_ids"), list)
+        and payload["input_ids"] and isinstance(payload["input_ids"][0], list)
+    ):
+        raise BadRequestError("input_ids: batched requests are not supported; send one prompt per request",
+                              field="input_ids")
+    try:
+        return model.model_validate(payload)
+    except ValidationError as exc:
+        message, field = _describe(exc)
+        raise BadRequestError(message, field=field) from exc
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except BadRequestError as exc:
+        return _error(400, str(exc), kind="BadRequestError", field=exc.field)
+    except InjectedFaultError as exc:
+        return _error(exc.status, str(exc), kind="InjectedFault")
+
+
+def _engine(request: web.Request) -> Engine:
+    return request.app[ENGINE_KEY]
+
+
+async def generate(request: web.Request) -> web.StreamResponse:
+    body = await _parse(request, GenerateRequest)
+    engine = _engine(request)
+    if not body.stream:
+        result = await engine.generate(body)
+        return web.json_response(result.to_wire())
+    # Faults and validation run before the 200 is sent, so errors keep their status.
+    admitted = engine.admit(body)
+    stream = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    try:
+        await stream.prepare(request)
+    except BaseException:
+        engine.release(admitted)
+        raise
+
+    async def send(chunk: GenerateResponse) -> None:
+        await stream.write(f"data: {json.dumps(chunk.to_wire())}\n\n".encode())
+
+    final = await engine.run(admitted, on_progress=send)
+    await send(final)
+    await stream.write(b"data: [DONE]\n\n")
+    await stream.write_eof()
+    return stream
+
+
+async def abort_request(request: web.Request) -> web.Response:
+    body = await _parse(request, AbortRequest)
+    count = _engine(request).abort(body.rid, abort_all=body.abort_all)
+    return web.json_response({"success": True, "aborted": count})
+
+
+async def pause_generation(request: web.Request) -> web.Response:
+    body = await _parse(request, PauseRequest, allow_empty=True)
+    await _engine(request).pause(body.mode)
+    return web.json_response({"success": True, "mode": body.mode.value})
+
+
+async def continue_generation(request: web.Request) -> web.Response:
+    await _parse(request, ContinueRequest, allow_empty=True)
+    _engine(request).resume()
+    return web.json_response({"success": True})
+
+
+async def update_weight_version(request: web.Request) -> web.Response:
+    body = await _parse(request, UpdateWeightVersionRequest)
+    engine = _engine(request)
+    engine.update_weight_version(body.new_version, abort_all=body.abort_all_requests)
+    return web.json_response(
+        {"success": True, "message": f"weight version is now {body.new_version}", "new_version": body.new_version}
+    )
+
+
+async def update_weights_from_disk(request: web.Request) -> web.Response:
+    """Trainer compatibility: accepted, no weights are read; weight_version (if given) applies."""
+    body = await _parse(request, UpdateWeightsFromDiskRequest)
+    engine = _engine(request)
+    engine.update_weight_version(body.weight_version or engine.weight_version, abort_all=body.abort_all_requests)
+    return web.json_response(
+        {"success": True, "message": f"no weights loaded from {body.model_path} (policy server stand-in)",
+         "num_paused_requests": 0}
+    )
+
+
+async def flush_cache(request: web.Request) -> web.Response:
+    """Trainer compatibility: there is no prefix cache to flush."""
+    return web.Response(status=200, text="Cache flushed.")
+
+
+async def get_weight_version(request: web.Request) -> web.Response:
+    return web.json_response({"weight_version": _engine(request).weight_version})
+
+
+async def health(request: web.Request) -> web.Response:
+    return web.Response(status=200)
+
+
+async def health_generate(request: web.Request) -> web.Response:
+    """Runs one decode step of the policy outside the request table (not counted as load)."""
+    try:
+        await _engine(request).probe()
+    except Exception as exc:  # noqa: BLE001 - any failure means unhealthy
+        return _error(503, f"policy failed to generate: {exc}", kind="Unhealthy")
+    return web.Response(status=200)
+
+
+async def get_model_info(request: web.Request) -> web.Response:
+    settings = request.app[SETTINGS_KEY]
+    engine = _engine(request)
+    return web.json_response(
+        {
+            "model_path": settings.model_name,
+            "tokenizer_path": settings.tokenizer,
+            "is_generation": True,
+            "preferred_sampling_params": None,
+            "weight_version": engine.weight_version,
+            "policy": settings.policy,
+            "context_length": settings.context_length,
+        }
+    )
+
+
+async def get_server_info(request: web.Request) -> web.Response:
+    settings = request.app[SETTINGS_KEY]
+    engine = _engine(request)
+    server_args = settings.model_dump(mode="json")
+    return web.json_response(
+        {
+            **server_args,
+            "model_path": settings.model_name,
+            "tokenizer_path": settings.tokenizer,
+            "context_length": settings.context_length,
+            "version": VERSION,
+            "weight_version": engine.weight_version,
+            "paused": engine.paused.value if engine.paused else None,
+            "faults": engine.faults.settings.model_dump(mode="json"),
+            "requests_served": engine.requests_served,
+        }
+    )
+
+
+async def get_load(request: web.Request) -> web.Response:
+    load = _engine(request).load()
+    return web.json_response(
+        [
+            {
+                "dp_rank": 0,
+                "num_reqs": load["num_total_reqs"],
+                "num_waiting_reqs": load["num_waiting_reqs"],
+                "num_tokens": load["num_used_tokens"],
+            }
+        ]
+    )
+
+
+async def v1_loads(request: web.Request) -> web.Response:
+    engine = _engine(request)
+    load = engine.load()
+    entry = {
+        "dp_rank": 0,
+        **load,
+        "token_usage": load["num_used_tokens"] / engine.context_length,
+        "weight_version": engine.weight_version,
+    }
+    return web.json_response(
+        {"timestamp": time.time(), "dp_rank_count": 1, "loads": [entry], "aggregate": dict(load)}
+    )
+
+
+async def v1_models(request: web.Request) -> web.Response:
+    settings = request.app[SETTINGS_KEY]
+    card = {"id": settings.model_name, "object": "model", "created": 0, "owned_by": "swerollout"}
+    return web.json_response({"object": "list", "data": [card]})
+
+
+async def chat_completions(request: web.Request) -> web.Response:
+    body = await _parse(request, ChatCompletionRequest)
+    settings = request.app[SETTINGS_KEY]
+    result = await chat_completion(
+        _engine(request), body, model_name=settings.model_name, default_max_tokens=settings.max_chat_tokens
+    )
+    return web.json_response(result)
+
+
+async def get_faults(request: web.Request) -> web.Response:
+    return web.json_response(_engine(request).faults.settings.model_dump(mode="json"))
+
+
+async def set_faults(request: web.Request) -> web.Response:
+    body = await _parse(request, FaultsUpdate)
+    return web.json_response(_engine(request).faults.update(body).model_dump(mode="json"))
+
+
+def build_engine(settings: ServerSettings) -> Engine:
+    """Load the tokenizer and the policy (slow: seconds) and wire up the engine."""
+    from swerollout.tokenizers import load_tokenizer
+
+    tokenizer = load_tokenizer(settings.tokenizer)
+    chat_format = ChatFormat.from_tokenizer(tokenizer)
+    context = PolicyContext(
+        tokenizer=tokenizer,
+        chat_format=chat_format,
+        tasks_file=settings.tasks,
+        seed=settings.seed,
+        context_length=settings.context_length,
+    )
+    policy = load_policy(settings.policy, context)
+    return Engine(
+        policy=policy,
+        tokenizer=tokenizer,
+        chat_format=chat_format,
+        faults=FaultInjector(settings.faults, seed=settings.seed),
+        weight_version=settings.weight_version,
+        context_length=settings.context_length,
+        seed=settings.seed,
+    )
+
+
+def create_app(settings: ServerSettings, engine: Engine | None = None) -> web.Application:
+    app = web.Application(middlewares=[_errors], client_max_size=64 * 1024 * 1024)
+    app[SETTINGS_KEY] = settings
+    app[ENGINE_KEY] = engine or build_engine(settings)
+    routes: list[tuple[str, str, Any]] = [
+        ("POST", "/generate", generate),
+        ("POST", "/abort_request", abort_request),
+        ("POST", "/pause_generation", pause_generation),
+        ("POST", "/continue_generation", continue_generation),
+        ("POST", "/update_weight_version", update_weight_version),
+        ("POST", "/update_weights_from_disk", update_weights_from_disk),
+        ("POST", "/flush_cache", flush_cache),
+        ("GET", "/get_weight_version", get_weight_version),
+        ("GET", "/health", health),
+        ("GET", "/health_generate", health_generate),
+        ("GET", "/get_model_info", get_model_info),
+        ("GET", "/get_server_info", get_server_info),
+        ("GET", "/get_load", get_load),
+        ("GET", "/v1/loads", v1_loads),
+        ("GET", "/v1/models", v1_models),
+        ("POST", "/v1/chat/completions", chat_completions),
+        ("GET", "/faults", get_faults),
+        ("POST", "/faults", set_faults),
+    ]
+    for method, path, handler in routes:
+        app.router.add_route(method, path, handler)
+
+    async def _close(app: web.Application) -> None:
+        app[ENGINE_KEY].close()
+
+    app.on_shutdown.append(_close)
+    return app

@@ -1,0 +1,397 @@
+"""The request lifecycle: in-flight table, token loop, stop rules, aborts, pauses, weight version.
+
+Policies only produce tokens; everything an SGLang scheduler decides around them
+lives here, checked at every token boundary so that an abort or a pause lands
+between two tokens:
+
+- abort_request matches rids by PREFIX (SGLang's ``rid.startswith``); an aborted
+  request returns finish_reason abort with the tokens generated so far (none if
+  it was still waiting: "abort before prefill").
+- pause ``abort``: every in-flight request is aborted; new ones wait for continue.
+- pause ``retract``: in-flight requests stop and, after continue, start over from
+  their prompt (their partial output is discarded; the client sees one normal
+  completion). Real SGLang instead re-prefills prompt + partial output; starting
+  over keeps a retracted request's tokens from a single weight version.
+- pause ``in_place``: in-flight requests freeze and carry on after continue.
+- ``meta_info.weight_version`` is the server's version when the response is
+  built; /update_weight_version changes it for every response from then on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import random
+import struct
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from swerollout.dev.policy_server.errors import BadRequestError
+from swerollout.dev.policy_server.faults import FaultInjector
+from swerollout.dev.policy_server.policies import Generation, Policy, SamplingConfig, TokenSample
+from swerollout.dev.policy_server.wire import (
+    FinishReason,
+    FinishType,
+    GenerateRequest,
+    GenerateResponse,
+    MetaInfo,
+    PauseMode,
+)
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from swerollout.dev.policy_server.chat_format import ChatFormat
+
+ProgressCallback = Callable[[GenerateResponse], Awaitable[None]]
+log = logging.getLogger("swerollout.dev.policy_server")
+
+# Synthetic routed-experts shape (this server has no MoE layers): per output token,
+# ROUTED_LAYERS x ROUTED_TOP_K int32 expert ids, derived from the token id.
+ROUTED_LAYERS = 2
+ROUTED_TOP_K = 2
+ROUTED_EXPERTS = 8
+PAUSE_SETTLE_TIMEOUT = 60.0
+
+
+@dataclass
+class _InFlight:
+    rid: str
+    prompt_tokens: int
+    abort_message: str | None = None
+    started: bool = False
+    """Past the pause gate (its generation has begun)."""
+    parked: bool = False
+    """Frozen at a token boundary by a pause."""
+    generated: int = 0
+    received_at: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A request that passed validation and holds its rid in the in-flight table."""
+
+    entry: _InFlight
+    request: GenerateRequest
+    input_ids: list[int]
+
+
+class Engine:
+    def __init__(
+        self,
+        *,
+        policy: Policy,
+        tokenizer: PreTrainedTokenizerBase,
+        chat_format: ChatFormat,
+        faults: FaultInjector,
+        weight_version: str,
+        context_length: int,
+        seed: int,
+    ) -> None:
+        self.policy = policy
+        self.tokenizer = tokenizer
+        self.chat_format = chat_format
+        self.faults = faults
+        self.weight_version = weight_version
+        self.context_length = context_length
+        self._vocab_size = len(tokenizer)
+        self._seeds = random.Random(seed)
+        self._requests: dict[str, _InFlight] = {}
+        self._pause_mode: PauseMode | None = None
+        self._changed = asyncio.Event()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="policy-step")
+        self.requests_served = 0
+
+    # --- state changes wake every waiter; waiters re-check their condition -------------
+
+    def _signal(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def _wait_for(self, condition: Callable[[], bool], timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not condition():
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self._changed.wait(), remaining)
+            except TimeoutError:
+                return condition()
+        return True
+
+    @property
+    def paused(self) -> PauseMode | None:
+        return self._pause_mode
+
+    # --- control endpoints ------------------------------------------------------------
+
+    def abort(self, rid_prefix: str, *, abort_all: bool, message: str = "Abort requested") -> int:
+        """Abort matching requests; returns how many. Empty prefix without abort_all matches none."""
+        if not abort_all and not rid_prefix:
+            return 0
+        hits = [e for e in self._requests.values() if abort_all or e.rid.startswith(rid_prefix)]
+        log.info("abort prefix=%r all=%s matched=%d", rid_prefix, abort_all, len(hits))
+        for entry in hits:
+            if entry.abort_message is None:
+                entry.abort_message = message
+        self._signal()
+        return len(hits)
+
+    async def pause(self, mode: PauseMode) -> None:
+        """Pause generation; returns once no in-flight request is mid-token."""
+        log.info("pause mode=%s in_flight=%d", mode.value, len(self._requests))
+        self._pause_mode = mode
+        if mode is PauseMode.ABORT:
+            self.abort("", abort_all=True, message="Abort by pause_generation")
+        self._signal()
+        await self._wait_for(
+            lambda: self._pause_mode is not mode  # continued (or re-paused) meanwhile
+            or (
+                all(not e.started or e.parked or e.abort_message for e in self._requests.values())
+                and (mode is not PauseMode.ABORT or not any(e.started for e in self._requests.values()))
+            ),
+            timeout=PAUSE_SETTLE_TIMEOUT,
+        )
+
+    def resume(self) -> None:
+        log.info("continue generation")
+        self._pause_mode = None
+        self._signal()
+
+    def update_weight_version(self, new_version: str, *, abort_all: bool) -> None:
+        if abort_all:
+            self.abort("", abort_all=True, message="Abort by update_weight_version")
+        log.info("weight version %s -> %s", self.weight_version, new_version)
+        self.weight_version = new_version
+
+    def load(self) -> dict[str, int]:
+        running = [e for e in self._requests.values() if e.started and not e.parked]
+        waiting = [e for e in self._requests.values() if not e.started or e.parked]
+        return {
+            "num_running_reqs": len(running),
+            "num_waiting_reqs": len(waiting),
+            "num_total_reqs": len(self._requests),
+            "num_used_tokens": sum(e.prompt_tokens + e.generated for e in running),
+        }
+
+    def close(self) -> None:
+        self.abort("", abort_all=True, message="Server shutting down")
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # --- generation ---------------------------------------------------------------------
+
+    def prompt_ids(self, request: GenerateRequest) -> list[int]:
+        if request.input_ids is not None:
+            ids = request.input_ids
+            bad = next((i for i in ids if not 0 <= i < self._vocab_size), None)
+            if bad is not None:
+                raise BadRequestError(
+                    f"input_ids: token id {bad} is outside the vocabulary [0, {self._vocab_size})",
+                    field="input_ids",
+                )
+        else:
+            ids = list(self.tokenizer.encode(request.text or "", add_special_tokens=False))
+        if len(ids) >= self.context_length:
+            raise BadRequestError(
+                f"input_ids: the prompt has {len(ids)} tokens; the context length is {self.context_length}",
+                field="input_ids",
+            )
+        max_new = request.sampling_params.max_new_tokens
+        if len(ids) + max_new > self.context_length:
+            raise BadRequestError(
+                f"sampling_params.max_new_tokens: prompt ({len(ids)}) + max_new_tokens ({max_new}) "
+                f"exceeds the context length {self.context_length}",
+                field="sampling_params.max_new_tokens",
+            )
+        return ids
+
+    def admit(self, request: GenerateRequest) -> Admitted:
+        """Roll the fault dice, validate the prompt and register the rid (before any output)."""
+        self.faults.before_request()
+        input_ids = self.prompt_ids(request)
+        rid = request.rid or uuid.uuid4().hex
+        if rid in self._requests:
+            raise BadRequestError(f"rid: request {rid!r} is already in flight", field="rid")
+        entry = _InFlight(rid=rid, prompt_tokens=len(input_ids))
+        self._requests[rid] = entry
+        self._signal()
+        return Admitted(entry=entry, request=request, input_ids=input_ids)
+
+    def release(self, admitted: Admitted) -> None:
+        if self._requests.get(admitted.entry.rid) is admitted.entry:
+            del self._requests[admitted.entry.rid]
+            self.requests_served += 1
+            self._signal()
+
+    async def run(self, admitted: Admitted, on_progress: ProgressCallback | None = None) -> GenerateResponse:
+        """Generate an admitted request to its end; it leaves the in-flight table in every case."""
+        try:
+            result = await self._run(admitted.entry, admitted.request, admitted.input_ids, on_progress)
+        finally:
+            self.release(admitted)
+        finish = result.meta_info.finish_reason
+        log.info(
+            "rid=%s prompt=%d completion=%d finish=%s version=%s",
+            result.meta_info.id, result.meta_info.prompt_tokens, result.meta_info.completion_tokens,
+            finish.type.value if finish else None, result.meta_info.weight_version,
+        )
+        return result
+
+    async def generate(
+        self, request: GenerateRequest, on_progress: ProgressCallback | None = None
+    ) -> GenerateResponse:
+        return await self.run(self.admit(request), on_progress)
+
+    async def _run(
+        self,
+        entry: _InFlight,
+        request: GenerateRequest,
+        input_ids: list[int],
+        on_progress: ProgressCallback | None,
+    ) -> GenerateResponse:
+        params = request.sampling_params
+        seed = params.sampling_seed if params.sampling_seed is not None else self._seeds.getrandbits(63)
+        sampling = SamplingConfig(
+            temperature=params.temperature, top_p=params.top_p, top_k=params.top_k, seed=seed
+        )
+        stop_ids = set(params.stop_token_ids or [])
+        if not params.ignore_eos:
+            stop_ids |= self.chat_format.stop_ids
+            if self.tokenizer.eos_token_id is not None:
+                stop_ids.add(int(self.tokenizer.eos_token_id))
+        stop_strings = params.stop_strings()
+
+        # Held while paused (new requests wait for continue).
+        await self._wait_for(lambda: self._pause_mode is None or entry.abort_message is not None)
+        output: list[int] = []
+        logprobs: list[float] = []
+        if entry.abort_message is not None:
+            return self._response(entry, request, output, logprobs, _abort(entry.abort_message), None)
+        entry.started = True
+        self._signal()
+        finish: FinishReason | None = None
+        matched_text: str | None = None
+        generation: Generation = self.policy.start(input_ids, sampling)
+        while finish is None:
+            fault_limit = self.faults.settings.abort_after_tokens
+            if entry.abort_message is not None:
+                finish = _abort(entry.abort_message)
+            elif self._pause_mode is not None:
+                if await self._park(entry):
+                    output, logprobs = [], []
+                    generation = self.policy.start(input_ids, sampling)
+                entry.generated = len(output)
+            elif len(output) >= params.max_new_tokens:
+                finish = FinishReason(type=FinishType.LENGTH, length=len(output))
+            elif fault_limit is not None and len(output) >= fault_limit:
+                finish = _abort(f"injected fault: abort after {fault_limit} tokens")
+            else:
+                sample = await self._step(generation)
+                if sample is None:
+                    finish = FinishReason(type=FinishType.STOP, matched=None)
+                    break
+                output.append(sample.token_id)
+                logprobs.append(sample.logprob)
+                entry.generated = len(output)
+                if sample.token_id in stop_ids:
+                    finish = FinishReason(type=FinishType.STOP, matched=sample.token_id)
+                elif stop_strings and self._tail_has_stop(output, stop_strings, params.skip_special_tokens):
+                    matched_text = _first_stop(self._decode(output, params.skip_special_tokens), stop_strings)
+                    if matched_text is not None:
+                        finish = FinishReason(type=FinishType.STOP, matched=matched_text)
+                delay = self.faults.settings.delay_per_token
+                await asyncio.sleep(delay)  # also yields, so aborts and pauses get in
+                if on_progress is not None and finish is None:
+                    await on_progress(self._response(entry, request, output, logprobs, None, None))
+        return self._response(entry, request, output, logprobs, finish, matched_text)
+
+    async def _park(self, entry: _InFlight) -> bool:
+        """Wait out a pause at a token boundary; True when the request must start over (retract)."""
+        retract = self._pause_mode is PauseMode.RETRACT
+        entry.parked = True
+        self._signal()
+        try:
+            await self._wait_for(lambda: self._pause_mode is None or entry.abort_message is not None)
+        finally:
+            entry.parked = False
+            self._signal()
+        return retract and entry.abort_message is None
+
+    async def probe(self) -> None:
+        """One greedy decode step outside the request table (health_generate; not counted as load)."""
+        sampling = SamplingConfig(temperature=0.0, top_p=1.0, top_k=-1, seed=0)
+        await self._step(self.policy.start([self.chat_format.end_of_turn_id], sampling))
+
+    async def _step(self, generation: Generation) -> TokenSample | None:
+        if self.policy.offload:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, generation.next_token)
+        return generation.next_token()
+
+    def _tail_has_stop(self, output: list[int], stops: list[str], skip_special_tokens: bool) -> bool:
+        # Only the newest tokens can complete a stop string; decoding the whole output
+        # at every step would make long generations quadratic. A non-special token
+        # decodes to at least one character (a partial UTF-8 byte shows as U+FFFD), so
+        # the last len(stop) + a few tokens hold any match ending at the newest token
+        # (unless skipped special tokens sit inside the match, which we accept).
+        window = max(len(stop) for stop in stops) + 4
+        tail = self._decode(output[-window:], skip_special_tokens)
+        return any(stop in tail for stop in stops)
+
+    def _decode(self, ids: list[int], skip_special_tokens: bool) -> str:
+        return str(self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens))
+
+    def _response(
+        self,
+        entry: _InFlight,
+        request: GenerateRequest,
+        output: list[int],
+        logprobs: list[float],
+        finish: FinishReason | None,
+        matched_text: str | None,
+    ) -> GenerateResponse:
+        text = self._decode(output, request.sampling_params.skip_special_tokens)
+        if matched_text is not None:
+            text = text[: text.find(matched_text)]
+        token_logprobs: list[tuple[float, int, str | None]] | None = None
+        if request.return_logprob:
+            token_logprobs = [
+                (lp, tok, self._decode([tok], False) if request.return_text_in_logprobs else None)
+                for lp, tok in zip(logprobs, output, strict=True)
+            ]
+        meta = MetaInfo(
+            id=entry.rid,
+            prompt_tokens=entry.prompt_tokens,
+            completion_tokens=len(output),
+            weight_version=self.weight_version,
+            finish_reason=finish,
+            output_token_logprobs=token_logprobs,
+            routed_experts=_synthetic_routed_experts(output) if request.return_routed_experts else None,
+            e2e_latency=time.monotonic() - entry.received_at,
+        )
+        return GenerateResponse(text=text, output_ids=list(output), meta_info=meta)
+
+
+def _abort(message: str) -> FinishReason:
+    return FinishReason(type=FinishType.ABORT, message=message)
+
+
+def _first_stop(text: str, stops: list[str]) -> str | None:
+    found = [(text.find(s), s) for s in stops if s in text]
+    return min(found)[1] if found else None
+
+
+def _synthetic_routed_experts(output: list[int]) -> str:
+    """Base64 of little-endian int32 [len(output), ROUTED_LAYERS, ROUTED_TOP_K] expert ids."""
+    values: list[int] = []
+    for token in output:
+        for layer in range(ROUTED_LAYERS):
+            for k in range(ROUTED_TOP_K):
+                values.append((token + layer * 3 + k) % ROUTED_EXPERTS)
+    return base64.b64encode(struct.pack(f"<{len(values)}i", *values)).decode("ascii")
+

@@ -1,0 +1,89 @@
+"""Pluggable policies: a Protocol plus a name -> import-path registry.
+
+A policy turns a prompt (token ids) into a token-by-token generation. The
+server's engine owns everything around it (stop conditions, max_new_tokens,
+aborts, pauses, faults), so a policy only answers "what is the next token and
+its logprob". A new policy is one module and one line in POLICIES.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from swerollout.dev.policy_server.errors import PolicyConfigError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from swerollout.dev.policy_server.chat_format import ChatFormat
+
+
+@dataclass(frozen=True)
+class TokenSample:
+    token_id: int
+    logprob: float
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """What a policy needs from the request's sampling_params (already validated)."""
+
+    temperature: float
+    top_p: float
+    top_k: int
+    seed: int
+
+
+class Generation(Protocol):
+    def next_token(self) -> TokenSample | None:
+        """Sample one more token; None when the policy has nothing more to say."""
+        ...
+
+
+class Policy(Protocol):
+    name: str
+    offload: bool
+    """next_token does heavy compute: the engine runs it in a worker thread."""
+
+    def start(self, input_ids: list[int], sampling: SamplingConfig) -> Generation:
+        """Begin generating a continuation of input_ids (the full context)."""
+        ...
+
+
+@dataclass(frozen=True)
+class PolicyContext:
+    """What every policy factory receives."""
+
+    tokenizer: PreTrainedTokenizerBase
+    chat_format: ChatFormat
+    tasks_file: Path | None
+    seed: int
+    context_length: int
+
+
+class PolicyFactory(Protocol):
+    def __call__(self, context: PolicyContext) -> Policy: ...
+
+
+# name -> "module:factory". Imported lazily: torch is only loaded for tiny-lm.
+POLICIES: dict[str, str] = {
+    "tiny-lm": "swerollout.dev.policy_server.policies.tiny_lm:TinyLMPolicy",
+    "oracle": "swerollout.dev.policy_server.policies.scripted:OraclePolicy",
+    "null": "swerollout.dev.policy_server.policies.scripted:NullPolicy",
+}
+
+
+def policy_names() -> list[str]:
+    return sorted(POLICIES)
+
+
+def load_policy(name: str, context: PolicyContext) -> Policy:
+    target = POLICIES.get(name)
+    if target is None:
+        raise PolicyConfigError(f"unknown policy {name!r}; valid policies: {', '.join(policy_names())}")
+    module_name, _, attribute = target.partition(":")
+    factory: PolicyFactory = getattr(importlib.import_module(module_name), attribute)
+    return factory(context)

@@ -1,0 +1,49 @@
+"""Exit-status gating: which finished rollouts get evaluated, and which get reward 0 unevaluated."""
+
+from __future__ import annotations
+
+import pytest
+
+from swerollout.api.v1alpha1 import Mode
+from swerollout.exit_status import gate_exit_status
+
+# exit status -> (evaluated in train, evaluated in validate, truncated)
+TABLE = {
+    "submitted": (True, True, False),
+    # Autosubmissions: SWE-agent's spelling and the one our API docs use.
+    "submitted (exit_context)": (False, True, True),
+    "submitted (exit_cost)": (False, True, False),
+    "submitted (exit_format)": (False, True, False),
+    "exit_command_timeout (submitted)": (False, True, False),
+    "exit_total_execution_time (submitted)": (False, True, False),
+    "exit_context (submitted)": (False, True, True),
+    "exit_context": (False, False, True),
+    "exit_format": (False, False, False),
+    "exit_command_timeout": (False, False, False),
+    "exit_total_execution_time": (False, False, False),
+    "exit_max_iter_out": (False, False, False),
+    "exit_environment_error": (False, False, False),
+    "exit_api": (False, False, False),
+    "exit_error": (False, False, False),
+    # Look-alikes that are not submissions.
+    "submittedx": (False, False, False),
+    "not submitted": (False, False, False),
+    "": (False, False, False),
+}
+
+
+@pytest.mark.parametrize("exit_status", list(TABLE))
+def test_gating_table(exit_status: str) -> None:
+    train_eval, validate_eval, truncated = TABLE[exit_status]
+    for mode, expected in ((Mode.TRAIN, train_eval), (Mode.VALIDATE, validate_eval)):
+        decision = gate_exit_status(exit_status, mode)
+        assert decision.evaluate is expected, (exit_status, mode)
+        assert decision.truncated is truncated
+        assert decision.keep, "ungraded samples stay in the batch (GRPO group sizes stay whole)"
+        assert decision.reason
+
+
+def test_reason_names_the_status() -> None:
+    decision = gate_exit_status("exit_max_iter_out", Mode.VALIDATE)
+    assert "exit_max_iter_out" in decision.reason and "reward 0" in decision.reason
+    assert "train mode" in gate_exit_status("submitted (exit_cost)", Mode.TRAIN).reason
