@@ -1,0 +1,47 @@
+"""What each install role pulls in: a trainer's `pip install swerollout` stays light.
+
+The library (api, wire, store, kube, client, instances, CLI) must import in a venv
+that has none of the operator's, the runner's or the dev stack's dependencies, so a
+trainer never pays for kopf, swe-rex, transformers or torch.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+UV = Path(sys.executable).parent / "uv"
+HEAVY = ("kopf", "swerex", "transformers", "torch", "tokenizers", "aiohttp", "cryptography")
+
+_PROBE = """
+import importlib.util, json, sys
+import swerollout.client, swerollout.cli.main, swerollout.instances, swerollout.store
+heavy = {name: importlib.util.find_spec(name) is not None for name in sys.argv[1:]}
+print(json.dumps(heavy))
+"""
+
+
+def test_library_installs_and_imports_without_role_dependencies(tmp_path: Path) -> None:
+    venv = tmp_path / "trainer-venv"
+    subprocess.run([str(UV), "venv", "-q", "--python", sys.executable, str(venv)], check=True)
+    python = venv / "bin" / "python"
+    # The lock pins versions; `pip install .` without extras decides which packages come in.
+    install = subprocess.run(
+        [str(UV), "pip", "install", "-q", "--python", str(python), "-c", str(ROOT / "requirements.lock"), str(ROOT)],
+        capture_output=True, text=True, timeout=900,
+    )
+    assert install.returncode == 0, install.stderr[-3000:]
+    probe = subprocess.run(
+        [str(python), "-c", _PROBE, *HEAVY], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    present = {name for name, found in json.loads(probe.stdout).items() if found}
+    assert present == set(), f"a bare install pulled in {sorted(present)}"
+    help_text = subprocess.run(
+        [str(venv / "bin" / "swerollout"), "--help"], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )
+    assert help_text.returncode == 0, help_text.stderr[-3000:]
+    assert "submit" in help_text.stdout
