@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# Build the control-plane binaries (kube-apiserver, kubectl, etcd, helm) from their
-# Go modules, once per version, into a cache outside the repository. A second run
-# that finds every binary answering its expected --version does no Go work.
+# Build the Kubernetes binaries from their Go modules, once per version, into a
+# cache outside the repository. A second run that finds every binary answering its
+# expected --version does no Go work.
 #
-#   hack/k8s-bin/build.sh            # build what is missing, print the bin dir
+#   hack/k8s-bin/build.sh            # the control plane the embedded default needs:
+#                                    # kube-apiserver, kubectl, etcd, helm
+#   hack/k8s-bin/build.sh node       # what `swerollout cluster up` adds: kubelet,
+#                                    # kube-proxy, kube-scheduler, kube-controller-manager
+#                                    # and the pause binary (several minutes more, once)
+#   hack/k8s-bin/build.sh NAME...    # just these binaries (or groups: control-plane, node, all)
 #   SWEROLLOUT_BIN_DIR=... to override the cache location.
+# It prints the bin dir.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -38,7 +44,14 @@ targets=(
   "helm|helm|helm.sh/helm/v3/cmd/helm|${helm_ldflags}|version --short|${HELM_VERSION}"
   "kubectl|kubectl|.|${k8s_ldflags}|version --client|${K8S_VERSION}"
   "kube-apiserver|kube-apiserver|.|${k8s_ldflags}|--version|Kubernetes ${K8S_VERSION}"
+  "kubelet|kube-node|./kubelet|${k8s_ldflags}|--version|Kubernetes ${K8S_VERSION}"
+  "kube-proxy|kube-node|./kube-proxy|${k8s_ldflags}|--version|Kubernetes ${K8S_VERSION}"
+  "kube-scheduler|kube-node|./kube-scheduler|${k8s_ldflags}|--version|Kubernetes ${K8S_VERSION}"
+  "kube-controller-manager|kube-node|./kube-controller-manager|${k8s_ldflags}|--version|Kubernetes ${K8S_VERSION}"
+  "pause|pause|.||--version|swerollout-pause 1"
 )
+control_plane="etcd helm kubectl kube-apiserver"
+node="kubelet kube-proxy kube-scheduler kube-controller-manager pause"
 
 # reports TEXT CMD...: CMD's output contains TEXT. (Output is captured first: with
 # pipefail, `grep -q` closing the pipe early would fail the pipeline.)
@@ -49,16 +62,24 @@ reports() {
   [[ "$text" == *"$expect"* ]]
 }
 
-only="${1:-}"
+wanted=" "
+for arg in "${@:-control-plane}"; do
+  case "$arg" in
+    control-plane) wanted+="$control_plane " ;;
+    node) wanted+="$node " ;;
+    all) wanted+="$control_plane $node " ;;
+    *) wanted+="$arg " ;;
+  esac
+done
 for t in "${targets[@]}"; do
   IFS='|' read -r name dir pkg ldflags vcmd expect <<<"$t"
-  [ -n "$only" ] && [ "$only" != "$name" ] && continue
+  [[ "$wanted" == *" $name "* ]] || continue
   out="$bin_dir/$name"
   # shellcheck disable=SC2086
   if [ -x "$out" ] && reports "$expect" "$out" $vcmd; then
     continue
   fi
-  echo "building $name into $out (one-time; kube-apiserver takes several minutes on 2 cores)" >&2
+  echo "building $name into $out (one-time; each Kubernetes binary takes minutes on 2 cores)" >&2
   start=$(date +%s)
   (cd "$here/$dir" && go build -trimpath -ldflags "-s -w ${ldflags}" -o "$out.tmp" "$pkg")
   mv "$out.tmp" "$out"

@@ -1,0 +1,3 @@
+module swerollout.local/k8s-bin/pause
+
+go 1.26.0
