@@ -100,6 +100,14 @@ class ControlPlaneConfig(BaseModel):
     handlers and the pidfile reaping on the next start protect against orphans."""
     start_attempts: int = 3
     """Fresh ports are probed before each attempt; another process may grab one in between."""
+    disabled_admission_plugins: list[str] = ["ServiceAccount"]
+    """Admission plugins to turn off. Without a controller-manager no ``default``
+    ServiceAccount appears, so ServiceAccount admission would reject every pod; a
+    full cluster (``swerollout cluster up``) runs one and passes ``[]``."""
+    endpoint_reconciler_type: str = "none"
+    """``none``: the ``kubernetes`` Service gets no endpoints (they would be loopback,
+    which the Endpoints validation rejects). A cluster advertising a non-loopback
+    address uses ``lease`` so pods reach the API server through the Service."""
     extra_apiserver_args: list[str] = []
     extra_etcd_args: list[str] = []
 
@@ -337,13 +345,11 @@ class ControlPlane:
             f"--api-audiences={','.join(self.config.api_audiences)}",
             f"--service-cluster-ip-range={self.config.service_cluster_ip_range}",
             "--allow-privileged=true",
-            # See the module docstring: no controller-manager creates default ServiceAccounts.
-            "--disable-admission-plugins=ServiceAccount",
-            # The 'kubernetes' Service endpoints would point at loopback, which the
-            # Endpoints validation rejects; nothing in-cluster needs them here.
-            "--endpoint-reconciler-type=none",
+            f"--endpoint-reconciler-type={self.config.endpoint_reconciler_type}",
             "--profiling=false",
         ]
+        if self.config.disabled_admission_plugins:
+            api_args.append(f"--disable-admission-plugins={','.join(self.config.disabled_admission_plugins)}")
         api = self._spawn("kube-apiserver", api_args + self.config.extra_apiserver_args)
         self._wait_ready(
             api, f"{self.server_url}/readyz", pki, deadline, lambda body: body.strip() == "ok"
