@@ -9,7 +9,7 @@ UV_VERSION := 0.13.8
 STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | sha256sum | cut -c1-16)
 PYTEST_ARGS ?=
 
-.PHONY: help venv bins system-deps test demo crds lock bench lint typecheck clean
+.PHONY: help venv bins system-deps test demo crds lock bench lint typecheck clean cluster-deps cluster-bins test-cluster
 
 help:
 	@echo "make test   - set up everything from nothing and run the suite"
@@ -17,6 +17,7 @@ help:
 	@echo "make bench  - benchmarks with ratios against in-run baselines"
 	@echo "make crds   - regenerate crds/*.yaml from the API models"
 	@echo "make lock   - re-resolve requirements.lock from pyproject.toml"
+	@echo "make test-cluster - (root) the real-node tests: kubelet + containerd (docs/real-node.md)"
 
 $(STAMP): requirements.lock pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,6 +35,14 @@ bins:
 system-deps:
 	@hack/install-system-deps.sh
 
+# The real node (`swerollout cluster up`): Debian's containerd/runc/CNI/buildah and
+# the kubelet, kube-proxy, scheduler and controller-manager from Go modules.
+cluster-deps:
+	@hack/install-cluster-deps.sh
+
+cluster-bins: bins
+	@hack/k8s-bin/build.sh node >/dev/null
+
 lock:
 	$(BIN)/uv pip compile -q --python-version 3.11 --all-extras pyproject.toml -o requirements.lock
 
@@ -43,6 +52,10 @@ crds: venv
 
 test: venv bins system-deps
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Not yet part of `make test`: see docs/real-node.md for what it covers.
+test-cluster: venv bins system-deps cluster-deps cluster-bins
+	SWEROLLOUT_REAL_NODE_TESTS=1 $(BIN)/python -m pytest tests/cluster $(PYTEST_ARGS)
 
 lint: venv
 	$(BIN)/lint-imports

@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "policy-server": ("swerollout.cli.policy_server", "run the SGLang-compatible policy server (tiny-lm, oracle, null)"),
     "sandbox-bundle": ("swerollout.cli.sandbox_bundle", "install the portable swerex bundle (rollout pods' init container)"),
     "dev": ("swerollout.cli.dev", "run the embedded default on this machine: dev up | status | down"),
+    "cluster": ("swerollout.cli.cluster", "run a real single-node Kubernetes on this machine (root): cluster up | status | down"),
     "logs": ("swerollout.cli.logs", "print a dev-mode pod container's output (-f to follow)"),
     "tasks": ("swerollout.cli.tasks", "list and materialize the bundled SWE tasks"),
     "submit": ("swerollout.cli.submit", "create a batch of rollouts from a SWE-bench JSONL file"),

@@ -1,0 +1,141 @@
+"""`swerollout cluster up | status | down`: a real single-node Kubernetes on this machine.
+
+`up` (as root) builds what is missing, starts a detached supervisor
+(swerollout.dev.cluster.supervisor) and waits until the node is Ready; `status`
+reports each component and the node; `down` stops everything and removes every
+process, mount, interface, iptables rule and containerd state the cluster made.
+See docs/real-node.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from swerollout.dev.cluster import teardown
+from swerollout.dev.cluster.config import ClusterConfig, ClusterPaths
+from swerollout.dev.cluster.nodebins import find_node_binaries, missing_host_tools
+from swerollout.dev.cluster.state import ClusterState
+
+EXIT_NOT_RUNNING = 3
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="cluster_command", metavar="ACTION", required=True)
+    up = sub.add_parser("up", help="start etcd, the API server, controllers, containerd, kubelet and kube-proxy")
+    up.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the node (default 600)")
+    up.set_defaults(func=up_command)
+    status = sub.add_parser("status", help="report each component")
+    status.set_defaults(func=status_command)
+    down = sub.add_parser("down", help="stop everything and remove every trace")
+    down.set_defaults(func=down_command)
+    for p in (up, status, down):
+        p.add_argument("--workdir", help="directory holding .swerollout/cluster (default: the current directory)")
+
+
+def _print_state(state: ClusterState) -> None:
+    print(f"cluster: {state.status}" + (f" ({state.message})" if state.message else ""))
+    print(f"  {'supervisor':<24} {'running' if state.supervisor.alive() else 'dead':<8} pid {state.supervisor.pid}")
+    for name, comp in state.components.items():
+        status = "dead" if comp.status == "running" and comp.pid is not None and not comp.alive() else comp.status
+        print(f"  {name:<24} {status:<8} pid {comp.pid or '-':<8} {comp.detail}")
+    if state.server_url:
+        print(f"API server: {state.server_url}; node {state.node_name} at {state.node_ip}")
+    print(f"kubeconfig: {state.kubeconfig}")
+
+
+def up_command(args: argparse.Namespace) -> int:
+    paths = ClusterPaths.under(args.workdir)
+    if os.geteuid() != 0:
+        print("error: `cluster up` needs root (containerd, the kubelet and kube-proxy manage mounts, "
+              "interfaces and iptables); use `swerollout dev up` without root", file=sys.stderr)
+        return 1
+    missing = missing_host_tools()
+    if missing:
+        print(f"error: missing {', '.join(missing)}; install them with `hack/install-cluster-deps.sh` "
+              "(Debian: containerd runc containernetworking-plugins iptables conntrack)", file=sys.stderr)
+        return 1
+    state = ClusterState.read(paths.state)
+    if state is not None and state.supervisor.alive():
+        print(f"error: a cluster already runs from {paths.root}; `swerollout cluster status` or "
+              "`swerollout cluster down` first", file=sys.stderr)
+        return 1
+    find_node_binaries()   # builds them (minutes, once) with its output on our terminal
+    paths.root.mkdir(parents=True, exist_ok=True)
+    paths.state.unlink(missing_ok=True)
+    paths.logs.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "swerollout.dev.cluster.supervisor", "--cluster-dir", str(paths.root)]
+    with open(paths.logs / "supervisor.log", "ab") as log, open(os.devnull, "rb") as devnull:
+        supervisor = subprocess.Popen(argv, stdin=devnull, stdout=log, stderr=subprocess.STDOUT,
+                                      start_new_session=True)
+    deadline = time.monotonic() + args.timeout
+    state = None
+    while time.monotonic() < deadline:
+        code = supervisor.poll()
+        state = ClusterState.read(paths.state)
+        if state is not None and state.status in ("ready", "failed"):
+            break
+        if code is not None:
+            state = ClusterState.read(paths.state)
+            break
+        time.sleep(0.3)
+    else:
+        print(f"error: the node was not Ready after {args.timeout:.0f}s; see {paths.logs}; stopping", file=sys.stderr)
+        down_command(args)
+        return 1
+    if state is None:
+        print(f"error: the cluster supervisor exited; see {paths.logs / 'supervisor.log'}", file=sys.stderr)
+        return 1
+    _print_state(state)
+    if state.status != "ready":
+        print(f"error: cluster up failed: {state.message}\nlogs in {paths.logs}", file=sys.stderr)
+        return 1
+    print(f"export KUBECONFIG={state.kubeconfig}")
+    return 0
+
+
+def status_command(args: argparse.Namespace) -> int:
+    paths = ClusterPaths.under(args.workdir)
+    state = ClusterState.read(paths.state)
+    if state is None:
+        print(f"no cluster in {paths.root}")
+        return EXIT_NOT_RUNNING
+    _print_state(state)
+    return 0 if state.supervisor.alive() and state.status == "ready" else EXIT_NOT_RUNNING
+
+
+def down_command(args: argparse.Namespace) -> int:
+    paths = ClusterPaths.under(args.workdir)
+    state = ClusterState.read(paths.state)
+    if state is not None and state.supervisor.alive() and state.supervisor.pid is not None:
+        os.kill(state.supervisor.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 180
+        while state.supervisor.alive() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if state.supervisor.alive():
+            print("warning: the supervisor did not stop in 180s; killing it", file=sys.stderr)
+            os.kill(state.supervisor.pid, signal.SIGKILL)
+    # Whatever a crashed supervisor left: only with the machine lock, so a cluster
+    # that another directory runs is never touched.
+    paths.runtime.mkdir(parents=True, exist_ok=True)
+    with open(paths.lock, "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            print(f"error: another cluster holds this machine ({lock.read().strip()}); not touching it",
+                  file=sys.stderr)
+            return 1
+        teardown.stop_recorded(state)
+        problems = teardown.clean_node(ClusterConfig(), paths)
+    paths.state.unlink(missing_ok=True)
+    if problems:
+        print("error: could not remove: " + "; ".join(problems), file=sys.stderr)
+        return 1
+    print(f"cluster in {paths.root} stopped; nothing left behind")
+    return 0

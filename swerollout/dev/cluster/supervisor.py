@@ -1,0 +1,331 @@
+"""The cluster supervisor: a daemon that owns every process of the cluster.
+
+`swerollout cluster up` starts it detached and waits for the state file to say
+ready. In order it: takes the machine-wide lock, clears what an earlier cluster
+may have left, sets up the host network (network.py), starts etcd and
+kube-apiserver (the dev control plane, with the Node authorizer, NodeRestriction
+and ServiceAccount admission on), containerd with the local pause image,
+kube-controller-manager, kube-scheduler, the kubelet and kube-proxy, and waits
+for the Node to be Ready. On SIGTERM it stops them in reverse order and runs the
+teardown, so nothing of the cluster stays behind.
+
+Every child gets PR_SET_PDEATHSIG: if the supervisor is killed outright the
+kernel kills them, and the next `cluster up` or `cluster down` clears the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+from typing import IO
+
+from swerollout.binaries import find_binaries
+from swerollout.controlplane import ControlPlane, ControlPlaneConfig, free_port
+from swerollout.controlplane.certs import ensure_pki
+from swerollout.controlplane.processes import spawn, terminate_group
+from swerollout.dev.state import ComponentState
+from swerollout.kube import NODES, NotFound
+from swerollout.nodeagent.process import start_ticks
+
+from . import containerd, network, teardown
+from .components import component_kubeconfig, kube_proxy_config, kubelet_config
+from .config import ClusterConfig, ClusterPaths
+from .nodebins import NodeBinaries, find_node_binaries
+from .pki import APISERVER_KUBELET_CLIENT, NodePki, issue_node_pki
+from .state import ClusterState
+
+log = logging.getLogger("swerollout.cluster")
+NODE_READY_TIMEOUT = 240.0
+
+
+class ClusterStartFailed(RuntimeError):
+    pass
+
+
+class Supervisor:
+    def __init__(self, paths: ClusterPaths, config: ClusterConfig) -> None:
+        self.paths, self.config = paths, config
+        self.stop_requested = threading.Event()
+        self.plane: ControlPlane | None = None
+        self.children: dict[str, tuple[subprocess.Popen[bytes], IO[bytes]]] = {}
+        me = os.getpid()
+        self.state = ClusterState(
+            supervisor=ComponentState(status="running", pid=me, start_ticks=start_ticks(me)),
+            kubeconfig=str(paths.kubeconfig), node_name=config.node_name, node_ip=config.node_ip,
+        )
+        self._lock_file: IO[str] | None = None
+
+    def save(self) -> None:
+        self.state.write(self.paths.state)
+
+    # ---- the machine-wide lock ---------------------------------------------------------
+
+    def lock(self) -> None:
+        self.paths.runtime.mkdir(parents=True, exist_ok=True)
+        self._lock_file = open(self.paths.lock, "a+")  # noqa: SIM115 - held for the process's life
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock_file.seek(0)
+            owner = self._lock_file.read().strip()
+            raise ClusterStartFailed(
+                f"another cluster runs on this machine ({owner or 'unknown owner'}); "
+                "only one can, since the kubelet and kube-proxy program the host's iptables. "
+                "Stop it with `swerollout cluster down --workdir <its dir>`"
+            ) from None
+        self._lock_file.seek(0)
+        self._lock_file.truncate()
+        self._lock_file.write(f"supervisor pid {os.getpid()}, cluster dir {self.paths.root}\n")
+        self._lock_file.flush()
+
+    # ---- start-up ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.save()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, self._on_signal)
+        leftovers = teardown.clean_node(self.config, self.paths)
+        if leftovers:
+            log.warning("an earlier cluster left things that could not be removed: %s", leftovers)
+        binaries = find_binaries()
+        node_bins = find_node_binaries()
+        self.paths.logs.mkdir(parents=True, exist_ok=True)
+        network.set_up(self.config, 0, self.paths.saved_sysctls)
+
+        ca = ensure_pki(self.paths.pki)
+        pki = issue_node_pki(ca, self.paths.node_pki, self.config)
+        self._start_control_plane(pki)
+        assert self.plane is not None
+        api_port = int(self.plane.server_url.rsplit(":", 1)[1])
+        network.set_up(self.config, api_port, self.paths.saved_sysctls)   # now the guard knows the port
+        shutil.copyfile(self.plane.kubeconfig_path, self.paths.kubeconfig)
+        os.chmod(self.paths.kubeconfig, 0o600)
+        self.state.server_url = self.plane.server_url
+        self._grant_apiserver_kubelet_access()
+        self.save()
+
+        self._start_containerd(node_bins)
+        server = self.plane.server_url
+        kubeconfigs = self.paths.configs
+        cm_kc = component_kubeconfig(kubeconfigs / "controller-manager.kubeconfig", server, pki.ca_cert,
+                                     pki.controller_manager, "system:kube-controller-manager")
+        self._spawn("kube-controller-manager", [
+            str(node_bins.kube_controller_manager), f"--kubeconfig={cm_kc}",
+            f"--authentication-kubeconfig={cm_kc}", f"--authorization-kubeconfig={cm_kc}",
+            "--bind-address=127.0.0.1", f"--secure-port={free_port()}", "--leader-elect=false",
+            "--use-service-account-credentials=true", f"--root-ca-file={pki.ca_cert}",
+            f"--service-account-private-key-file={ca.sa_private_key}", "--cluster-name=swerollout",
+            f"--cluster-cidr={self.config.pod_range}", f"--service-cluster-ip-range={self.config.service_range}",
+        ])
+        sched_kc = component_kubeconfig(kubeconfigs / "scheduler.kubeconfig", server, pki.ca_cert, pki.scheduler,
+                                        "system:kube-scheduler")
+        self._spawn("kube-scheduler", [
+            str(node_bins.kube_scheduler), f"--kubeconfig={sched_kc}",
+            f"--authentication-kubeconfig={sched_kc}", f"--authorization-kubeconfig={sched_kc}",
+            "--bind-address=127.0.0.1", f"--secure-port={free_port()}", "--leader-elect=false",
+        ])
+        self._start_kubelet(node_bins, pki, server)
+        proxy_kc = component_kubeconfig(kubeconfigs / "kube-proxy.kubeconfig", server, pki.ca_cert, pki.kube_proxy,
+                                        "system:kube-proxy")
+        proxy_conf = kubeconfigs / "kube-proxy.json"
+        proxy_conf.write_text(kube_proxy_config(self.config, proxy_kc, free_port(), free_port()))
+        self._spawn("kube-proxy", [str(node_bins.kube_proxy), f"--config={proxy_conf}"])
+        self._wait_node_ready()
+        self.state.status = "ready"
+        self.state.message = f"node {self.config.node_name} Ready"
+        self.save()
+
+    def _start_control_plane(self, pki: NodePki) -> None:
+        cfg = ControlPlaneConfig(
+            service_cluster_ip_range=self.config.service_range,
+            disabled_admission_plugins=[],
+            endpoint_reconciler_type="lease",
+            extra_apiserver_args=[
+                # Bound to every address so pods reach it on the node IP; the guard chain
+                # (network.py) drops what comes from outside this machine. Later flags win.
+                "--bind-address=0.0.0.0",
+                f"--advertise-address={self.config.node_ip}",
+                f"--tls-cert-file={pki.apiserver.cert}",
+                f"--tls-private-key-file={pki.apiserver.key}",
+                "--authorization-mode=Node",            # appended: RBAC,Node
+                "--enable-admission-plugins=NodeRestriction",
+                f"--kubelet-client-certificate={pki.apiserver_kubelet_client.cert}",
+                f"--kubelet-client-key={pki.apiserver_kubelet_client.key}",
+                f"--kubelet-certificate-authority={pki.ca_cert}",
+                # Dial the kubelet at the node IP (the node name resolves nowhere).
+                "--kubelet-preferred-address-types=InternalIP",
+            ],
+        )
+        self.plane = ControlPlane(self.paths.controlplane, cfg)
+        self.plane.start()
+        # ControlPlane.start() installs its own SIGTERM handler; ours must win so the
+        # node is stopped before the API server.
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, self._on_signal)
+        for name, pid in self.plane.pids().items():
+            self.state.components[name] = ComponentState(status="running", pid=pid, start_ticks=start_ticks(pid))
+
+    def _grant_apiserver_kubelet_access(self) -> None:
+        assert self.plane is not None
+        binding = f"""apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: swerollout:apiserver-kubelet-api-admin
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: system:kubelet-api-admin
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: User
+  name: {APISERVER_KUBELET_CLIENT}
+"""
+        result = self.plane.kubectl("apply", "-f", "-", input=binding)
+        if result.returncode != 0:
+            raise ClusterStartFailed(f"could not let the API server reach the kubelet: {result.stderr.strip()}")
+
+    def _start_containerd(self, node_bins: NodeBinaries) -> None:
+        toml = containerd.write_configs(self.config, self.paths)
+        self.paths.containerd_state.mkdir(parents=True, exist_ok=True)
+        popen = self._spawn("containerd", ["containerd", f"--config={toml}"])
+        containerd.wait_socket(self.paths, lambda: popen.poll() is None, timeout=60)
+        archive = containerd.pause_image_archive(node_bins.pause, self.paths.configs / "pause-image.tar")
+        containerd.import_image(self.paths, archive)
+
+    def _start_kubelet(self, node_bins: NodeBinaries, pki: NodePki, server: str) -> None:
+        conf_dir = self.paths.configs
+        (conf_dir / "resolv.conf").write_text(f"nameserver {self.config.dns_service_ip}\n")
+        kc = component_kubeconfig(conf_dir / "kubelet.kubeconfig", server, pki.ca_cert, pki.kubelet_client,
+                                  f"system:node:{self.config.node_name}")
+        port, healthz = free_port(), free_port()
+        conf = conf_dir / "kubelet.json"
+        conf.write_text(kubelet_config(self.config, self.paths, pki, port, healthz))
+        self.paths.kubelet_root.mkdir(parents=True, exist_ok=True)
+        self._spawn("kubelet", [
+            str(node_bins.kubelet), f"--config={conf}", f"--kubeconfig={kc}",
+            f"--node-ip={self.config.node_ip}", f"--hostname-override={self.config.node_name}",
+            f"--root-dir={self.paths.kubelet_root}", "--v=1",
+        ])
+        self.state.components["kubelet"].detail = f"https://{self.config.node_ip}:{port}"
+
+    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+        log_path = self.paths.logs / f"{name}.log"
+        out = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
+        popen = spawn(argv, out, die_with_parent=True)
+        self.children[name] = (popen, out)
+        self.state.components[name] = ComponentState(
+            status="running", pid=popen.pid, start_ticks=start_ticks(popen.pid), log=str(log_path),
+        )
+        self.save()
+        return popen
+
+    def _wait_node_ready(self) -> None:
+        assert self.plane is not None
+        deadline = time.monotonic() + NODE_READY_TIMEOUT
+        last = "not registered"
+        with self.plane.admin_client() as kube:
+            while time.monotonic() < deadline:
+                self._check_children()
+                try:
+                    node = kube.get(NODES, self.config.node_name)
+                    conditions = {c["type"]: c for c in node.get("status", {}).get("conditions") or []}
+                    ready = conditions.get("Ready", {})
+                    if ready.get("status") == "True":
+                        return
+                    last = f"Ready={ready.get('status')} ({ready.get('message', '')})"
+                except NotFound:
+                    pass
+                time.sleep(0.5)
+        raise ClusterStartFailed(
+            f"node {self.config.node_name} not Ready after {NODE_READY_TIMEOUT:.0f}s: {last}; "
+            f"see {self.paths.logs}/kubelet.log"
+        )
+
+    def _check_children(self) -> None:
+        for name, (popen, _) in self.children.items():
+            code = popen.poll()
+            if code is not None:
+                tail = (self.paths.logs / f"{name}.log").read_text(errors="replace")[-2000:]
+                raise ClusterStartFailed(f"{name} exited with code {code}; log tail:\n{tail}")
+
+    # ---- running and stopping ----------------------------------------------------------
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.stop_requested.set()
+
+    def run(self) -> None:
+        while not self.stop_requested.wait(1.0):
+            for name, (popen, _) in self.children.items():
+                comp = self.state.components[name]
+                if popen.poll() is not None and comp.status == "running":
+                    comp.status, comp.detail = "exited", f"exit code {popen.returncode}"
+                    self.state.message = f"{name} exited (code {popen.returncode}); see {comp.log}"
+                    self.save()
+
+    def stop(self) -> None:
+        self.state.status = "stopping"
+        self.save()
+        for name in teardown.STOP_ORDER:
+            if name in self.children:
+                popen, out = self.children.pop(name)
+                terminate_group(popen.pid, popen, grace_seconds=10.0)
+                out.close()
+                if name == "containerd":
+                    # The containers and shims outlive containerd by design; end them now,
+                    # before the control plane goes.
+                    teardown.clean_node(self.config, self.paths)
+        if self.plane is not None:
+            self.plane.stop(delete_data=True)
+        problems = teardown.clean_node(self.config, self.paths)
+        if problems:
+            log.error("left behind: %s", problems)
+        self.paths.state.unlink(missing_ok=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="swerollout.dev.cluster.supervisor")
+    parser.add_argument("--cluster-dir", required=True)
+    args = parser.parse_args(argv)
+    paths = ClusterPaths(root=Path(args.cluster_dir).resolve())
+    paths.root.mkdir(parents=True, exist_ok=True)
+    paths.logs.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
+        handlers=[logging.StreamHandler(sys.stderr)],
+    )
+    sup = Supervisor(paths, ClusterConfig())
+    try:
+        sup.lock()
+    except ClusterStartFailed as exc:
+        # Someone else's cluster: report, and touch nothing of it.
+        sup.state.status, sup.state.message = "failed", str(exc)
+        sup.save()
+        return 1
+    try:
+        sup.start()
+    except BaseException as exc:  # noqa: BLE001 - report any failure in the state file, then clean up
+        log.exception("cluster start failed")
+        sup.state.status = "failed"
+        sup.state.message = str(exc)[-3000:]
+        sup.save()
+        failed_state = sup.state.model_copy()
+        sup.stop()
+        failed_state.write(paths.state)   # keep the reason for `cluster up` to print
+        return 1
+    sup.run()
+    sup.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
