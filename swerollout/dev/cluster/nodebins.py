@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from swerollout.binaries import BUILD_SCRIPT, BinariesNotFound, bin_dir, binary_version_output, pinned_versions
+from swerollout.dev.binaries import BUILD_SCRIPT, BinariesNotFound, bin_dir, binary_version_output, pinned_versions
 
 from .containerd import CNI_BIN_DIR
 

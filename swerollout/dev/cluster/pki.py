@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from pydantic import BaseModel, ConfigDict
 
-from swerollout.controlplane.certs import Pki
+from swerollout.dev.controlplane.certs import Pki
 
 from .config import ClusterConfig
 

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from swerollout.dev.state import ComponentState
+from swerollout.dev.stack.state import ComponentState
 
 
 class ClusterState(BaseModel):

@@ -29,13 +29,13 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
-from swerollout.binaries import find_binaries
-from swerollout.controlplane import ControlPlane, ControlPlaneConfig, free_port
-from swerollout.controlplane.certs import ensure_pki
-from swerollout.controlplane.processes import spawn, terminate_group
-from swerollout.dev.state import ComponentState
+from swerollout.dev.binaries import find_binaries
+from swerollout.dev.controlplane import ControlPlane, ControlPlaneConfig, free_port
+from swerollout.dev.controlplane.certs import ensure_pki
+from swerollout.dev.controlplane.processes import spawn, terminate_group
+from swerollout.dev.stack.state import ComponentState
 from swerollout.kube import NODES, NotFound
-from swerollout.nodeagent.process import start_ticks
+from swerollout.dev.nodeagent.process import start_ticks
 
 from . import containerd, network, teardown
 from .components import component_kubeconfig, kube_proxy_config, kubelet_config

@@ -13,7 +13,7 @@ import shutil
 import signal
 import time
 
-from swerollout.controlplane.processes import is_alive
+from swerollout.dev.controlplane.processes import is_alive
 
 from . import cgroups, containerd, network
 from .config import ClusterConfig, ClusterPaths
