@@ -29,7 +29,7 @@ from typing import Any
 
 from agent_runner.config import ActionFormat, AgentConfig
 from agent_runner.errors import ContextBudgetError, ModelError
-from agent_runner.exit_status import ExitStatus, autosubmitted
+from swerollout.exit_status import ExitStatus, autosubmitted
 from agent_runner.model import FinishReason, Model, ModelTurn
 from agent_runner.run_state import LoopResult, LoopState, StepInfo, TaskInfo
 from agent_runner.sandbox import Sandbox, SandboxError

@@ -27,6 +27,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from swerollout.api import v1alpha1 as api
+from swerollout.exit_status import is_truncated
 from swerollout.tokenizers import load_tokenizer
 from swerollout.wire import ingest as wire
 from swerollout.wire.codec import decode, encode
@@ -372,7 +373,7 @@ class Runner:
                 prompt_tokens=prompt_tokens,
                 response_tokens=response_tokens,
                 context_tokens=inner.context_tokens,
-                truncated=exit_status.startswith("exit_context"),
+                truncated=is_truncated(exit_status),
             )
         )
 

@@ -20,7 +20,7 @@ from typing import Any
 from swerollout.api import v1alpha1 as api
 from swerollout.api.v1alpha1 import Phase
 from swerollout.kube import PODS, SECRETS, SWEROLLOUTS, AlreadyExists, AsyncKubeClient, KubeError, NotFound
-from swerollout.exit_status import gate_exit_status
+from swerollout.exit_status import gate_exit_status, metric_label
 from swerollout.wire.ingest import Ack, EventKind, Progress, RunnerEvent, StoredObjectRef
 
 from . import phases, podspec
@@ -211,7 +211,7 @@ class Reconciler:
         result = entry.status.get("result") or {}
         if result:
             self.metrics.turns.observe(int(result.get("turns") or 0))
-            self.metrics.exit_statuses.labels(_exit_label(str(result.get("exitStatus", "")))).inc()
+            self.metrics.exit_statuses.labels(metric_label(str(result.get("exitStatus", "")))).inc()
 
     # -- the level-triggered reconcile -------------------------------------------
 
@@ -696,13 +696,3 @@ def _owned_by(obj: dict[str, Any], uid: str) -> bool:
     return any(o.get("uid") == uid for o in obj["metadata"].get("ownerReferences") or [])
 
 
-_EXIT_LABELS = {
-    "submitted", "exit_context", "exit_format", "exit_command_timeout", "exit_total_execution_time",
-    "exit_max_iter_out", "exit_environment_error", "exit_api", "exit_error",
-}
-
-
-def _exit_label(status: str) -> str:
-    """A closed label set: `submitted (exit_x)` (autosubmitted) counts as exit_x."""
-    base = status[len("submitted ("):-1] if status.startswith("submitted (") and status.endswith(")") else status
-    return base if base in _EXIT_LABELS else "other"

@@ -14,15 +14,12 @@ from pydantic import ValidationError
 
 from swerollout.api.v1alpha1 import LABEL_BATCH, LABEL_MEMBER, Phase, SWERolloutStatus
 from swerollout.client.errors import ClientError
+from swerollout.exit_status import is_infrastructure_failure, is_truncated
 from swerollout.wire.trajectory import Trajectory
 
 LABEL_SAMPLE = "swerollout.io/sample"
 ANNOTATION_INSTANCE_ID = "swerollout.io/instance-id"
 
-# Exit statuses that say the infrastructure failed, not the policy: a trainer should
-# not learn from them as if the model had chosen to stop.
-INFRASTRUCTURE_EXITS = ("exit_environment_error", "exit_api", "exit_error")
-EXIT_CONTEXT = "exit_context"
 # Each pass drops every unknown field pydantic reported; nested unknowns may need another pass.
 MAX_UNKNOWN_FIELD_PASSES = 8
 
@@ -44,10 +41,9 @@ def trainer_status(phase: Phase, exit_status: str | None, truncated: bool = Fals
         return TrainerStatus.FAILED
     if phase is not Phase.SUCCEEDED:
         return TrainerStatus.ABORTED
-    status = (exit_status or "").strip()
-    if truncated or status.startswith(EXIT_CONTEXT):
+    if truncated or is_truncated(exit_status or ""):
         return TrainerStatus.TRUNCATED
-    if not status or status.startswith(INFRASTRUCTURE_EXITS):
+    if is_infrastructure_failure(exit_status):
         return TrainerStatus.FAILED
     return TrainerStatus.COMPLETED
 

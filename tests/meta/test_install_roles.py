@@ -8,6 +8,7 @@ trainer never pays for kopf, swe-rex, transformers or torch.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,12 +26,17 @@ print(json.dumps(heavy))
 
 
 def test_library_installs_and_imports_without_role_dependencies(tmp_path: Path) -> None:
+    # Build from a copy: setuptools writes build/ and *.egg-info next to the sources.
+    source = tmp_path / "src"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", ".swerollout", "build", "*.egg-info", "tests", "__pycache__", ".mypy_cache", ".pytest_cache",
+    ))
     venv = tmp_path / "trainer-venv"
     subprocess.run([str(UV), "venv", "-q", "--python", sys.executable, str(venv)], check=True)
     python = venv / "bin" / "python"
     # The lock pins versions; `pip install .` without extras decides which packages come in.
     install = subprocess.run(
-        [str(UV), "pip", "install", "-q", "--python", str(python), "-c", str(ROOT / "requirements.lock"), str(ROOT)],
+        [str(UV), "pip", "install", "-q", "--python", str(python), "-c", str(ROOT / "requirements.lock"), str(source)],
         capture_output=True, text=True, timeout=900,
     )
     assert install.returncode == 0, install.stderr[-3000:]

@@ -5,18 +5,26 @@ from __future__ import annotations
 import pytest
 
 from swerollout.api.v1alpha1 import Mode
-from swerollout.exit_status import gate_exit_status
+from swerollout.exit_status import (
+    ExitStatus,
+    autosubmitted,
+    gate_exit_status,
+    is_infrastructure_failure,
+    is_truncated,
+    metric_label,
+    produced_patch,
+)
 
 # exit status -> (evaluated in train, evaluated in validate, truncated)
 TABLE = {
     "submitted": (True, True, False),
-    # Autosubmissions: SWE-agent's spelling and the one our API docs use.
+    # Autosubmissions: `submitted (<exit>)`, SWE-agent's spelling and the API docs'.
     "submitted (exit_context)": (False, True, True),
     "submitted (exit_cost)": (False, True, False),
     "submitted (exit_format)": (False, True, False),
-    "exit_command_timeout (submitted)": (False, True, False),
-    "exit_total_execution_time (submitted)": (False, True, False),
-    "exit_context (submitted)": (False, True, True),
+    # The reversed spelling is not an autosubmission (nothing writes it).
+    "exit_command_timeout (submitted)": (False, False, False),
+    "exit_context (submitted)": (False, False, False),
     "exit_context": (False, False, True),
     "exit_format": (False, False, False),
     "exit_command_timeout": (False, False, False),
@@ -47,3 +55,19 @@ def test_reason_names_the_status() -> None:
     decision = gate_exit_status("exit_max_iter_out", Mode.VALIDATE)
     assert "exit_max_iter_out" in decision.reason and "reward 0" in decision.reason
     assert "train mode" in gate_exit_status("submitted (exit_cost)", Mode.TRAIN).reason
+
+
+@pytest.mark.parametrize("status", list(ExitStatus))
+def test_autosubmission_round_trips_through_every_rule(status: ExitStatus) -> None:
+    auto = autosubmitted(status)
+    assert produced_patch(auto)
+    assert metric_label(auto) == metric_label(status.value) == status.value
+    assert is_truncated(auto) is is_truncated(status.value) is (status is ExitStatus.EXIT_CONTEXT)
+    assert is_infrastructure_failure(auto) is is_infrastructure_failure(status.value)
+
+
+def test_infrastructure_failures_and_closed_labels() -> None:
+    assert is_infrastructure_failure(None) and is_infrastructure_failure("  ")
+    assert is_infrastructure_failure("exit_api") and is_infrastructure_failure("submitted (exit_environment_error)")
+    assert not is_infrastructure_failure("exit_format") and not is_infrastructure_failure("submitted")
+    assert metric_label("exit_made_up") == "other" and metric_label("submitted (whatever)") == "other"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from agent_runner.config import ActionFormat, AgentConfig, ConfigError
-from agent_runner.exit_status import ExitStatus, autosubmitted, is_truncated, produced_patch
+from swerollout.exit_status import ExitStatus, autosubmitted, is_truncated, produced_patch
 from agent_runner.model import ToolCall
 from agent_runner.tools import (
     BashAction,

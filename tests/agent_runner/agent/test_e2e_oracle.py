@@ -15,7 +15,7 @@ import pytest
 from tests.support.repo_helpers import SharedServer, git
 
 from agent_runner.config import AgentConfig
-from agent_runner.exit_status import ExitStatus
+from swerollout.exit_status import ExitStatus
 from agent_runner.loop import AgentLoop, LoopState, TaskInfo
 from agent_runner.rl_model import RLTokenModel
 from agent_runner.sandbox import Sandbox

@@ -16,9 +16,10 @@ from swerollout.client.records import build_record, parse_status
     [
         (Phase.SUCCEEDED, "submitted", False, TrainerStatus.COMPLETED),
         (Phase.SUCCEEDED, "exit_format", False, TrainerStatus.COMPLETED),
-        (Phase.SUCCEEDED, "exit_max_iter_out (submitted)", False, TrainerStatus.COMPLETED),
+        (Phase.SUCCEEDED, "submitted (exit_max_iter_out)", False, TrainerStatus.COMPLETED),
         (Phase.SUCCEEDED, "exit_context", False, TrainerStatus.TRUNCATED),
-        (Phase.SUCCEEDED, "exit_context (submitted)", False, TrainerStatus.TRUNCATED),
+        (Phase.SUCCEEDED, "submitted (exit_context)", False, TrainerStatus.TRUNCATED),
+        (Phase.SUCCEEDED, "submitted (exit_api)", False, TrainerStatus.FAILED),
         (Phase.SUCCEEDED, "submitted", True, TrainerStatus.TRUNCATED),
         (Phase.SUCCEEDED, "exit_environment_error", False, TrainerStatus.FAILED),
         (Phase.SUCCEEDED, "exit_api", False, TrainerStatus.FAILED),
