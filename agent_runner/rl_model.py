@@ -7,9 +7,24 @@ see chat_template.py) right before the next request, so several ``add_messages``
 calls between two turns render as one step, as the template would render them.
 
 Budgets: ``max_new_tokens`` of a request is the smallest of the caller's value, the
-sampling default, the room left in ``max_context_tokens`` and, when set, what is
-left of ``max_sampled_tokens`` (counted across aborts and resumes, so a resumed run
-never gets a fresh budget). A full context raises ContextBudgetError.
+sampling default, the room left in ``max_context_tokens``, the room the server's own
+limits leave (``server_limits``: SGLang refuses a prompt of ``len >= max_req_input_len``
+and caps output at ``max_req_len - len - 1``) and, when set, what is left of
+``max_sampled_tokens`` (counted across aborts and resumes, so a resumed run never
+gets a fresh budget). A full context raises ContextBudgetError.
+
+Weight versions: per token, from the response's ``weight_versions`` spans when the
+weights changed during the request. A server version of ``"default"`` (or none)
+means unset: the spec's ``weight_version`` labels those tokens, and
+``state.version_sources`` records for each label whether it came from the server
+or the spec.
+
+Routed experts (MoE routing replay): each request asks only for the rows it adds
+(``routed_experts_start_len`` = rows stored so far), so the stored rows are one per
+token the model read: the trajectory's ``routed_experts`` is int32
+``[len(prompt_ids) + len(response_ids) - 1, layers * top_k]`` (the final sampled
+token was never read back). Rows of an aborted (dropped) request are dropped with
+its tokens. A server that returns none although asked gets a note.
 
 Abort policy: DROP. When the server aborts a request (weight update, suspend), the
 tokens it generated in that request are discarded and counted in ``dropped_total``
@@ -26,10 +41,12 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import base64
+
 from agent_runner.chat_template import ChatTemplate
 from agent_runner.errors import ContextBudgetError, ModelError
 from agent_runner.model import FinishReason, ModelTurn, ToolCall
-from agent_runner.sglang import SamplingParams, SGLangClient, make_rid
+from agent_runner.sglang import ContextLimits, GenerateResult, SamplingParams, SGLangClient, make_rid
 from agent_runner.snapshot import ModelState, Snapshot, TurnRecord
 from agent_runner.tokens import TokenBuffer
 from agent_runner.tool_calls import ToolCallParser, detect_parser
@@ -57,9 +74,11 @@ class RLTokenModel:
         template_kwargs: dict[str, Any] | None = None,
         return_routed_experts: bool = False,
         request_timeout: float | None = None,
+        server_limits: ContextLimits | None = None,
     ) -> None:
-        """``weight_version`` labels tokens when the server reports none.
-        ``tool_call_format``: "auto" (from the chat template), a parser name, or None (text agents)."""
+        """``weight_version`` labels tokens when the server reports none (or "default").
+        ``tool_call_format``: "auto" (from the chat template), a parser name, or None (text agents).
+        ``server_limits``: the server's token limits (SGLangClient.limits())."""
         if max_context_tokens <= 0:
             raise ValueError(f"max_context_tokens must be positive, got {max_context_tokens}")
         self.tokenizer = tokenizer
@@ -71,6 +90,7 @@ class RLTokenModel:
         self.weight_version = weight_version
         self.return_routed_experts = return_routed_experts
         self.request_timeout = request_timeout
+        self.server_limits = server_limits
         self.template = ChatTemplate(tokenizer, tools=tools, template_kwargs=template_kwargs)
         fmt = detect_parser(self.template.source) if tool_call_format == "auto" else tool_call_format
         self.parser = ToolCallParser(fmt, tools) if fmt else None
@@ -104,12 +124,13 @@ class RLTokenModel:
             self.sampling.model_copy(update={"max_new_tokens": limit}),
             rid_for_attempt=lambda attempt: make_rid(self.run_uid, turn, attempt),
             return_routed_experts=self.return_routed_experts,
+            routed_experts_start_len=self.state.routed_experts_rows,
             timeout=self.request_timeout,
             input_ids_json=self.buffer.ids_json(),
         )
         state = self.state
         state.sampled_total += len(result.output_ids)
-        version = result.weight_version or self.weight_version
+        version = self._label(result.weight_version)
         text = self._decode_reply(result.output_ids)
         if result.finish == "abort":
             state.dropped_total += len(result.output_ids)
@@ -124,7 +145,7 @@ class RLTokenModel:
                 )
             )
             return ModelTurn(text=text, finish_reason=FinishReason.ABORT, new_tokens=0)
-        self.buffer.append_sampled(result.output_ids, result.logprobs, version)
+        self._append_sampled(result)
         state.awaiting_generation = False
         state.last_sampled_id = result.output_ids[-1] if result.output_ids else None
         state.turns.append(
@@ -138,7 +159,7 @@ class RLTokenModel:
             )
         )
         if self.return_routed_experts:
-            state.routed_experts.append(result.routed_experts)
+            self._store_routed_experts(result)
         tool_calls: list[ToolCall] = []
         parse_error: str | None = None
         content = text
@@ -156,6 +177,63 @@ class RLTokenModel:
         )
 
     # --- internals ------------------------------------------------------------------
+
+    def _label(self, server: str | None) -> str | None:
+        """The version label of tokens the server stamped ``server`` (None: unset)."""
+        if server is not None:
+            self.state.version_sources.setdefault(server, "server")
+            return server
+        if self.weight_version is not None:
+            self.state.version_sources.setdefault(self.weight_version, "spec")
+        return self.weight_version
+
+    def _append_sampled(self, result: GenerateResult) -> None:
+        """Append the sampled tokens, each with the version of its span."""
+        ids, logprobs = result.output_ids, result.logprobs
+        versions = [self._label(v) for v in result.token_versions] or [None] * len(ids)
+        start = 0
+        for end in range(1, len(ids) + 1):
+            if end == len(ids) or versions[end] != versions[start]:
+                self.buffer.append_sampled(ids[start:end], logprobs[start:end], versions[start])
+                start = end
+
+    def _store_routed_experts(self, result: GenerateResult) -> None:
+        """Keep the rows this turn added, after checking they line up with its tokens."""
+        state = self.state
+        if state.routed_experts_width == 0:
+            return  # given up on earlier (see the note)
+        expected = len(self.buffer) - 1 - state.routed_experts_rows
+        raw = result.routed_experts
+        problem: str | None = None
+        if raw is None:
+            problem = (
+                "routed experts were requested but the server returned none; start SGLang with "
+                "--enable-return-routed-experts"
+            )
+        elif expected <= 0 or len(raw) % (4 * expected):
+            problem = (
+                f"the server returned {len(raw) // 4} routed-expert values for {expected} new tokens, "
+                "not a whole number of rows; routing rows are not stored for this run"
+            )
+        elif state.routed_experts_width not in (None, len(raw) // (4 * expected)):
+            problem = "the routed-experts row width changed between turns; routing rows are not stored for this run"
+        if problem is not None:
+            state.routed_experts_width = 0
+            state.routed_experts.clear()
+            state.routed_experts_rows = 0
+            if problem not in state.notes:
+                state.notes.append(problem)
+            return
+        assert raw is not None
+        state.routed_experts_width = len(raw) // (4 * expected)
+        state.routed_experts.append(base64.b64encode(raw).decode("ascii"))
+        state.routed_experts_rows += expected
+
+    def routed_experts_bytes(self) -> bytes | None:
+        """The stored routing rows as one little-endian int32 block, None when there are none."""
+        if not self.state.routed_experts_width:
+            return None
+        return b"".join(base64.b64decode(chunk) for chunk in self.state.routed_experts)
 
     def _prepare_request(self) -> None:
         """Turn pending messages into tokens so the list ends with a generation prompt."""
@@ -185,7 +263,19 @@ class RLTokenModel:
                 f"the context holds {len(self.buffer)} tokens, max_context_tokens is "
                 f"{self.max_context_tokens}: no room for another turn"
             )
-        limits = [self.sampling.max_new_tokens, room]
+        limits = [room]
+        if self.sampling.max_new_tokens is not None:
+            limits.append(self.sampling.max_new_tokens)
+        server = self.server_limits
+        if server is not None:
+            server_room = server.max_new_tokens(len(self.buffer))
+            if not server.prompt_fits(len(self.buffer)) or server_room <= 0:
+                raise ContextBudgetError(
+                    f"the context holds {len(self.buffer)} tokens; the server admits prompts below "
+                    f"{server.max_req_input_len} tokens (context length {server.context_length}, "
+                    "SGLang's margin included): no room for another turn"
+                )
+            limits.append(server_room)
         if requested is not None:
             limits.append(requested)
         if self.max_sampled_tokens is not None:
@@ -235,6 +325,8 @@ class RLTokenModel:
             "rids": [t.rid for t in self.state.turns],
             "sampled_total": self.state.sampled_total,
             "dropped_total": self.state.dropped_total,
+            "weight_version_sources": dict(self.state.version_sources),
+            **({"notes": list(self.state.notes)} if self.state.notes else {}),
             **(info or {}),
         }
         return Trajectory(
@@ -249,7 +341,8 @@ class RLTokenModel:
             submission=submission,
             turns=sum(1 for t in self.state.turns if t.kept),
             timings=timings or {},
-            routed_experts=self.state.routed_experts if self.return_routed_experts else None,
+            routed_experts=self.routed_experts_bytes() if self.return_routed_experts else None,
+            routed_experts_width=self.state.routed_experts_width or None if self.return_routed_experts else None,
             info=extra,
         )
 

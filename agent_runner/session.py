@@ -5,7 +5,7 @@ It long-polls the ingest API for its assignment and acts once per assignment id:
 
 - run / resume: drive the agent loop against the sandbox next door; while it runs,
   keep polling, and on an `abort` assignment abort the in-flight generation by
-  rid prefix. An abort (ours, or the inference server's own) ends in a snapshot
+  its exact rid. An abort (ours, or the inference server's own) ends in a snapshot
   upload and an `aborted` event; the sandbox stays as it is for the resume.
 - resume with `replay`: the pod is new, so first restore the recorded working
   tree (the diff captured at the abort) in this sandbox, then continue.
@@ -40,7 +40,7 @@ from .loop import AgentLoop, LoopResult, LoopState, StepInfo, TaskInfo
 from .model import FinishReason, Model, ModelTurn
 from .rl_model import RLTokenModel
 from .sandbox import Sandbox
-from .sglang import SamplingParams, SGLangClient, run_rid_prefix
+from .sglang import SamplingParams, SGLangClient
 from .tools.schemas import tool_schemas
 
 log = logging.getLogger(__name__)
@@ -90,15 +90,49 @@ class RunnerEnv(BaseModel):
         )
 
 
+async def _apply_server_limits(model: Model, client: SGLangClient) -> str:
+    """Budget inside the server's own limits; returns what the trainer must be told ("" if nothing).
+
+    A spec asking for more context than the server has gets the server's (smaller) limit."""
+    if not isinstance(model, RLTokenModel):
+        return ""
+    info = await client.server_info()
+    limits = await client.limits()
+    notes: list[str] = []
+    if limits is not None:
+        model.server_limits = limits
+        if model.max_context_tokens > limits.context_length:
+            notes.append(
+                f"spec.inference.maxContextTokens {model.max_context_tokens} exceeds the server's context "
+                f"length {limits.context_length}; using {limits.context_length}"
+            )
+            model.max_context_tokens = limits.context_length
+    else:
+        log.warning("the inference server reports no context limits; budgeting with maxContextTokens only")
+    if model.return_routed_experts and info is not None and info.enable_return_routed_experts is False:
+        notes.append(
+            "spec.inference.returnRoutedExperts is set but the server runs without "
+            "--enable-return-routed-experts: no routing rows will be stored"
+        )
+    for note in notes:
+        if note not in model.state.notes:
+            model.state.notes.append(note)
+    return "; ".join(notes)
+
+
 class AbortableModel:
     """Wraps a Model so that an abort lands whether or not a request is in flight.
 
-    A request in flight is aborted at the server (by rid prefix, repeatedly until it
-    returns, since an abort can race the request's arrival); a request not yet sent
-    is never sent. Either way the loop sees a turn with finish_reason ABORT.
+    A request in flight is aborted at the server by its exact rid (SGLang drops any
+    other rid); a request not yet sent, or waiting to retry, is never sent. Either way
+    the loop sees a turn with finish_reason ABORT. The abort is sent again only on a
+    real failure: it could not be delivered, or it was delivered and the request did
+    not end within a second (it raced the request's arrival, when the rid was not
+    live yet). During an ``in_place`` pause SGLang answers aborts only after
+    /continue_generation; after 30 tries the local request is cancelled.
     """
 
-    def __init__(self, inner: Model, abort_remote: Callable[[], Awaitable[None]] | None) -> None:
+    def __init__(self, inner: Model, abort_remote: Callable[[], Awaitable[object]] | None) -> None:
         self.inner = inner
         self._abort_remote = abort_remote
         self.requested = asyncio.Event()
@@ -145,6 +179,8 @@ class AbortableModel:
                     await self._abort_remote()
                 except Exception as exc:  # noqa: BLE001 - keep trying; cancelling below is the fallback
                     log.warning("abort request failed: %s", exc)
+                    await asyncio.sleep(0.5)
+                    continue
                 try:
                     await asyncio.wait_for(asyncio.shield(task), timeout=1.0)
                     return
@@ -216,6 +252,7 @@ class Runner:
                 top_k=inference.sampling.top_k,
                 stop=inference.sampling.stop or None,
                 sampling_seed=inference.sampling.seed,
+                skip_special_tokens=False,
             ),
             max_context_tokens=inference.max_context_tokens,
             run_uid=self.env.uid,
@@ -253,9 +290,14 @@ class Runner:
                                      message=problem)
                 )
                 return
-        abort_prefix = run_rid_prefix(self.env.uid)
-        abortable = AbortableModel(inner, (lambda: client.abort(abort_prefix)) if client else None)
-        await self.ingest.event(wire.RunnerEvent(kind=wire.EventKind.STARTED, assignment_id=assignment.id))
+        notice = await _apply_server_limits(inner, client) if client else ""
+        abortable = AbortableModel(inner, client.abort_in_flight if client else None)
+        await self.ingest.event(
+            wire.RunnerEvent(
+                kind=wire.EventKind.STARTED, assignment_id=assignment.id,
+                reason="InferenceNotice" if notice else "", message=notice,
+            )
+        )
         task = TaskInfo(
             problem_statement=instance.problem_statement, working_dir=workdir, base_commit=instance.base_commit,
             repo=instance.repo, instance_id=instance.instance_id,

@@ -1,130 +1,59 @@
 """The runner's client of SGLang's native HTTP API (/generate token-in/token-out).
 
-This is the one module of agent_runner that knows SGLang's field names
-(shared/notes/sglang-api.md). Requests are pydantic models with extra="forbid";
-response models ignore unknown fields on purpose, because every SGLang release adds
-meta_info keys and a new key must not break a running fleet. Fields whose name moved
-between versions accept both spellings.
+The bodies live in swerollout/wire/sglang.py, shared with the stand-in server; this
+module owns what the runner does with them (docs/sglang-protocol.md):
 
-Retry safety. Transport errors, timeouts, 5xx and 429 are retried a bounded number
-of times with exponential backoff and full jitter (429/503 honour Retry-After).
-A /generate whose connection dropped may still be running on the server, so before
-re-sending, the client aborts the old rid (best effort) and the retry carries a NEW
-rid. Only the response that was finally accepted is returned; the token buffer
-appends nothing else, so a retried turn is never counted twice.
-
-An abort (``finish_reason.type == "abort"``) is not an error: it is returned as a
-normal result with ``finish == "abort"`` and whatever tokens were generated.
+- Limits. ``limits()`` reads the server's context length and max request input
+  length from /get_server_info (or /get_model_info); the model budgets each request
+  inside them with SGLang's margin. A 400 for a too-long prompt raises
+  ContextBudgetError (the run ends ``exit_context``), never a protocol error.
+- Aborts. SGLang's /abort_request drops any rid that is not the EXACT rid of a live
+  request, so ``abort_in_flight()`` aborts each rid this client has in flight by
+  name, and a call waiting to retry is not sent again.
+- Retry safety. Transport errors, timeouts, 5xx and 429 are retried a bounded number
+  of times with exponential backoff and full jitter (429/503 honour Retry-After). A
+  /generate whose connection dropped may still run on the server, so the old rid is
+  aborted (best effort) and the retry carries a NEW rid. A response with a null
+  (non-finite) logprob is an error of that turn: retried, then ModelProtocolError
+  naming the position. Only the accepted response is returned; a retried turn is
+  never counted twice.
+- An abort (``finish_reason.type == "abort"``) is not an error: it is returned as a
+  result with ``finish == "abort"`` and whatever tokens were generated.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import random
 import re
 import secrets
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import Any, Literal
 
 import httpx
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ValidationError
 
-from agent_runner.errors import ModelProtocolError, ModelTimeoutError, ModelUnavailableError
+from agent_runner.errors import ContextBudgetError, ModelProtocolError, ModelTimeoutError, ModelUnavailableError
+from swerollout.wire import sglang as wire
+from swerollout.wire.sglang import ContextLimits, GenerateRequest, SamplingParams
+
+__all__ = [
+    "ContextLimits",
+    "GenerateRequest",
+    "GenerateResult",
+    "RetryPolicy",
+    "SGLangClient",
+    "SamplingParams",
+    "make_rid",
+]
 
 FinishType = Literal["stop", "length", "abort"]
-
-
-# --- wire models -----------------------------------------------------------------------
-
-
-class SamplingParams(BaseModel):
-    """SGLang's ``sampling_params`` (the subset the runner sets)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    max_new_tokens: int = Field(default=1024, ge=0)
-    temperature: float = Field(default=1.0, ge=0.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    top_k: int = -1
-    stop_token_ids: list[int] | None = None
-    """Extra ids that end a turn; the model's EOS always does."""
-    stop: list[str] | None = None
-    skip_special_tokens: bool = False
-    """False so the returned text shows the model's special tokens (tool-call markup)."""
-    sampling_seed: int | None = None
-
-
-class GenerateRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    rid: str
-    input_ids: list[int]
-    sampling_params: SamplingParams
-    return_logprob: bool = True
-    return_routed_experts: bool = False
-
-    def to_wire(self) -> dict[str, Any]:
-        body = self.model_dump(exclude_none=True)
-        if not self.return_routed_experts:
-            # Older SGLang rejects unknown top-level keys; send it only when asked.
-            body.pop("return_routed_experts")
-        return body
-
-    def to_json(self, ids_json: str | None = None) -> bytes:
-        """The request body; ``ids_json`` (array items without brackets) replaces input_ids."""
-        if ids_json is None:
-            return json.dumps(self.to_wire(), separators=(",", ":")).encode()
-        exclude = {"input_ids"} if self.return_routed_experts else {"input_ids", "return_routed_experts"}
-        rest = self.model_dump_json(exclude=exclude, exclude_none=True)
-        return ('{"input_ids":[' + ids_json + "]," + rest[1:]).encode()
-
-
-class FinishReasonWire(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    type: FinishType
-    matched: int | str | list[int] | None = None
-    message: str | None = None
-    status_code: int | None = None
-    err_type: str | None = None
-
-
-class MetaInfoWire(BaseModel):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
-
-    id: str | None = None
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    weight_version: str | None = Field(
-        default=None, validation_alias=AliasChoices("weight_version", "model_version")
-    )
-    finish_reason: FinishReasonWire | None = None
-    output_token_logprobs: list[list[Any]] | None = None
-    """[[logprob, token_id, text_or_null], ...]; some versions send [logprob, token_id] pairs."""
-    routed_experts: Any = None
-
-    @field_validator("finish_reason", mode="before")
-    @classmethod
-    def _string_finish(cls, value: Any) -> Any:
-        # Some SGLang versions (and OpenAI-style proxies) send a bare string.
-        return {"type": value} if isinstance(value, str) else value
-
-    @field_validator("weight_version", mode="before")
-    @classmethod
-    def _version_to_text(cls, value: Any) -> Any:
-        return None if value is None else str(value)
-
-
-class GenerateResponseWire(BaseModel):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
-
-    text: str = ""
-    output_ids: list[int] = Field(validation_alias=AliasChoices("output_ids", "token_ids"))
-    meta_info: MetaInfoWire
+log = logging.getLogger(__name__)
 
 
 # --- results ---------------------------------------------------------------------------
@@ -141,8 +70,13 @@ class GenerateResult:
     text: str
     finish: FinishType
     weight_version: str | None
+    """The server's version of the last span, None when it reported none or ``"default"``."""
     prompt_tokens: int
-    routed_experts: Any = None
+    token_versions: list[str | None] = field(default_factory=list)
+    """Per output id, from ``meta_info.weight_versions`` spans when present
+    (``"default"`` becomes None: the server had no version set)."""
+    routed_experts: bytes | None = None
+    """Raw little-endian int32 rows from ``routed_experts_start_len`` on, None when absent."""
     attempts: int = 1
     abort_message: str | None = None
 
@@ -162,7 +96,7 @@ class RetryPolicy:
     max_delay: float = 8.0
     """Cap of one backoff sleep, and of an honoured Retry-After, in seconds."""
     abort_timeout: float = 2.0
-    """Seconds allowed for the best-effort abort of a dropped request's rid."""
+    """Seconds allowed for one /abort_request."""
 
     def backoff(self, retry: int, rng: random.Random) -> float:
         return rng.uniform(0.0, min(self.max_delay, self.base_delay * (2**retry)))
@@ -176,32 +110,36 @@ _RID_UNSAFE = re.compile(r"[^A-Za-z0-9-]")
 def make_rid(run_uid: str, turn: int, attempt: int) -> str:
     """``<run-uid>-t0007-a01-<8 hex>.``: unique, and never a prefix of another rid.
 
-    SGLang aborts by prefix, so no rid may be a proper prefix of another. Every rid
-    ends with ``.`` and has no other ``.`` (the uid is reduced to ``[A-Za-z0-9-]``):
-    if rid A were a proper prefix of rid B, B would hold A's final ``.`` before its
-    own end, a second ``.``. The random suffix makes rids unique across restarts.
+    SGLang's scheduler matches aborts by prefix, so no rid may be a proper prefix of
+    another. Every rid ends with ``.`` and has no other ``.`` (the uid is reduced to
+    ``[A-Za-z0-9-]``): if rid A were a proper prefix of rid B, B would hold A's final
+    ``.`` before its own end, a second ``.``. The random suffix makes rids unique
+    across restarts.
     """
-    return f"{run_rid_prefix(run_uid)}{turn:04d}-a{attempt:02d}-{secrets.token_hex(4)}."
-
-
-def run_rid_prefix(run_uid: str) -> str:
-    """The prefix shared by every rid of one run: ``abort(run_rid_prefix(uid))`` aborts them all.
-
-    It matches no other run's rids as long as run uids are fixed-length (Kubernetes UIDs are).
-    """
-    return f"{_RID_UNSAFE.sub('-', run_uid) or 'run'}-t"
+    return f"{_RID_UNSAFE.sub('-', run_uid) or 'run'}-t{turn:04d}-a{attempt:02d}-{secrets.token_hex(4)}."
 
 
 # --- the client ------------------------------------------------------------------------
 
 
 class _Retryable(Exception):
-    def __init__(self, message: str, *, retry_after: float | None = None, dropped: bool = False, timeout: bool = False):
+    def __init__(self, message: str, *, retry_after: float | None = None, dropped: bool = False, timeout: bool = False, protocol: bool = False):
         super().__init__(message)
         self.retry_after = retry_after
         self.dropped = dropped
         """The request may still run on the server (abort its rid before retrying)."""
         self.timeout = timeout
+        self.protocol = protocol
+        """The server answered, wrongly (e.g. a null logprob): reported as ModelProtocolError."""
+
+
+@dataclass(eq=False)
+class _Call:
+    """One generate() call: the rid it has on the server now, and whether it was aborted."""
+
+    rid: str | None = None
+    aborted: bool = False
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class SGLangClient:
@@ -223,6 +161,7 @@ class SGLangClient:
         self.retry = retry or RetryPolicy()
         self._rng = rng or random.Random()
         self._sleep = sleep
+        self._calls: set[_Call] = set()
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
             headers=headers,
@@ -239,6 +178,11 @@ class SGLangClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
+    @property
+    def in_flight(self) -> list[str]:
+        """The rids this client has on the server right now."""
+        return [c.rid for c in self._calls if c.rid is not None]
+
     async def generate(
         self,
         input_ids: list[int],
@@ -246,6 +190,7 @@ class SGLangClient:
         *,
         rid_for_attempt: Callable[[int], str],
         return_routed_experts: bool = False,
+        routed_experts_start_len: int = 0,
         timeout: float | None = None,
         input_ids_json: str | None = None,
     ) -> GenerateResult:
@@ -254,18 +199,51 @@ class SGLangClient:
         ``input_ids_json`` is an optional pre-encoded form of ``input_ids`` (JSON array
         items, no brackets), e.g. TokenBuffer.ids_json(); it must encode the same ids.
         """
+        if "skip_special_tokens" not in sampling.model_fields_set:
+            # The returned text must show the model's special tokens (tool-call markup).
+            sampling = sampling.model_copy(update={"skip_special_tokens": False})
+        call = _Call()
+        self._calls.add(call)
+        try:
+            return await self._generate(
+                call, input_ids, sampling, rid_for_attempt, return_routed_experts, routed_experts_start_len,
+                timeout, input_ids_json,
+            )
+        finally:
+            self._calls.discard(call)
+
+    async def _generate(
+        self,
+        call: _Call,
+        input_ids: list[int],
+        sampling: SamplingParams,
+        rid_for_attempt: Callable[[int], str],
+        return_routed_experts: bool,
+        routed_experts_start_len: int,
+        timeout: float | None,
+        input_ids_json: str | None,
+    ) -> GenerateResult:
         url = f"{self.base_url}/generate"
         last: _Retryable | None = None
         for attempt in range(1, self.retry.attempts + 1):
             rid = rid_for_attempt(attempt)
-            request = GenerateRequest(
+            if call.aborted:
+                # Aborted while waiting to retry: this attempt is never sent.
+                return _aborted(rid, attempt, "aborted before the request was sent")
+            fields: dict[str, Any] = dict(
                 rid=rid,
                 input_ids=[] if input_ids_json is not None else input_ids,
                 sampling_params=sampling,
-                return_routed_experts=return_routed_experts,
+                return_logprob=True,
+                logprob_start_len=-1,
             )
+            if return_routed_experts:
+                # Only the rows this turn adds: the earlier ones are stored already.
+                fields.update(return_routed_experts=True, routed_experts_start_len=routed_experts_start_len)
+            request = GenerateRequest(**fields)
+            call.rid = rid
             try:
-                body = await self._post_generate(request.to_json(input_ids_json), timeout)
+                body = await self._post_generate(_encode(request, input_ids_json), timeout)
                 return _to_result(rid, body, attempt)
             except asyncio.CancelledError:
                 # The caller gave up on this turn; do not leave it generating on the server.
@@ -273,6 +251,7 @@ class SGLangClient:
                 raise
             except _Retryable as exc:
                 last = exc
+                call.rid = None
                 if exc.dropped:
                     await self._abort_quietly(rid)
                 if attempt == self.retry.attempts:
@@ -280,14 +259,29 @@ class SGLangClient:
                 delay = self.retry.backoff(attempt - 1, self._rng)
                 if exc.retry_after is not None:
                     delay = min(max(delay, exc.retry_after), self.retry.max_delay)
-                await self._sleep(delay)
+                log.warning("%s; retrying in %.1fs", exc, delay)
+                await self._backoff(call, delay)
+            finally:
+                call.rid = None
         assert last is not None
         detail = f"POST {url} failed {self.retry.attempts} times; last error: {last}"
         if last.timeout:
             raise ModelTimeoutError(detail)
+        if last.protocol:
+            raise ModelProtocolError(detail)
         raise ModelUnavailableError(detail)
 
-    async def _post_generate(self, body: bytes, timeout: float | None) -> GenerateResponseWire:
+    async def _backoff(self, call: _Call, delay: float) -> None:
+        """Sleep before a retry; an abort ends the wait at once."""
+        sleeper = asyncio.ensure_future(self._sleep(delay))
+        waker = asyncio.ensure_future(call.wake.wait())
+        try:
+            await asyncio.wait({sleeper, waker}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (sleeper, waker):
+                task.cancel()
+
+    async def _post_generate(self, body: bytes, timeout: float | None) -> wire.GenerateResponse:
         url = f"{self.base_url}/generate"
         try:
             response = await self._http.post(
@@ -314,29 +308,47 @@ class SGLangClient:
                 "point the inference endpoint at SGLang's base URL, without /v1"
             )
         if status >= 400:
-            raise ModelProtocolError(f"{url} rejected the request with HTTP {status}: {_snippet(response)}")
+            message = _error_message(response)
+            if status == 400 and wire.is_context_refusal(message):
+                raise ContextBudgetError(f"the server refused the request: {message}")
+            raise ModelProtocolError(f"{url} rejected the request with HTTP {status}: {message}")
         try:
-            return GenerateResponseWire.model_validate_json(response.content)
+            return wire.GenerateResponse.model_validate_json(response.content)
         except ValidationError as exc:
             raise ModelProtocolError(
                 f"{url} answered HTTP {status} with a body that is not an SGLang /generate response: {exc}"
             ) from exc
 
     async def abort(self, rid: str) -> None:
-        """Ask the server to abort requests whose rid starts with ``rid``."""
+        """Ask the server to abort the request whose rid is exactly ``rid``."""
         url = f"{self.base_url}/abort_request"
+        body = wire.AbortRequest(rid=rid, abort_all=False).model_dump()
         try:
-            response = await self._http.post("/abort_request", json={"rid": rid, "abort_all": False})
+            response = await self._http.post("/abort_request", json=body, timeout=self.retry.abort_timeout)
         except httpx.TransportError as exc:
             raise ModelUnavailableError(f"cannot reach {url} to abort rid {rid!r}: {exc!r}") from exc
         if response.status_code >= 400:
             raise ModelProtocolError(f"{url} answered HTTP {response.status_code}: {_snippet(response)}")
 
+    async def abort_in_flight(self) -> int:
+        """Abort every generate() of this client: the rid on the server now (by its exact
+        name), and a call waiting to retry (it returns an abort without sending again).
+
+        Returns how many rids were sent an abort; raises when an abort could not be
+        delivered (the caller retries those: a real failure)."""
+        calls = list(self._calls)
+        for call in calls:
+            call.aborted = True
+            call.wake.set()
+        rids = [c.rid for c in calls if c.rid is not None]
+        for rid in rids:
+            await self.abort(rid)
+        return len(rids)
+
     async def _abort_quietly(self, rid: str) -> None:
         try:
-            async with asyncio.timeout(self.retry.abort_timeout):
-                await self.abort(rid)
-        except (ModelUnavailableError, ModelProtocolError, TimeoutError):
+            await self.abort(rid)
+        except (ModelUnavailableError, ModelProtocolError):
             # Best effort: the server may be down; a retry still uses a new rid.
             pass
 
@@ -348,32 +360,132 @@ class SGLangClient:
             return False
         return response.is_success
 
+    async def limits(self) -> ContextLimits | None:
+        """The server's token limits from /get_server_info (and /get_model_info), None when
+        neither says (an older server, or a proxy that hides them)."""
+        server = await self._info("/get_server_info", "/server_info", model=wire.ServerInfo)
+        model = await self._info("/get_model_info", "/model_info", model=wire.ModelInfo)
+        return ContextLimits.from_info(
+            server if isinstance(server, wire.ServerInfo) else None,
+            model if isinstance(model, wire.ModelInfo) else None,
+        )
 
-def _to_result(rid: str, body: GenerateResponseWire, attempt: int) -> GenerateResult:
+    async def server_info(self) -> wire.ServerInfo | None:
+        info = await self._info("/get_server_info", "/server_info", model=wire.ServerInfo)
+        return info if isinstance(info, wire.ServerInfo) else None
+
+    async def _info(self, *paths: str, model: type[wire.ServerInfo] | type[wire.ModelInfo]) -> Any:
+        for path in paths:
+            try:
+                response = await self._http.get(path, timeout=min(self.timeout, 30.0))
+            except httpx.TransportError as exc:
+                log.warning("cannot read %s%s: %r", self.base_url, path, exc)
+                return None
+            if response.status_code == 404:
+                continue
+            if not response.is_success:
+                log.warning("%s%s answered HTTP %d", self.base_url, path, response.status_code)
+                return None
+            try:
+                return model.model_validate_json(response.content)
+            except ValidationError as exc:
+                log.warning("%s%s is not SGLang's shape: %s", self.base_url, path, exc)
+                return None
+        return None
+
+
+def _encode(request: GenerateRequest, ids_json: str | None) -> bytes:
+    body = request.to_wire()
+    if ids_json is None:
+        return _dumps(body)
+    # Splice the pre-encoded ids in, so a 32k-token context is not re-encoded every turn.
+    body.pop("input_ids", None)
+    return b'{"input_ids":[' + ids_json.encode() + b"]," + _dumps(body)[1:]
+
+
+def _dumps(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def _aborted(rid: str, attempt: int, message: str) -> GenerateResult:
+    return GenerateResult(
+        rid=rid, output_ids=[], logprobs=[], text="", finish="abort", weight_version=None, prompt_tokens=0,
+        attempts=attempt, abort_message=message,
+    )
+
+
+def server_version(value: str | None) -> str | None:
+    """The server's version label, None when unset (SGLang reports ``"default"`` until a trainer sets one)."""
+    return None if value in (None, "", wire.UNSET_WEIGHT_VERSION) else value
+
+
+def token_versions(meta: wire.MetaInfo, count: int) -> list[str | None]:
+    """One version per output token: from the spans when the weights changed during the
+    request, else the response's single version. Tokens no span covers get the last one."""
+    last = server_version(meta.weight_version)
+    versions: list[str | None] = [last] * count
+    for span in meta.weight_versions or []:
+        label = server_version(span.version)
+        for i in range(max(0, span.start), min(span.end, count)):
+            versions[i] = label
+    return versions
+
+
+def _to_result(rid: str, body: wire.GenerateResponse, attempt: int) -> GenerateResult:
     meta = body.meta_info
     if meta.finish_reason is None:
         raise ModelProtocolError(f"/generate answered without meta_info.finish_reason (rid {rid})")
-    logprobs: list[float] = []
-    for entry in meta.output_token_logprobs or []:
-        logprobs.append(float(entry[0]) if entry and entry[0] is not None else 0.0)
     finish = meta.finish_reason.type
+    logprobs: list[float] = []
+    for position, entry in enumerate(meta.output_token_logprobs or []):
+        if entry[0] is None:
+            # SGLang writes a non-finite logprob as null; 0.0 would claim probability 1.
+            raise _Retryable(
+                f"/generate returned a null (non-finite) logprob for output token {position} "
+                f"(id {entry[1]}, rid {rid})",
+                protocol=True,
+            )
+        logprobs.append(float(entry[0]))
     if finish != "abort" and len(logprobs) != len(body.output_ids):
         raise ModelProtocolError(
             f"/generate returned {len(body.output_ids)} output_ids but {len(logprobs)} logprobs "
             f"(rid {rid}); the runner needs return_logprob to cover every sampled token"
         )
+    routed: bytes | None = None
+    if meta.routed_experts is not None:
+        try:
+            routed = wire.decode_routed_experts(meta.routed_experts)
+        except ValueError as exc:
+            raise ModelProtocolError(f"/generate returned unreadable routed_experts (rid {rid}): {exc}") from exc
     return GenerateResult(
         rid=rid,
         output_ids=list(body.output_ids),
         logprobs=logprobs,
         text=body.text,
         finish=finish,
-        weight_version=meta.weight_version,
+        weight_version=server_version(meta.weight_version),
         prompt_tokens=meta.prompt_tokens,
-        routed_experts=meta.routed_experts,
+        token_versions=token_versions(meta, len(body.output_ids)),
+        routed_experts=routed,
         attempts=attempt,
         abort_message=meta.finish_reason.message if finish == "abort" else None,
     )
+
+
+def _error_message(response: httpx.Response) -> str:
+    """SGLang's error text: ``{"error": {"message": ...}}``, ``{"error": "..."}`` or plain text."""
+    try:
+        body = response.json()
+    except ValueError:
+        return _snippet(response)
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return str(error["message"])
+    if isinstance(error, str):
+        return error
+    if isinstance(body, dict) and isinstance(body.get("detail"), str):
+        return str(body["detail"])
+    return _snippet(response)
 
 
 def _snippet(response: httpx.Response, limit: int = 300) -> str:

@@ -58,7 +58,18 @@ class ModelState(BaseModel):
     """Tokens the server generated, dropped ones included (the token budget spent)."""
     dropped_total: int = 0
     turns: list[TurnRecord] = Field(default_factory=list)
-    routed_experts: list[Any] = Field(default_factory=list)
+    routed_experts: list[str] = Field(default_factory=list)
+    """Base64 int32 routing rows of each kept turn, only the rows that turn added
+    (requested with routed_experts_start_len), so their concatenation has one row
+    per token read by the model."""
+    routed_experts_rows: int = 0
+    routed_experts_width: int | None = None
+    """int32 values per row (layers x top_k)."""
+    version_sources: dict[str, str] = Field(default_factory=dict)
+    """Per weight-version label: "server" (reported by SGLang) or "spec" (the spec's
+    weightVersion, used while the server reported none or "default")."""
+    notes: list[str] = Field(default_factory=list)
+    """Things the trainer must know about this run (limits lowered, data missing)."""
 
 
 class Snapshot(BaseModel):

@@ -6,6 +6,11 @@ and the chat-template/environment tokens between them with loss_mask 0, logprob
 0.0, version None). ``prompt_ids + response_ids`` is the conversation's full token
 list. Encoded with swerollout.wire.codec: int32 ids, uint8 mask, float32 logprobs
 (so decoded logprobs are float32-rounded), uint16 indices into a version table.
+
+MoE routing replay: ``routed_experts`` holds one row per token the model read,
+``prompt_ids + response_ids`` minus the final sampled token (never fed back), each
+row ``routed_experts_width`` (= layers x top_k) int32 expert ids, as SGLang returned
+them; ``routed_experts_array()`` gives them shaped ``[rows, width]``.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from swerollout.wire.codec import UnsupportedVersionError, decode, encode
 
 TRAJECTORY_KIND = "trajectory"
-TRAJECTORY_SCHEMA = 1
+TRAJECTORY_SCHEMA = 2
+"""v2: routed_experts became one packed int32 row per token (v1 stored whole per-turn payloads)."""
 
 
 class Trajectory(BaseModel):
@@ -45,8 +51,10 @@ class Trajectory(BaseModel):
     """Assistant turns sampled."""
     timings: dict[str, float] = Field(default_factory=dict)
     """Seconds per phase (e.g. generation, tools, total)."""
-    routed_experts: list[Any] | None = None
-    """Per turn, the server's routed-experts payload when requested (MoE routing replay)."""
+    routed_experts: bytes | None = None
+    """Little-endian int32 routing rows, one per token read (see the module doc); None when not requested or not returned."""
+    routed_experts_width: int | None = None
+    """int32 values per routing row (layers x top_k)."""
     info: dict[str, Any] = Field(default_factory=dict)
     """Free-form extras (rids, attempts, truncation flags)."""
 
@@ -58,7 +66,21 @@ class Trajectory(BaseModel):
                 raise ValueError(f"{name} has {len(getattr(self, name))} entries, response_ids has {n}")
         if any(m not in (0, 1) for m in self.loss_mask):
             raise ValueError("loss_mask entries must be 0 or 1")
+        if self.routed_experts is not None:
+            width = self.routed_experts_width or 0
+            rows = len(self.prompt_ids) + len(self.response_ids) - 1
+            if width <= 0 or len(self.routed_experts) != 4 * width * rows:
+                raise ValueError(
+                    f"routed_experts holds {len(self.routed_experts)} bytes; {rows} rows of "
+                    f"routed_experts_width {self.routed_experts_width} int32 values need {4 * width * rows}"
+                )
         return self
+
+    def routed_experts_array(self) -> np.ndarray[Any, np.dtype[np.int32]] | None:
+        """The routing rows shaped ``[len(prompt_ids) + len(response_ids) - 1, layers * top_k]``."""
+        if self.routed_experts is None or not self.routed_experts_width:
+            return None
+        return np.frombuffer(self.routed_experts, dtype="<i4").reshape(-1, self.routed_experts_width)
 
     @property
     def sampled_tokens(self) -> int:
@@ -75,9 +97,10 @@ class Trajectory(BaseModel):
                 table.append(version)
             slots[i] = slot
         meta = self.model_dump(
-            exclude={"prompt_ids", "response_ids", "loss_mask", "logprobs", "weight_versions"}
+            exclude={"prompt_ids", "response_ids", "loss_mask", "logprobs", "weight_versions", "routed_experts"}
         )
         meta["version_table"] = table
+        routed = {} if self.routed_experts is None else {"routed_experts": np.frombuffer(self.routed_experts, dtype="<i4")}
         return encode(
             TRAJECTORY_KIND,
             meta,
@@ -87,6 +110,7 @@ class Trajectory(BaseModel):
                 "loss_mask": self.loss_mask,
                 "logprobs": self.logprobs,
                 "version_index": slots,
+                **routed,
             },
             dtypes={"prompt_ids": "<i4", "response_ids": "<i4", "loss_mask": "|u1", "logprobs": "<f4"},
         )
@@ -102,6 +126,10 @@ class Trajectory(BaseModel):
             )
         table = meta.pop("version_table")
         arrays = decoded.arrays
+        if schema < 2:
+            meta.pop("routed_experts", None)  # v1's per-turn payloads do not line up with tokens
+        if "routed_experts" in arrays:
+            meta["routed_experts"] = arrays["routed_experts"].astype("<i4").tobytes()
         return cls(
             **meta,
             prompt_ids=arrays["prompt_ids"].tolist(),

@@ -8,6 +8,7 @@ SGLang-compatible policy server is used where it is available.
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,13 @@ class FakeSGLang:
     aborted: list[str] = field(default_factory=list)
     weight_version: str = "w1"
     default_output: list[int] = field(default_factory=lambda: [11, 12, 13])
+    routed_width: int | None = None
+    """When set, answer return_routed_experts in SGLang's shape: int32 rows
+    ``[seqlen - 1 - routed_experts_start_len, width]``, row p = [p*10, p*10+1, ...]."""
+    server_info: dict[str, Any] | None = None
+    meta_patches: list[dict[str, Any]] = field(default_factory=list)
+    """Merged into the next answers' meta_info, one per answer."""
+    """The /get_server_info body (404 when None)."""
 
     def answer(self, payload: dict[str, Any], output: list[int], finish: str = "stop") -> dict[str, Any]:
         return {
@@ -53,7 +61,18 @@ class FakeSGLang:
                 else {"type": "abort", "message": "aborted", "status_code": 503, "err_type": None},
                 "output_token_logprobs": [[-0.1 * (i + 1), t, None] for i, t in enumerate(output)],
                 "a_field_from_a_newer_sglang": {"x": 1},
+                **self._routed(payload, output),
+                **(self.meta_patches.pop(0) if self.meta_patches else {}),
             },
         }
+
+    def _routed(self, payload: dict[str, Any], output: list[int]) -> dict[str, Any]:
+        if self.routed_width is None or not payload.get("return_routed_experts"):
+            return {}
+        seqlen = len(payload["input_ids"]) + len(output)
+        start = int(payload.get("routed_experts_start_len", 0))
+        values = [p * 10 + k for p in range(start, seqlen - 1) for k in range(self.routed_width)]
+        raw = b"".join(v.to_bytes(4, "little", signed=True) for v in values)
+        return {"routed_experts": base64.b64encode(raw).decode("ascii")}
 
 

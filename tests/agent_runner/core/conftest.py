@@ -15,6 +15,7 @@ from tests.support.runner_core_fakes import ORACLE_INSTANCE, Behaviour, FakeSGLa
 @pytest.fixture
 async def fake_sglang() -> AsyncIterator[FakeSGLang]:
     fake = FakeSGLang()
+    hanging: dict[str, asyncio.Event] = {}
 
     async def generate(request: web.Request) -> web.StreamResponse:
         payload = await request.json()
@@ -26,7 +27,13 @@ async def fake_sglang() -> AsyncIterator[FakeSGLang]:
             await asyncio.sleep(0.05)
             return web.Response(status=500)
         if behaviour.kind == "hang":
-            await asyncio.sleep(30)
+            hanging[payload["rid"]] = asyncio.Event()
+            try:
+                await asyncio.wait_for(hanging[payload["rid"]].wait(), 30)
+            except TimeoutError:
+                pass
+            else:
+                return web.json_response(fake.answer(payload, [], "abort"))
         if behaviour.kind == "status":
             return web.Response(status=behaviour.status, headers=behaviour.headers, text=str(behaviour.body or "error"))
         output = behaviour.output_ids if behaviour.output_ids is not None else fake.default_output
@@ -34,8 +41,17 @@ async def fake_sglang() -> AsyncIterator[FakeSGLang]:
         return web.json_response(behaviour.body if behaviour.body is not None else fake.answer(payload, output, finish))
 
     async def abort_request(request: web.Request) -> web.Response:
-        fake.aborted.append((await request.json())["rid"])
-        return web.json_response({})
+        rid = (await request.json())["rid"]
+        fake.aborted.append(rid)
+        # SGLang's HTTP layer: only the exact rid of a live request is aborted.
+        if rid in hanging:
+            hanging[rid].set()
+        return web.Response(status=200)
+
+    async def server_info(request: web.Request) -> web.Response:
+        if fake.server_info is None:
+            return web.Response(status=404)
+        return web.json_response(fake.server_info)
 
     async def health(request: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -44,6 +60,7 @@ async def fake_sglang() -> AsyncIterator[FakeSGLang]:
     app.router.add_post("/generate", generate)
     app.router.add_post("/abort_request", abort_request)
     app.router.add_get("/health", health)
+    app.router.add_get("/get_server_info", server_info)
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=0.1)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -12,7 +12,7 @@ from tests.support.runner_core_fakes import ORACLE_INSTANCE, Behaviour, FakeSGLa
 from agent_runner.errors import ContextBudgetError, ModelError, SnapshotError
 from agent_runner.model import FinishReason
 from agent_runner.rl_model import RLTokenModel
-from agent_runner.sglang import RetryPolicy, SamplingParams, SGLangClient
+from agent_runner.sglang import ContextLimits, RetryPolicy, SamplingParams, SGLangClient
 from swerollout.tokenizers import load_tokenizer
 from swerollout.wire.trajectory import Trajectory
 
@@ -279,19 +279,79 @@ async def test_text_agent_multi_turn_equals_template_rendering(oracle_server: Ca
     await model.client.aclose()
 
 
-async def test_routed_experts_and_weight_version_fallback(fake_sglang: FakeSGLang) -> None:
-    tok = load_tokenizer("qwen-2.5")
+async def _two_turns(fake_sglang: FakeSGLang, model: RLTokenModel, bodies: list[dict[str, Any]] | None = None) -> None:
+    """Two turns, a tool reply between them; ``bodies`` edit the answers' meta_info."""
+    tok = model.tokenizer
     im_end = tok.convert_tokens_to_ids("<|im_end|>")
-    body = fake_sglang.answer({"rid": "r", "input_ids": [1]}, [*tok.encode("done", add_special_tokens=False), im_end])
-    del body["meta_info"]["weight_version"]  # an older SGLang that reports none
-    body["meta_info"]["routed_experts"] = "cm91dGVk"
-    fake_sglang.script.append(Behaviour(body=body))
-    model = _model(fake_sglang.url, return_routed_experts=True, weight_version="spec-v3")
     model.add_messages(PROMPT)
-    turn = await model.generate()
-    assert fake_sglang.requests[0]["return_routed_experts"] is True
-    assert set(model.buffer.weight_versions[model.buffer.prompt_length :]) == {"spec-v3"}
+    for i, text in enumerate(["look", "done"]):
+        fake_sglang.default_output = [*tok.encode(text, add_special_tokens=False), im_end]
+        if bodies is not None:
+            fake_sglang.meta_patches.append(bodies[i])
+        turn = await model.generate()
+        assert turn.finish_reason is FinishReason.STOP
+        if i == 0:
+            model.add_messages([{"role": "user", "content": "ok"}])
+
+
+async def test_routed_experts_one_row_per_token_read(fake_sglang: FakeSGLang) -> None:
+    fake_sglang.routed_width = 4
+    model = _model(fake_sglang.url, return_routed_experts=True)
+    await _two_turns(fake_sglang, model)
+    first, second = fake_sglang.requests
+    assert first["routed_experts_start_len"] == 0
+    # The second turn asks only for rows after those stored: every token read so far but the last sampled one.
+    assert second["routed_experts_start_len"] == len(first["input_ids"]) + len(fake_sglang.default_output) - 1
     traj = Trajectory.from_bytes(model.trajectory(exit_status="submitted").to_bytes())
-    assert traj.routed_experts == ["cm91dGVk"]
-    assert traj.sampled_tokens == turn.new_tokens and traj.weight_versions[-1] == "spec-v3"
+    rows = traj.routed_experts_array()
+    total = len(traj.prompt_ids) + len(traj.response_ids)
+    assert rows is not None and rows.shape == (total - 1, 4)
+    assert rows[:, 0].tolist() == [p * 10 for p in range(total - 1)]  # row p belongs to token p
+    assert "notes" not in traj.info
+    await model.client.aclose()
+
+
+async def test_routed_experts_missing_is_said(fake_sglang: FakeSGLang) -> None:
+    model = _model(fake_sglang.url, return_routed_experts=True)  # the server sends none
+    await _two_turns(fake_sglang, model)
+    traj = Trajectory.from_bytes(model.trajectory(exit_status="submitted").to_bytes())
+    assert traj.routed_experts is None
+    assert any("--enable-return-routed-experts" in note for note in traj.info["notes"])
+    await model.client.aclose()
+
+
+async def test_default_version_falls_back_to_the_spec_and_sources_are_recorded(fake_sglang: FakeSGLang) -> None:
+    model = _model(fake_sglang.url, weight_version="spec-v3")
+    await _two_turns(
+        fake_sglang, model,
+        [
+            {"weight_version": "default"},  # a real server before any trainer set a version
+            {
+                "weight_version": "v2",
+                "weight_versions": [{"version": "default", "start": 0, "end": 1}, {"version": "v2", "start": 1, "end": 99}],
+            },
+        ],
+    )
+    traj = Trajectory.from_bytes(model.trajectory(exit_status="submitted").to_bytes())
+    sampled = [v for v, m in zip(traj.weight_versions, traj.loss_mask) if m]
+    turn2 = len(fake_sglang.default_output)
+    assert sampled[: len(sampled) - turn2] == ["spec-v3"] * (len(sampled) - turn2)
+    assert sampled[len(sampled) - turn2 :] == ["spec-v3"] + ["v2"] * (turn2 - 1)  # the span's mixed turn
+    assert traj.info["weight_version_sources"] == {"spec-v3": "spec", "v2": "server"}
+    await model.client.aclose()
+
+
+async def test_server_limits_cap_the_request_and_end_the_run_with_context_error(fake_sglang: FakeSGLang) -> None:
+    model = _model(fake_sglang.url, max_context_tokens=100_000)
+    model.add_messages(PROMPT)
+    model._prepare_request()  # noqa: SLF001 - the prompt's size decides the limits below
+    prompt = len(model.buffer)
+    model.server_limits = ContextLimits.of(prompt + 20)  # max_req_len = ctx - 1, input limit = ctx - 6
+    fake_sglang.default_output = [11, 12]
+    await model.generate()
+    assert fake_sglang.requests[0]["sampling_params"]["max_new_tokens"] == 18  # max_req_len - prompt - 1
+    model.add_messages([{"role": "user", "content": "more " * 10}])
+    with pytest.raises(ContextBudgetError, match="the server admits prompts below"):
+        await model.generate()
+    assert len(fake_sglang.requests) == 1  # refused here, never sent for a 400
     await model.client.aclose()

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import itertools
+import json
+import re
 import random
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from agent_runner.errors import ModelProtocolError, ModelTimeoutError, ModelUnavailableError
-from agent_runner.sglang import RetryPolicy, SamplingParams, SGLangClient, make_rid, run_rid_prefix
+from agent_runner.errors import ContextBudgetError, ModelProtocolError, ModelTimeoutError, ModelUnavailableError
+from agent_runner.sglang import RetryPolicy, SamplingParams, SGLangClient, make_rid
 
 from tests.support.runner_core_fakes import Behaviour, FakeSGLang
 
@@ -43,14 +45,18 @@ async def test_generate_token_in_token_out(fake_sglang: FakeSGLang) -> None:
     assert sent["rid"].startswith("run1-t0001-a01-")
 
 
-async def test_routed_experts_pass_through(fake_sglang: FakeSGLang) -> None:
-    body = fake_sglang.answer({"rid": "x", "input_ids": [1]}, [5])
-    body["meta_info"]["routed_experts"] = "AAEC"
-    fake_sglang.script.append(Behaviour(body=body))
+async def test_routed_experts_decoded_from_the_start_asked(fake_sglang: FakeSGLang) -> None:
+    fake_sglang.routed_width = 2
     async with _client(fake_sglang.url) as client:
-        result = await client.generate([1], SamplingParams(), rid_for_attempt=_rids(), return_routed_experts=True)  # type: ignore[arg-type]
+        result = await client.generate(
+            [1, 2, 3, 4], SamplingParams(), rid_for_attempt=_rids(), return_routed_experts=True,  # type: ignore[arg-type]
+            routed_experts_start_len=2,
+        )
     assert fake_sglang.requests[0]["return_routed_experts"] is True
-    assert result.routed_experts == "AAEC"
+    # seqlen 4 + 3 outputs = 7; rows for positions 2..5 (seqlen - 1 - start = 4 rows)
+    assert result.routed_experts is not None
+    values = [int.from_bytes(result.routed_experts[i : i + 4], "little") for i in range(0, len(result.routed_experts), 4)]
+    assert values == [20, 21, 30, 31, 40, 41, 50, 51]
 
 
 async def test_other_field_spellings_are_accepted(fake_sglang: FakeSGLang) -> None:
@@ -177,7 +183,7 @@ def test_rids_are_never_prefixes_of_each_other() -> None:
         assert not other.startswith(one), (one, other)
     assert all(r.count(".") == 1 and r.endswith(".") for r in rids)
     assert make_rid("uid-9", 7, 1).startswith("uid-9-t0007-a01-")
-    assert all(make_rid(u, 3, 1).startswith(run_rid_prefix(u)) for u in uids)
+    assert all(make_rid(u, 3, 1).startswith((re.sub(r"[^A-Za-z0-9-]", "-", u) or "run") + "-t0003-") for u in uids)
 
 
 async def test_cancelled_generate_aborts_its_rid(fake_sglang: FakeSGLang) -> None:
@@ -228,3 +234,111 @@ async def test_oracle_server_round_trip_with_text_spellings(oracle_server: Calla
     assert result.finish == "stop" and result.aligned
     assert result.output_ids[-1] == tok.convert_tokens_to_ids("<|im_end|>")
     assert "git apply" in tok.decode(result.output_ids)
+
+
+async def test_abort_in_flight_names_the_exact_rid(fake_sglang: FakeSGLang) -> None:
+    import asyncio
+
+    fake_sglang.script.append(Behaviour("hang"))
+    async with _client(fake_sglang.url) as client:
+        task = asyncio.create_task(client.generate([1], SamplingParams(), rid_for_attempt=_rids()))  # type: ignore[arg-type]
+        while not fake_sglang.requests:
+            await asyncio.sleep(0.01)
+        assert client.in_flight == [fake_sglang.requests[0]["rid"]]
+        assert await client.abort_in_flight() == 1
+        result = await asyncio.wait_for(task, 10)
+    # The fake ends a request only when its exact rid is aborted, as SGLang's HTTP layer does.
+    assert fake_sglang.aborted == [fake_sglang.requests[0]["rid"]]
+    assert result.finish == "abort" and client.in_flight == []
+
+
+async def test_abort_while_waiting_to_retry_sends_nothing_more(fake_sglang: FakeSGLang) -> None:
+    import asyncio
+
+    fake_sglang.script.append(Behaviour("status", 503))
+    backoff_started = asyncio.Event()
+
+    async def long_sleep(delay: float) -> None:
+        backoff_started.set()
+        await asyncio.sleep(60)
+
+    client = SGLangClient(fake_sglang.url, retry=FAST, rng=random.Random(0), sleep=long_sleep)
+    async with client:
+        task = asyncio.create_task(client.generate([1], SamplingParams(), rid_for_attempt=_rids()))  # type: ignore[arg-type]
+        await asyncio.wait_for(backoff_started.wait(), 10)
+        assert await client.abort_in_flight() == 0  # nothing on the server: the 503 ended it
+        result = await asyncio.wait_for(task, 10)
+    assert result.finish == "abort" and result.output_ids == []
+    assert len(fake_sglang.requests) == 1 and fake_sglang.aborted == []
+
+
+async def test_null_logprob_is_an_error_of_the_turn_never_zero(fake_sglang: FakeSGLang) -> None:
+    body = fake_sglang.answer({"rid": "x", "input_ids": [1]}, [5, 6])
+    body["meta_info"]["output_token_logprobs"][1][0] = None  # SGLang's encoding of -inf / nan
+    fake_sglang.script += [Behaviour(body=body)] * FAST.attempts
+    async with _client(fake_sglang.url) as client:
+        with pytest.raises(ModelProtocolError, match=r"null \(non-finite\) logprob for output token 1 \(id 6"):
+            await client.generate([1], SamplingParams(), rid_for_attempt=_rids())  # type: ignore[arg-type]
+    rids = [r["rid"] for r in fake_sglang.requests]
+    assert len(rids) == FAST.attempts and len(set(rids)) == FAST.attempts  # retried, each with a new rid
+
+
+async def test_null_logprob_then_a_good_answer_is_accepted(fake_sglang: FakeSGLang) -> None:
+    body = fake_sglang.answer({"rid": "x", "input_ids": [1]}, [5])
+    body["meta_info"]["output_token_logprobs"][0][0] = None
+    fake_sglang.script.append(Behaviour(body=body))
+    async with _client(fake_sglang.url) as client:
+        result = await client.generate([1], SamplingParams(), rid_for_attempt=_rids())  # type: ignore[arg-type]
+    assert result.attempts == 2 and result.logprobs == pytest.approx([-0.1, -0.2, -0.3])
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "The input (40 tokens) is longer than the model's context length (32 tokens).",
+        "Input length (40 tokens) exceeds the maximum allowed length (26 tokens). Use a shorter input or enable --allow-auto-truncate.",
+    ],
+)
+async def test_too_long_prompt_400_is_a_context_error(fake_sglang: FakeSGLang, message: str) -> None:
+    fake_sglang.script.append(Behaviour("status", 400, body=json.dumps({"error": {"message": message}})))
+    async with _client(fake_sglang.url) as client:
+        with pytest.raises(ContextBudgetError, match=re.escape(message)):
+            await client.generate([1], SamplingParams(), rid_for_attempt=_rids())  # type: ignore[arg-type]
+    assert len(fake_sglang.requests) == 1
+
+
+async def test_spans_give_per_token_versions_and_default_means_unset(fake_sglang: FakeSGLang) -> None:
+    body = fake_sglang.answer({"rid": "x", "input_ids": [1]}, [5, 6, 7, 8])
+    body["meta_info"]["weight_version"] = "v2"
+    body["meta_info"]["weight_versions"] = [
+        {"version": "default", "start": 0, "end": 1},
+        {"version": "v1", "start": 1, "end": 3},
+        {"version": "v2", "start": 3, "end": 4},
+    ]
+    fake_sglang.script.append(Behaviour(body=body))
+    async with _client(fake_sglang.url) as client:
+        result = await client.generate([1], SamplingParams(), rid_for_attempt=_rids())  # type: ignore[arg-type]
+    assert result.token_versions == [None, "v1", "v1", "v2"] and result.weight_version == "v2"
+
+
+async def test_limits_from_server_info(fake_sglang: FakeSGLang) -> None:
+    async with _client(fake_sglang.url) as client:
+        assert await client.limits() is None  # this server hides them
+        fake_sglang.server_info = {"context_length": 4096, "max_total_num_tokens": 100_000, "max_req_input_len": 4090}
+        limits = await client.limits()
+    assert limits is not None and (limits.context_length, limits.max_req_len) == (4096, 4095)
+    assert limits.prompt_fits(4089) and not limits.prompt_fits(4090)
+    assert limits.max_new_tokens(4000) == 94  # max_req_len - prompt - 1
+
+
+async def test_requests_carry_sglang_field_names(fake_sglang: FakeSGLang) -> None:
+    async with _client(fake_sglang.url) as client:
+        await client.generate(
+            [1, 2], SamplingParams(max_new_tokens=5, top_k=20, stop=["</x>"], sampling_seed=7),
+            rid_for_attempt=_rids(), return_routed_experts=True, routed_experts_start_len=9,  # type: ignore[arg-type]
+        )
+    sent = fake_sglang.requests[0]
+    assert sent["logprob_start_len"] == -1 and sent["routed_experts_start_len"] == 9
+    assert sent["sampling_params"] == {
+        "max_new_tokens": 5, "top_k": 20, "stop": ["</x>"], "sampling_seed": 7, "skip_special_tokens": False,
+    }

@@ -25,7 +25,9 @@ def _trajectory() -> Trajectory:
         submission="diff --git a/x b/x\n",
         turns=2,
         timings={"generation": 1.5},
-        routed_experts=["AAEC", None],
+        # 11 tokens read -> 10 rows (the last sampled token is never read back) of 2 layers x 2 experts
+        routed_experts=np.arange(40, dtype="<i4").tobytes(),
+        routed_experts_width=4,
         info={"rids": ["a.", "b."]},
     )
 
@@ -41,6 +43,15 @@ def test_round_trip_arrays_and_meta() -> None:
 def test_trajectory_round_trip() -> None:
     original = _trajectory()
     assert Trajectory.from_bytes(original.to_bytes()) == original  # values are float32-exact here
+
+
+def test_trajectory_routed_experts_one_row_per_token_read() -> None:
+    traj = Trajectory.from_bytes(_trajectory().to_bytes())
+    rows = traj.routed_experts_array()
+    assert rows is not None and rows.shape == (len(traj.prompt_ids) + len(traj.response_ids) - 1, 4)
+    assert rows[3].tolist() == [12, 13, 14, 15]
+    with pytest.raises(ValueError, match="10 rows of routed_experts_width 4 int32 values need 160"):
+        Trajectory.model_validate({**_trajectory().model_dump(), "routed_experts": bytes(156)})
 
 
 def test_trajectory_rejects_misaligned_arrays() -> None:
@@ -89,7 +100,7 @@ def test_newer_format_version_is_refused() -> None:
 
 
 def test_newer_trajectory_schema_is_refused() -> None:
-    meta = _trajectory().model_dump(exclude={"prompt_ids", "response_ids", "loss_mask", "logprobs", "weight_versions"})
+    meta = _trajectory().model_dump(exclude={"prompt_ids", "response_ids", "loss_mask", "logprobs", "weight_versions", "routed_experts"})
     meta["schema_version"] = 99
     meta["version_table"] = [None]
     blob = encode("trajectory", meta, {"prompt_ids": np.zeros(0, "<i4"), "response_ids": np.zeros(0, "<i4"), "loss_mask": np.zeros(0, "|u1"), "logprobs": np.zeros(0, "<f4"), "version_index": np.zeros(0, "<u2")})
