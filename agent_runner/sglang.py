@@ -243,7 +243,7 @@ class SGLangClient:
             request = GenerateRequest(**fields)
             call.rid = rid
             try:
-                body = await self._post_generate(_encode(request, input_ids_json), timeout)
+                body = await self._post_generate(encode_request(request, input_ids_json), timeout)
                 return _to_result(rid, body, attempt)
             except asyncio.CancelledError:
                 # The caller gave up on this turn; do not leave it generating on the server.
@@ -394,7 +394,7 @@ class SGLangClient:
         return None
 
 
-def _encode(request: GenerateRequest, ids_json: str | None) -> bytes:
+def encode_request(request: GenerateRequest, ids_json: str | None) -> bytes:
     body = request.to_wire()
     if ids_json is None:
         return _dumps(body)

@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from agent_runner.rl_model import RLTokenModel
-from agent_runner.sglang import GenerateRequest, GenerateResult, SamplingParams
+from agent_runner.sglang import GenerateRequest, GenerateResult, SamplingParams, encode_request
 from agent_runner.snapshot import Snapshot
 from swerollout.tokenizers import load_tokenizer
 
@@ -65,7 +65,7 @@ class CannedClient:
                        input_ids_json: str | None = None, **_: Any) -> GenerateResult:
         rid = rid_for_attempt(1)
         request = GenerateRequest(rid=rid, input_ids=[] if input_ids_json is not None else input_ids, sampling_params=sampling)
-        self.body_bytes = len(request.to_json(input_ids_json))
+        self.body_bytes = len(encode_request(request, input_ids_json))
         ids = self.reply_ids
         return GenerateResult(rid=rid, output_ids=list(ids), logprobs=[-0.5] * len(ids), text="", finish="stop",
                               weight_version="v1", prompt_tokens=len(input_ids))

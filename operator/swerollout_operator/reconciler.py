@@ -546,9 +546,17 @@ class Reconciler:
 
     async def _apply_runner_event(self, entry: Tracked, event: RunnerEvent) -> bool:
         if event.kind == EventKind.STARTED:
+            # A runner notice: what it found out about the inference server (a smaller
+            # context than the spec asked, routing rows the server cannot return).
+            notice = event.message.strip()
+            if notice:
+                await post_event(self.kube, entry.meta, reason=event.reason or "RunnerNotice", message=notice, warning=True)
             if entry.phase == Phase.RESUMING:
                 self.metrics.resumes.inc()
-                return await self.transition(entry, Event.RESUMED, reason="Resumed", message="the runner resumed from the snapshot")
+                message = "the runner resumed from the snapshot" + (f"; {notice}" if notice else "")
+                return await self.transition(entry, Event.RESUMED, reason="Resumed", message=message)
+            if notice and entry.phase == Phase.RUNNING:
+                await self._patch_status(entry, {"message": notice})
             return False
         if event.kind == EventKind.ABORTED:
             if event.snapshot is None:

@@ -110,6 +110,17 @@ def test_long_poll_returns_when_the_work_changes_and_events_are_idempotent(
     assert answer["kind"] == "run" and answer["spec"]["instance"]["instanceId"] == "demo__lp"
 
     events = _url(operator, namespace, "lp", uid, "/events")
+    notice = "spec.inference.maxContextTokens 65536 exceeds the server's context length 32768; using 32768"
+    started = wire.RunnerEvent(
+        kind=wire.EventKind.STARTED, assignment_id=answer["id"], reason="InferenceNotice", message=notice,
+    ).model_dump_json()
+    assert httpx.post(events, content=started, headers=auth).status_code == 200
+    # The runner's notice reaches `kubectl describe` (a Warning Event) and the status message.
+    wait_for("the notice event", lambda: any(
+        e["reason"] == "InferenceNotice" and e["message"] == notice and e["type"] == "Warning"
+        for e in get_json(kubectl, "events", "-n", namespace)["items"]
+    ), op=operator)
+    assert get_json(kubectl, "swer", "lp", "-n", namespace)["status"]["message"] == notice
     put = _url(operator, namespace, "lp", uid, "/objects/trajectory")
     traj = httpx.put(put, content=b"trajectory", headers=auth).json()
     finished = wire.RunnerEvent(
