@@ -31,6 +31,7 @@ from swerollout.exit_status import is_truncated
 from swerollout.tokenizers import load_tokenizer
 from swerollout.wire import ingest as wire
 from swerollout.wire.codec import decode, encode
+from swerollout.wire.runner_env import RunnerEnv, RunnerEnvError, RunnerRole
 
 from .chat_model import chat_model_from_spec
 from .config import AgentConfig, ActionFormat
@@ -45,49 +46,6 @@ from .tools.schemas import tool_schemas
 
 log = logging.getLogger(__name__)
 CHAT_SNAPSHOT_KIND = "chat-snapshot"
-
-
-class RunnerEnv(BaseModel):
-    """What the pod spec tells the runner, through its environment."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    role: Literal["rollout", "eval"]
-    ingest_url: str
-    namespace: str
-    name: str
-    uid: str
-    attempt: int
-    ingest_token: str
-    swerex_url: str
-    swerex_token: str
-
-    @classmethod
-    def from_environ(cls, env: dict[str, str] | None = None) -> RunnerEnv:
-        env = dict(os.environ if env is None else env)
-
-        def need(key: str) -> str:
-            value = env.get(key)
-            if not value:
-                raise SystemExit(f"agent_runner: environment variable {key} is required (set by the pod spec)")
-            return value
-
-        swerex_url = need("SWEREX_URL")
-        loopback = env.get("SWEROLLOUT_POD_LOOPBACK")
-        if loopback:
-            # The embedded dev mode gives each pod its own loopback address.
-            swerex_url = swerex_url.replace("127.0.0.1", loopback).replace("localhost", loopback)
-        return cls(
-            role=env.get("SWEROLLOUT_ROLE", "rollout"),  # type: ignore[arg-type]
-            ingest_url=need("SWEROLLOUT_INGEST_URL"),
-            namespace=need("SWEROLLOUT_NAMESPACE"),
-            name=need("SWEROLLOUT_NAME"),
-            uid=need("SWEROLLOUT_UID"),
-            attempt=int(env.get("SWEROLLOUT_ATTEMPT", "1")),
-            ingest_token=Path(need("SWEROLLOUT_INGEST_TOKEN_FILE")).read_text().strip(),
-            swerex_url=swerex_url,
-            swerex_token=Path(need("SWEREX_AUTH_TOKEN_FILE")).read_text().strip(),
-        )
 
 
 async def _apply_server_limits(model: Model, client: SGLangClient) -> str:
@@ -194,9 +152,10 @@ class Runner:
     def __init__(self, env: RunnerEnv) -> None:
         self.env = env
         self.ingest = IngestClient(
-            env.ingest_url, namespace=env.namespace, name=env.name, uid=env.uid, token=env.ingest_token,
-            role=env.role, attempt=env.attempt,
+            env.ingest_url, namespace=env.namespace, name=env.name, uid=env.uid, token=env.read_ingest_token(),
+            role=env.role.value, attempt=env.attempt,
         )
+        self.swerex_token = env.read_swerex_token()
         self.sandbox: Sandbox | None = None
 
     async def serve(self) -> int:
@@ -210,9 +169,9 @@ class Runner:
                 if kind == wire.AssignmentKind.STOP:
                     log.info("assignment stop: exiting")
                     return 0
-                if kind in (wire.AssignmentKind.RUN, wire.AssignmentKind.RESUME) and self.env.role == "rollout":
+                if kind in (wire.AssignmentKind.RUN, wire.AssignmentKind.RESUME) and self.env.role is RunnerRole.ROLLOUT:
                     await self._execute(assignment)
-                elif kind == wire.AssignmentKind.EVAL and self.env.role == "eval":
+                elif kind == wire.AssignmentKind.EVAL and self.env.role is RunnerRole.EVAL:
                     await self._evaluate(assignment)
         finally:
             if self.sandbox is not None:
@@ -223,10 +182,10 @@ class Runner:
         deadline = time.monotonic() + 300
         while True:
             try:
-                return await Sandbox.connect(self.env.swerex_url, self.env.swerex_token, timeout=30.0)
+                return await Sandbox.connect(self.env.sandbox_url(), self.swerex_token, timeout=30.0)
             except Exception as exc:  # noqa: BLE001 - the sandbox container may still be starting
                 if time.monotonic() > deadline:
-                    raise SystemExit(f"agent_runner: sandbox at {self.env.swerex_url} unreachable: {exc}") from exc
+                    raise SystemExit(f"agent_runner: sandbox at {self.env.sandbox_url()} unreachable: {exc}") from exc
                 await asyncio.sleep(1.0)
 
     # -- run / resume ----------------------------------------------------------------
@@ -495,5 +454,8 @@ class _ProgressReporter:
 
 def main() -> int:
     logging.basicConfig(level=os.environ.get("SWEROLLOUT_LOG_LEVEL", "INFO"), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    env = RunnerEnv.from_environ()
+    try:
+        env = RunnerEnv.from_environ(os.environ)
+    except RunnerEnvError as exc:
+        raise SystemExit(f"agent_runner: {exc}") from exc
     return asyncio.run(Runner(env).serve())

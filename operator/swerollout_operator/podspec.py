@@ -19,6 +19,7 @@ import hashlib
 from typing import Any
 
 from swerollout.api import v1alpha1 as api
+from swerollout.wire.runner_env import RunnerEnv, RunnerRole
 
 from .settings import OperatorSettings
 
@@ -195,18 +196,17 @@ def rollout_pod(
                 "image": settings.runner_image,
                 "imagePullPolicy": settings.runner_image_pull_policy,
                 "command": ["python", "-m", "agent_runner"],
-                "env": [
-                    {"name": "SWEROLLOUT_ROLE", "value": role},
-                    {"name": "SWEROLLOUT_INGEST_URL", "value": settings.ingest_url},
-                    {"name": "SWEROLLOUT_NAMESPACE", "value": meta["namespace"]},
-                    {"name": "SWEROLLOUT_NAME", "value": meta["name"]},
-                    {"name": "SWEROLLOUT_UID", "value": meta["uid"]},
-                    {"name": "SWEROLLOUT_ATTEMPT", "value": str(attempt)},
-                    {"name": "SWEROLLOUT_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                    {"name": "SWEROLLOUT_INGEST_TOKEN_FILE", "value": f"{RUNNER_SECRET_DIR}/{SECRET_INGEST_KEY}"},
-                    {"name": "SWEREX_URL", "value": swerex_url},
-                    {"name": "SWEREX_AUTH_TOKEN_FILE", "value": f"{RUNNER_SECRET_DIR}/{SECRET_SWEREX_KEY}"},
-                ],
+                "env": RunnerEnv(
+                    role=RunnerRole(role),
+                    ingest_url=settings.ingest_url,
+                    namespace=meta["namespace"],
+                    name=meta["name"],
+                    uid=meta["uid"],
+                    attempt=attempt,
+                    ingest_token_file=f"{RUNNER_SECRET_DIR}/{SECRET_INGEST_KEY}",
+                    swerex_url=swerex_url,
+                    swerex_token_file=f"{RUNNER_SECRET_DIR}/{SECRET_SWEREX_KEY}",
+                ).to_env(),
                 "volumeMounts": [
                     {"name": "runner-credentials", "mountPath": RUNNER_SECRET_DIR, "readOnly": True},
                 ],
