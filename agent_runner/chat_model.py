@@ -17,6 +17,7 @@ import httpx
 from agent_runner.errors import ModelProtocolError, ModelTimeoutError, ModelUnavailableError
 from agent_runner.model import FinishReason, ModelTurn, ToolCall
 from swerollout.api import v1alpha1
+from swerollout.backoff import Backoff
 
 _FINISH_REASONS = {
     "stop": FinishReason.STOP,
@@ -37,6 +38,10 @@ def chat_completions_url(endpoint: str) -> str:
     return f"{base}/v1/chat/completions"
 
 
+CHAT_BACKOFF = Backoff(first_seconds=0.5, max_seconds=8.0, attempts=6)
+"""A chat completion has no side effects, so 429, 5xx and transport errors are retried."""
+
+
 class ChatModel:
     """Implements agent_runner.model.Model over an OpenAI-compatible chat completions endpoint."""
 
@@ -49,18 +54,14 @@ class ChatModel:
         sampling: dict[str, Any] | None = None,
         api_key: str | None = None,
         request_timeout: float = 600.0,
-        max_retries: int = 5,
-        backoff_seconds: float = 0.5,
-        max_backoff_seconds: float = 8.0,
+        backoff: Backoff = CHAT_BACKOFF,
     ) -> None:
         """`sampling` holds extra request fields (temperature, top_p, seed, stop, max_tokens...)."""
         self.url = chat_completions_url(endpoint)
         self.model = model
         self.tools = tools or None
         self.sampling = dict(sampling or {})
-        self.max_retries = max_retries
-        self.backoff_seconds = backoff_seconds
-        self.max_backoff_seconds = max_backoff_seconds
+        self.backoff = backoff
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(request_timeout, connect=10.0))
         self._messages: list[dict[str, Any]] = []
@@ -107,46 +108,46 @@ class ChatModel:
     # -- internals ---------------------------------------------------------
 
     async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
-        delay = self.backoff_seconds
+        schedule = self.backoff.start()
         last_problem = ""
-        for attempt in range(self.max_retries + 1):
-            if attempt:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self.max_backoff_seconds)
+        while True:
+            retry_after: float | None = None
             try:
                 response = await self._client.post(self.url, json=body)
             except httpx.TimeoutException as exc:
                 last_problem = f"timed out ({type(exc).__name__})"
-                if attempt == self.max_retries:
-                    raise ModelTimeoutError(
-                        f"POST {self.url} {last_problem} after {attempt + 1} attempts"
-                    ) from exc
+                delay = schedule.next_delay()
+                if delay is None:
+                    raise ModelTimeoutError(f"POST {self.url} {last_problem} after {schedule.retries + 1} attempts") from exc
+                await asyncio.sleep(delay)
                 continue
             except httpx.TransportError as exc:
                 last_problem = f"{type(exc).__name__}: {exc}"
-                continue
-            if response.status_code == 429 or response.status_code >= 500:
+            else:
+                if response.status_code != 429 and response.status_code < 500:
+                    break
                 last_problem = f"HTTP {response.status_code}: {response.text[:300]}"
-                retry_after = response.headers.get("Retry-After", "")
-                if retry_after.isdigit():
-                    delay = min(float(retry_after), self.max_backoff_seconds)
-                continue
-            if response.status_code == 404:
-                raise ModelProtocolError(
-                    f"POST {self.url} answered 404: no OpenAI-compatible chat completions endpoint there. "
-                    "Point the endpoint at the server root (http://host:port) or its /v1 path."
-                )
-            if response.status_code >= 400:
-                raise ModelProtocolError(f"POST {self.url} rejected the request: HTTP {response.status_code}: "
-                                         f"{response.text[:500]}")
-            try:
-                data = response.json()
-            except ValueError as exc:
-                raise ModelProtocolError(f"POST {self.url} answered non-JSON: {response.text[:300]!r}") from exc
-            if not isinstance(data, dict):
-                raise ModelProtocolError(f"POST {self.url} answered {type(data).__name__}, not a JSON object")
-            return data
-        raise ModelUnavailableError(f"POST {self.url} failed {self.max_retries + 1} times; last: {last_problem}")
+                header = response.headers.get("Retry-After", "")
+                retry_after = float(header) if header.isdigit() else None
+            delay = schedule.next_delay(retry_after)
+            if delay is None:
+                raise ModelUnavailableError(f"POST {self.url} failed {schedule.retries + 1} times; last: {last_problem}")
+            await asyncio.sleep(delay)
+        if response.status_code == 404:
+            raise ModelProtocolError(
+                f"POST {self.url} answered 404: no OpenAI-compatible chat completions endpoint there. "
+                "Point the endpoint at the server root (http://host:port) or its /v1 path."
+            )
+        if response.status_code >= 400:
+            raise ModelProtocolError(f"POST {self.url} rejected the request: HTTP {response.status_code}: "
+                                     f"{response.text[:500]}")
+        try:
+            data = response.json()
+        except ValueError as exc:
+            raise ModelProtocolError(f"POST {self.url} answered non-JSON: {response.text[:300]!r}") from exc
+        if not isinstance(data, dict):
+            raise ModelProtocolError(f"POST {self.url} answered {type(data).__name__}, not a JSON object")
+        return data
 
     def _parse(self, data: dict[str, Any]) -> tuple[ModelTurn, dict[str, Any]]:
         try:

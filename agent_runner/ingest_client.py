@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import random
 import secrets
 from typing import Any
 
 import httpx
 
+from swerollout.backoff import Backoff
 from swerollout.wire import ingest as wire
 
 log = logging.getLogger(__name__)
@@ -51,15 +51,14 @@ class IngestClient:
             },
             timeout=httpx.Timeout(30.0, read=wire.MAX_WAIT_SECONDS + 30.0),
         )
-        self._give_up_after = give_up_after
+        # The operator restarting (upgrade, crash) must not kill runners: keep trying for minutes.
+        self._backoff = Backoff(first_seconds=0.5, max_seconds=15.0, budget_seconds=give_up_after)
 
     async def aclose(self) -> None:
         await self._http.aclose()
 
     async def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._give_up_after
-        delay = 0.5
+        schedule = self._backoff.start()
         while True:
             try:
                 response = await self._http.request(method, self._prefix + path, **kwargs)
@@ -71,11 +70,11 @@ class IngestClient:
                 if response.status_code != 429 and response.status_code < 500:
                     raise IngestError(f"{method} {path}: {response.status_code} {response.text[:500]}")
                 problem = f"HTTP {response.status_code}"
-            if loop.time() + delay > deadline:
-                raise IngestError(f"{method} {path}: the operator did not answer for {self._give_up_after:.0f}s ({problem})")
+            delay = schedule.next_delay()
+            if delay is None:
+                raise IngestError(f"{method} {path}: the operator did not answer for {schedule.elapsed:.0f}s ({problem})")
             log.warning("ingest %s %s failed (%s); retrying in %.1fs", method, path, problem, delay)
-            await asyncio.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 2, 15.0)
+            await asyncio.sleep(delay)
 
     async def assignment(self, *, after: str | None, wait: float) -> wire.Assignment:
         params = {"wait": str(wait)}

@@ -39,7 +39,6 @@ import asyncio
 import re
 import shlex
 import uuid
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx
@@ -56,6 +55,8 @@ from swerex.runtime.abstract import (
     ReadFileResponse,
     WriteFileRequest,
 )
+
+from swerollout.backoff import Backoff
 
 __all__ = [
     "CommandResult",
@@ -138,13 +139,9 @@ def _split_exit_code(raw: str, request_id: str) -> CommandResult:
     return CommandResult(output=raw[:index] + rest, exit_code=exit_code)
 
 
-@dataclass(frozen=True)
-class _Retry:
+def _resend_policy(attempts: int) -> Backoff:
     """How long to keep re-sending a request after transport failures."""
-
-    attempts: int = 6
-    first_delay: float = 0.2
-    max_delay: float = 3.0
+    return Backoff(first_seconds=0.2, max_seconds=3.0, attempts=attempts)
 
 
 class Sandbox:
@@ -154,7 +151,7 @@ class Sandbox:
     are serialized, because the server can only replay the last answer.
     """
 
-    def __init__(self, client: httpx.AsyncClient, *, session: str, ledger: str, retry: _Retry) -> None:
+    def __init__(self, client: httpx.AsyncClient, *, session: str, ledger: str, retry: Backoff) -> None:
         self._client = client
         self._session = session
         self._ledger = ledger
@@ -190,7 +187,7 @@ class Sandbox:
             client,
             session=session,
             ledger=f"{_LEDGER_ROOT}/{session}",
-            retry=_Retry(attempts=retry_attempts),
+            retry=_resend_policy(retry_attempts),
         )
         try:
             await sandbox._wait_until_alive(timeout)
@@ -446,20 +443,20 @@ class Sandbox:
         """
         headers = {"X-Request-ID": request_id}
         timeout = httpx.Timeout(30.0, read=read_timeout)
-        delay = self._retry.first_delay
-        for attempt in range(1, self._retry.attempts + 1):
+        schedule = self._retry.start()
+        while True:
             try:
                 response = await self._client.post(
                     f"/{endpoint}", json=payload.model_dump(), headers=headers, timeout=timeout
                 )
             except httpx.TransportError as exc:
-                if attempt == self._retry.attempts:
+                delay = schedule.next_delay()
+                if delay is None:
                     raise SandboxUnavailableError(
-                        f"{endpoint} to swerex-remote at {self._client.base_url} failed {attempt} times: "
+                        f"{endpoint} to swerex-remote at {self._client.base_url} failed {schedule.retries + 1} times: "
                         f"{type(exc).__name__}: {exc}"
                     ) from exc
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, self._retry.max_delay)
                 continue
             if response.status_code == 401:
                 raise SandboxAuthError(f"swerex-remote at {self._client.base_url} rejected the auth token")
@@ -473,7 +470,6 @@ class Sandbox:
             if response.status_code not in (200, 511):
                 raise SandboxProtocolError(f"{endpoint}: HTTP {response.status_code}: {str(body)[:300]}")
             return response.status_code, body
-        raise AssertionError("unreachable")
 
     @staticmethod
     def _parse(model: type[_M], status: int, body: Any, endpoint: str) -> _M:

@@ -109,7 +109,7 @@ async def test_wrong_token_is_a_clear_auth_error(repo_sandbox: RepoSandbox) -> N
 
 
 async def test_unreachable_server_is_unavailable() -> None:
-    from swerex_fixture import free_port
+    from tests.support.swerex_fixture import free_port
 
     with pytest.raises(SandboxUnavailableError, match="not alive"):
         await Sandbox.connect(f"http://127.0.0.1:{free_port()}", "t", timeout=0.5)

@@ -17,6 +17,7 @@ from agent_runner.loop import AgentLoop, TaskInfo
 from agent_runner.model import FinishReason
 from agent_runner.tools import tool_schemas
 from swerollout.api import v1alpha1
+from swerollout.backoff import Backoff
 from swerollout.dev.policy_server.launch import PolicyServerHandle, launch
 
 PROBLEM = "calc.add returns the difference of its arguments instead of their sum (issue 4711)."
@@ -96,7 +97,7 @@ async def test_transient_server_errors_are_retried(
 ) -> None:
     url = policy_servers["null"].url
     httpx.post(f"{url}/faults", json={"fail_next": 2}).raise_for_status()
-    loop, model = chat_loop(repo_sandbox, url, v1alpha1.AgentKind.CHAT_AGENT, backoff_seconds=0.05)
+    loop, model = chat_loop(repo_sandbox, url, v1alpha1.AgentKind.CHAT_AGENT, backoff=Backoff(first_seconds=0.05, max_seconds=8.0, attempts=6))
     async with model:
         result = await loop.run()
     assert result.exit_status == "submitted"
@@ -108,7 +109,7 @@ async def test_server_errors_beyond_the_retries_are_exit_api(
 ) -> None:
     url = policy_servers["null"].url
     httpx.post(f"{url}/faults", json={"fail_next": 3}).raise_for_status()
-    loop, model = chat_loop(repo_sandbox, url, v1alpha1.AgentKind.CHAT_AGENT, max_retries=2, backoff_seconds=0.05)
+    loop, model = chat_loop(repo_sandbox, url, v1alpha1.AgentKind.CHAT_AGENT, backoff=Backoff(first_seconds=0.05, max_seconds=8.0, attempts=3))
     async with model:
         result = await loop.run()
     assert result.exit_status == "exit_api"
@@ -116,16 +117,16 @@ async def test_server_errors_beyond_the_retries_are_exit_api(
 
 
 async def test_wrong_endpoint_is_a_clear_protocol_error(policy_servers: dict[str, PolicyServerHandle]) -> None:
-    async with ChatModel(f"{policy_servers['null'].url}/not-openai", max_retries=0) as model:
+    async with ChatModel(f"{policy_servers['null'].url}/not-openai", backoff=Backoff(attempts=1)) as model:
         model.add_messages([{"role": "user", "content": "hi"}])
         with pytest.raises(ModelProtocolError, match="404: no OpenAI-compatible chat completions endpoint"):
             await model.generate()
 
 
 async def test_unreachable_server_is_unavailable() -> None:
-    from swerex_fixture import free_port
+    from tests.support.swerex_fixture import free_port
 
-    async with ChatModel(f"http://127.0.0.1:{free_port()}", max_retries=1, backoff_seconds=0.01) as model:
+    async with ChatModel(f"http://127.0.0.1:{free_port()}", backoff=Backoff(first_seconds=0.01, attempts=2)) as model:
         model.add_messages([{"role": "user", "content": "hi"}])
         with pytest.raises(ModelUnavailableError, match="ConnectError"):
             await model.generate()
@@ -212,7 +213,7 @@ async def test_rate_limit_is_retried_and_abort_is_not_kept() -> None:
         (200, completion({"role": "assistant", "content": "done"}, "length"), {}),
     ]
     async with CannedOpenAI(answers) as server:
-        async with ChatModel(server.url, backoff_seconds=0.01) as model:
+        async with ChatModel(server.url, backoff=Backoff(first_seconds=0.01, max_seconds=8.0, attempts=6)) as model:
             model.add_messages([{"role": "user", "content": "go"}])
             aborted = await model.generate()
             assert aborted.finish_reason == FinishReason.ABORT

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from swerollout.backoff import Backoff
 from swerollout.dev.controlplane import ControlPlane, free_port
 from swerollout.kube import (
     CONFIGMAPS,
@@ -43,6 +44,8 @@ from swerollout.kube import (
 )
 
 WIDGETS = ResourceType("test.swerollout.io/v1", "widgets")
+
+FAST = Backoff(first_seconds=0.001, attempts=5)
 
 
 def configmap(name: str, data: dict[str, str] | None = None, labels: dict[str, str] | None = None) -> dict[str, Any]:
@@ -476,7 +479,7 @@ def test_retry_retries_only_retryable_errors() -> None:
             raise ServerError("etcd leader changed", status=500)
         return "ok"
 
-    assert retry(flaky, base_delay=0.001) == "ok"
+    assert retry(flaky, policy=FAST) == "ok"
     assert len(calls) == 3
 
     def missing() -> None:
@@ -485,7 +488,7 @@ def test_retry_retries_only_retryable_errors() -> None:
 
     calls.clear()
     with pytest.raises(NotFound):
-        retry(missing, base_delay=0.001)
+        retry(missing, policy=FAST)
     assert len(calls) == 1
 
     def always_down() -> None:
@@ -494,7 +497,7 @@ def test_retry_retries_only_retryable_errors() -> None:
 
     calls.clear()
     with pytest.raises(TransportError):
-        retry(always_down, attempts=4, base_delay=0.001)
+        retry(always_down, policy=FAST.model_copy(update={"attempts": 4}))
     assert len(calls) == 4
 
 
@@ -507,5 +510,5 @@ async def test_aretry_returns_after_transient_failures() -> None:
             raise TransportError("reset")
         return 7
 
-    assert await aretry(flaky, base_delay=0.001) == 7
+    assert await aretry(flaky, policy=FAST) == 7
     assert len(calls) == 2

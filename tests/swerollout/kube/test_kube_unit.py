@@ -22,6 +22,7 @@ from swerollout.kube import (
     load_kubeconfig,
     retry,
 )
+from swerollout.backoff import Backoff
 from swerollout.kube.errors import ApiError, error_from_response
 
 
@@ -68,7 +69,7 @@ def test_retry_waits_at_least_the_servers_hint() -> None:
             raise TooManyRequests("slow down", status=429, body={"details": {"retryAfterSeconds": 0.05}})
         return "done"
 
-    assert retry(throttled_once, base_delay=0.0001) == "done"
+    assert retry(throttled_once, policy=Backoff(first_seconds=0.0001, attempts=5)) == "done"
     assert len(attempts) == 2
 
 
