@@ -65,6 +65,7 @@ def _rollout(name: str) -> dict[str, Any]:
             "instance": {
                 "instanceId": f"bench__{name}", "repo": "bench/repo", "baseCommit": "abcdef0",
                 "image": "registry.example/bench:1", "problemStatement": "benchmark",
+                "evaluation": {"failToPass": ["tests/test_bench.py::test_it"]},
             },
             "inference": {"endpoint": "http://127.0.0.1:9", "tokenizer": "qwen-2.5"},
             "sandbox": {"startupTimeoutSeconds": 86400},

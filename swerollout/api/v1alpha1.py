@@ -13,9 +13,13 @@ from datetime import datetime
 from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StringConstraints
+from pydantic import Field, GetCoreSchemaHandler, GetJsonSchemaHandler, StringConstraints, model_validator
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import core_schema
 
+from . import formats, quantity
 from .base import ApiModel, cel
+from .formats import Rule, pattern_rule
 
 GROUP = "swerollout.io"
 VERSION = "v1alpha1"
@@ -39,14 +43,87 @@ MiB = 1024 * KiB
 Name = Annotated[str, StringConstraints(min_length=1, max_length=253)]
 ShortText = Annotated[str, StringConstraints(max_length=1024)]
 TestName = Annotated[str, StringConstraints(min_length=1, max_length=2048)]
-Quantity = Annotated[
-    str,
-    StringConstraints(
-        max_length=64,
-        pattern=r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$",
+Template = Annotated[str, StringConstraints(max_length=16 * KiB)]
+
+INSTANCE_TEXT_LIMIT = 512 * KiB
+"""Characters that problemStatement, issueImages and the evaluation's texts and test ids
+may hold together. With every other field (status included) at its bound the whole object
+stays under 1 MiB, well below etcd's 1.5 MiB request limit (tests/api check it)."""
+SERVER_SIDE_HINT = (
+    "objects over 256 KiB need `kubectl apply --server-side` (or `kubectl create`): "
+    "client-side apply copies the whole object into an annotation limited to 256 KiB"
+)
+
+
+class _IntOrStringQuantity:
+    """A core/v1 quantity: an integer (`cpu: 2`) or a string (`500m`, `1.5Gi`), never negative."""
+
+    _message = "must be a non-negative quantity such as 2, 500m, 1.5Gi or 1e3"
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        def validate(value: Any) -> int | str:
+            if not quantity.is_quantity(value):
+                raise ValueError(f"{value!r} {self._message}")
+            return value  # type: ignore[no-any-return]
+
+        return core_schema.no_info_plain_validator_function(validate)
+
+    def __get_pydantic_json_schema__(self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        rule = f"type(self) == int ? self >= 0 : self.matches({formats.cel_string(quantity.PATTERN)})"
+        return {
+            "x-kubernetes-int-or-string": True,
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "maxLength": 64,
+            "x-kubernetes-validations": [cel(rule, self._message)],
+        }
+
+
+Quantity = Annotated[int | str, _IntOrStringQuantity()]
+_RESOURCE_NAME_CEL = (
+    "self.all(k, k in ['cpu', 'memory', 'ephemeral-storage'] "
+    f"|| (k.startsWith('hugepages-') && k.substring(10).matches({formats.cel_string(quantity.PATTERN)})) "
+    f"|| (k.matches({formats.cel_string(quantity.EXTENDED_RESOURCE)}) && !k.split('/')[0].endsWith('kubernetes.io')))"
+)
+ResourceList = Annotated[
+    dict[str, Quantity],
+    Field(max_length=8),
+    Rule(
+        _RESOURCE_NAME_CEL,
+        "resource names are cpu, memory, ephemeral-storage, hugepages-<size> or a domain-qualified extended "
+        "resource such as nvidia.com/gpu",
+        lambda v: all(quantity.is_resource_name(k) for k in v),
     ),
 ]
-Template = Annotated[str, StringConstraints(max_length=64 * KiB)]
+DnsSubdomain = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=253),
+    pattern_rule(formats.DNS_SUBDOMAIN, "must be a lowercase RFC 1123 name (a-z, 0-9, '-', '.'), e.g. my-secret"),
+]
+LabelKey = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=317),
+    pattern_rule(
+        formats.LABEL_KEY,
+        "must be a label key: an optional DNS prefix and '/', then at most 63 characters of "
+        "a-z, A-Z, 0-9, '-', '_', '.', starting and ending alphanumeric (e.g. example.com/gpu-type)",
+    ),
+]
+LabelValue = Annotated[
+    str,
+    StringConstraints(max_length=63),
+    pattern_rule(
+        formats.LABEL_VALUE,
+        "must be a label value: at most 63 characters of a-z, A-Z, 0-9, '-', '_', '.', starting and ending alphanumeric",
+    ),
+]
+HttpUrl = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=2048),
+    pattern_rule(
+        formats.HTTP_URL,
+        "must be an http(s) URL with a host and an optional port from 1 to 65535, e.g. http://sglang:30000",
+    ),
+]
 
 
 class Phase(str, Enum):
@@ -111,9 +188,9 @@ class Evaluation(ApiModel):
     """How the reward is computed for this instance (SWE-bench fields)."""
 
     fail_to_pass: list[TestName] = Field(default_factory=list, max_length=4096)
-    """Tests that fail before the gold patch and must pass after the candidate patch."""
+    """Tests that fail before the gold patch and must pass after the candidate patch, as the log parser names them (e.g. `tests/test_x.py::test_y[two words]`); matched exactly."""
     pass_to_pass: list[TestName] = Field(default_factory=list, max_length=16384)
-    """Tests that pass before and must still pass after the candidate patch."""
+    """Tests that pass before and must still pass after the candidate patch; matched exactly."""
     test_patch: Annotated[str, StringConstraints(max_length=256 * KiB)] = ""
     """Unified diff that adds or updates the tests; applied in the eval pod after the candidate patch."""
     eval_script: Annotated[str, StringConstraints(max_length=128 * KiB)] = ""
@@ -124,13 +201,47 @@ class Evaluation(ApiModel):
     """Whether passToPass counts toward `resolved`."""
 
 
+_INSTANCE_TEXT_CEL = (
+    "self.problemStatement.size()"
+    " + (has(self.issueImages) ? self.issueImages.map(u, u.size()).sum() : 0)"
+    " + (has(self.evaluation) ? ("
+    "(has(self.evaluation.testPatch) ? self.evaluation.testPatch.size() : 0)"
+    " + (has(self.evaluation.evalScript) ? self.evaluation.evalScript.size() : 0)"
+    " + (has(self.evaluation.failToPass) ? self.evaluation.failToPass.map(t, t.size()).sum() : 0)"
+    " + (has(self.evaluation.passToPass) ? self.evaluation.passToPass.map(t, t.size()).sum() : 0)"
+    ") : 0)"
+    f" <= {INSTANCE_TEXT_LIMIT}"
+)
+_INSTANCE_TEXT_MESSAGE = (
+    f"problemStatement, issueImages, testPatch, evalScript, failToPass and passToPass may hold at most "
+    f"{INSTANCE_TEXT_LIMIT // KiB} KiB together; shorten them (and note: {SERVER_SIDE_HINT})"
+)
+IssueImage = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=256 * KiB),
+    # A regex over 256 KiB exceeds the API server's CEL cost budget, so the URL is
+    # read with CEL's url library (Go's url.ParseRequestURI); formats.is_http_url agrees.
+    Rule(
+        "self.startsWith('data:image/') || ((self.startsWith('http://') || self.startsWith('https://'))"
+        " && isURL(self) && url(self).getHostname() != ''"
+        " && (url(self).getPort() == '' || (int(url(self).getPort()) >= 1 && int(url(self).getPort()) <= 65535)))",
+        "must be an http(s) URL with a host, or a data URL such as data:image/png;base64,...",
+        lambda v: v.startswith("data:image/") or formats.is_http_url(v),
+    ),
+]
+
+
 class Instance(ApiModel):
-    """The SWE-bench style task. Immutable: a different task is a different SWERollout."""
+    """The SWE-bench style task. Immutable: a different task is a different SWERollout.
+
+    Its texts may hold 512 KiB together; objects over 256 KiB need `kubectl apply --server-side`
+    (client-side apply copies the object into an annotation limited to 256 KiB)."""
 
     model_config = ApiModel.model_config | {
         "json_schema_extra": {
             "x-kubernetes-validations": [
-                cel("self == oldSelf", "spec.instance is immutable; create a new SWERollout for another task")
+                cel("self == oldSelf", "spec.instance is immutable; create a new SWERollout for another task"),
+                cel(_INSTANCE_TEXT_CEL, _INSTANCE_TEXT_MESSAGE),
             ]
         }
     }
@@ -141,16 +252,35 @@ class Instance(ApiModel):
     """Repository the task comes from, e.g. `astropy/astropy`."""
     base_commit: Annotated[str, StringConstraints(min_length=7, max_length=64, pattern=r"^[0-9a-f]{7,64}$")]
     """Commit the sandbox is checked out at (hex)."""
-    image: Annotated[str, StringConstraints(min_length=1, max_length=1024)]
+    image: Annotated[
+        str,
+        StringConstraints(min_length=1, max_length=1024),
+        pattern_rule(
+            formats.IMAGE,
+            "must be an image reference such as registry.example/org/name:tag (lowercase path, no spaces), "
+            "or file:///<git repository> in dev mode",
+        ),
+    ]
     """Container image of the sandbox with the repository at `workdir`. In the embedded dev mode, `file://<absolute path of a git repository>` gives a fresh checkout of that repository at baseCommit."""
     problem_statement: Annotated[str, StringConstraints(min_length=1, max_length=256 * KiB)]
-    """The issue text shown to the agent."""
-    issue_images: list[Annotated[str, StringConstraints(max_length=2048)]] = Field(default_factory=list, max_length=16)
-    """URLs of images attached to the issue (multimodal tasks)."""
+    """The issue text shown to the agent. At 256 KiB, apply with `kubectl apply --server-side`."""
+    issue_images: list[IssueImage] = Field(default_factory=list, max_length=16)
+    """Images attached to the issue (multimodal tasks): http(s) URLs or base64 `data:image/...` URLs."""
     workdir: Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=r"^/")] = "/testbed"
     """Absolute path of the repository inside the sandbox."""
     evaluation: Evaluation = Field(default_factory=Evaluation)
     """How the reward is computed."""
+
+    @model_validator(mode="after")
+    def _text_budget(self) -> Instance:
+        ev = self.evaluation
+        total = (
+            len(self.problem_statement) + sum(map(len, self.issue_images)) + len(ev.test_patch) + len(ev.eval_script)
+            + sum(map(len, ev.fail_to_pass)) + sum(map(len, ev.pass_to_pass))
+        )
+        if total > INSTANCE_TEXT_LIMIT:
+            raise ValueError(f"{_INSTANCE_TEXT_MESSAGE} (got {total // KiB} KiB)")
+        return self
 
 
 class Templates(ApiModel):
@@ -170,6 +300,20 @@ class Templates(ApiModel):
     """Sent back when the model's reply has no valid action; sees `error`."""
 
 
+_SET: dict[str, Any] = {"x-kubernetes-list-type": "set"}
+
+
+def _no_duplicates(model: ApiModel, *fields: str) -> None:
+    """Lists the API server keeps as sets (`x-kubernetes-list-type: set`) refuse duplicates."""
+    for name in fields:
+        values = getattr(model, name)
+        seen = [v for i, v in enumerate(values) if v in values[:i]]
+        if seen:
+            alias = type(model).model_fields[name].alias or name
+            shown = seen[0].value if isinstance(seen[0], Enum) else seen[0]
+            raise ValueError(f"{alias}: duplicate entry {shown!r}; list each value once")
+
+
 class Tools(ApiModel):
     """The tools the agent may call."""
 
@@ -177,15 +321,22 @@ class Tools(ApiModel):
         default_factory=lambda: [ToolName.BASH, ToolName.STR_REPLACE_EDITOR, ToolName.SUBMIT],
         min_length=1,
         max_length=8,
+        json_schema_extra=_SET,
     )
     """Tools offered to the model (function calling); TextBashAgent always uses bash and submit."""
     blocklist: list[Annotated[str, StringConstraints(min_length=1, max_length=256)]] = Field(
         default_factory=lambda: ["vim", "vi", "emacs", "nano", "nohup", "gdb", "less", "tail -f", "python -m venv"],
-        max_length=256,
+        max_length=64,
+        json_schema_extra=_SET,
     )
     """Command prefixes refused without running them (interactive or session-breaking programs)."""
     max_observation_chars: int = Field(default=10_000, ge=100, le=1_000_000)
     """Observations longer than this are truncated (characters)."""
+
+    @model_validator(mode="after")
+    def _sets(self) -> Tools:
+        _no_duplicates(self, "enabled", "blocklist")
+        return self
 
 
 class Agent(ApiModel):
@@ -212,8 +363,12 @@ class Sampling(ApiModel):
 
     temperature: float = Field(default=1.0, ge=0.0, le=10.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    top_k: int = Field(default=-1, ge=-1)
-    """-1 disables top-k."""
+    top_k: Annotated[
+        int,
+        Field(le=1_000_000),
+        Rule("self == -1 || self >= 1", "must be -1 (top-k off) or at least 1, as SGLang accepts", lambda v: v == -1 or v >= 1),
+    ] = -1
+    """Sample from the k most likely tokens; -1 disables top-k (0 is refused, as SGLang refuses it)."""
     max_new_tokens: int = Field(default=4096, ge=1, le=1_048_576)
     """Upper bound of tokens per model turn; the context budget may lower it."""
     seed: int | None = Field(default=None, ge=0)
@@ -225,7 +380,7 @@ class Sampling(ApiModel):
 class Inference(ApiModel):
     """The policy server."""
 
-    endpoint: Annotated[str, StringConstraints(min_length=1, max_length=2048, pattern=r"^https?://[^\s]+$")]
+    endpoint: HttpUrl
     """Base URL of the SGLang server (RLTokenAgent, TextBashAgent) or of an OpenAI-compatible server (ChatAgent)."""
     tokenizer: Annotated[str, StringConstraints(min_length=1, max_length=1024)] | None = None
     """Tokenizer whose chat template renders the conversation: a bundled name (e.g. `qwen-2.5`, `qwen-3`, `glm-4`, `deepseek-v3`) or a directory path. Required unless the agent is a ChatAgent."""
@@ -244,20 +399,79 @@ class Inference(ApiModel):
 
 
 class Toleration(ApiModel):
-    """A pod toleration (core/v1 Toleration)."""
+    """A pod toleration (core/v1 Toleration, validated as core/v1 does)."""
 
-    key: Annotated[str, StringConstraints(max_length=316)] | None = None
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                cel(
+                    "!has(self.operator) || self.operator != 'Exists' || !has(self.value) || self.value == ''",
+                    "operator Exists matches every value: remove value, or use operator Equal",
+                ),
+                cel(
+                    "(has(self.key) && self.key != '') || (has(self.operator) && self.operator == 'Exists')",
+                    "a toleration without a key must use operator Exists (it then tolerates every taint)",
+                ),
+                cel(
+                    "!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+                    "tolerationSeconds applies only to effect NoExecute",
+                ),
+            ]
+        }
+    }
+
+    key: LabelKey | None = None
+    """Taint key to match; empty (with operator Exists) matches every key."""
     operator: Literal["Exists", "Equal"] | None = None
-    value: Annotated[str, StringConstraints(max_length=63)] | None = None
+    """Equal (the default) matches key and value; Exists matches any value of the key."""
+    value: LabelValue | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     toleration_seconds: int | None = None
+    """How long a NoExecute taint is tolerated before eviction (seconds)."""
+
+    @model_validator(mode="after")
+    def _as_core_v1(self) -> Toleration:
+        if self.operator == "Exists" and self.value:
+            raise ValueError("operator Exists matches every value: remove value, or use operator Equal")
+        if not self.key and self.operator != "Exists":
+            raise ValueError("a toleration without a key must use operator Exists (it then tolerates every taint)")
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise ValueError("tolerationSeconds applies only to effect NoExecute")
+        return self
+
+
+_REQUESTS_WITHIN_LIMITS = (
+    "!has(self.requests) || !has(self.limits) || self.requests.all(k, !(k in self.limits)"
+    " || !isQuantity(string(self.requests[k])) || !isQuantity(string(self.limits[k]))"
+    " || quantity(string(self.requests[k])).compareTo(quantity(string(self.limits[k]))) <= 0)"
+)
 
 
 class Resources(ApiModel):
-    """CPU and memory for a container (core/v1 quantities, e.g. `500m`, `2Gi`)."""
+    """Resources of a container (core/v1 quantities: `2`, `500m`, `2Gi`); each request at most its limit."""
 
-    requests: dict[str, Quantity] = Field(default_factory=dict, max_length=8)
-    limits: dict[str, Quantity] = Field(default_factory=dict, max_length=8)
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                cel(_REQUESTS_WITHIN_LIMITS, "a request is above its limit: each requests.<name> must be at most limits.<name>")
+            ]
+        }
+    }
+
+    requests: ResourceList = Field(default_factory=dict)
+    """Guaranteed amounts (scheduling); keys cpu, memory, ephemeral-storage, hugepages-<size> or extended resources."""
+    limits: ResourceList = Field(default_factory=dict)
+    """Upper bounds; a request may not exceed its limit."""
+
+    @model_validator(mode="after")
+    def _requests_within_limits(self) -> Resources:
+        for name, request in self.requests.items():
+            if name in self.limits and quantity.parse(request) > quantity.parse(self.limits[name]):
+                raise ValueError(
+                    f"requests.{name} ({request}) is above limits.{name} ({self.limits[name]}): "
+                    "each requests.<name> must be at most limits.<name>"
+                )
+        return self
 
 
 class Sandbox(ApiModel):
@@ -267,18 +481,32 @@ class Sandbox(ApiModel):
         default_factory=lambda: Resources(requests={"cpu": "500m", "memory": "1Gi"}, limits={"memory": "4Gi"})
     )
     """Resources of the sandbox container."""
-    node_selector: dict[str, Annotated[str, StringConstraints(max_length=63)]] = Field(default_factory=dict, max_length=32)
-    """Pod nodeSelector."""
+    node_selector: Annotated[
+        dict[str, LabelValue],
+        Field(max_length=32),
+        Rule(
+            f"self.all(k, k.size() <= 317 && k.matches({formats.cel_string(formats.LABEL_KEY)}))",
+            "keys must be label keys: an optional DNS prefix and '/', then at most 63 characters of "
+            "a-z, A-Z, 0-9, '-', '_', '.', starting and ending alphanumeric (e.g. example.com/gpu-type)",
+            lambda v: all(len(k) <= 317 and formats.matches(k, formats.LABEL_KEY) for k in v),
+        ),
+    ] = Field(default_factory=dict)
+    """Pod nodeSelector (label keys and values, as core/v1 validates them)."""
     tolerations: list[Toleration] = Field(default_factory=list, max_length=32)
     """Pod tolerations."""
-    runtime_class_name: Annotated[str, StringConstraints(max_length=253)] | None = None
+    runtime_class_name: DnsSubdomain | None = None
     """RuntimeClass for stronger isolation (e.g. gVisor, Kata)."""
-    image_pull_secrets: list[Annotated[str, StringConstraints(min_length=1, max_length=253)]] = Field(default_factory=list, max_length=8)
+    image_pull_secrets: list[DnsSubdomain] = Field(default_factory=list, max_length=8, json_schema_extra=_SET)
     """Names of Secrets in the namespace used to pull the task image."""
     startup_timeout_seconds: int = Field(default=600, ge=10, le=86400)
     """How long the pod may take to become ready before the rollout fails with the reason (image pull, scheduling)."""
     keep_alive_seconds_after_abort: int = Field(default=1800, ge=0, le=7 * 86400)
     """How long an aborted rollout keeps its live pod for a resume on the same sandbox; after that the pod is reclaimed."""
+
+    @model_validator(mode="after")
+    def _sets(self) -> Sandbox:
+        _no_duplicates(self, "image_pull_secrets")
+        return self
 
 
 class Reward(ApiModel):
@@ -292,6 +520,22 @@ class Reward(ApiModel):
     """Resources of the eval sandbox; defaults to the rollout sandbox's."""
 
 
+_GRADABLE = (
+    "!has(self.reward) || !has(self.reward.enabled) || !self.reward.enabled"
+    " || (has(self.instance.evaluation) && ("
+    "(has(self.instance.evaluation.failToPass) && size(self.instance.evaluation.failToPass) > 0)"
+    " || (has(self.instance.evaluation.passToPass) && size(self.instance.evaluation.passToPass) > 0)))"
+)
+_TOKENIZER_MESSAGE = (
+    "spec.inference.tokenizer is required for token-tracking agents (RLTokenAgent, TextBashAgent); "
+    "set it to a bundled name such as qwen-2.5 or use agent.kind ChatAgent"
+)
+_GRADABLE_MESSAGE = (
+    "spec.reward.enabled needs tests to grade: set spec.instance.evaluation.failToPass (or passToPass), "
+    "or set spec.reward.enabled to false"
+)
+
+
 class SWERolloutSpec(ApiModel):
     """Desired state of one rollout."""
 
@@ -300,8 +544,7 @@ class SWERolloutSpec(ApiModel):
             "x-kubernetes-validations": [
                 cel(
                     "self.agent.kind == 'ChatAgent' || has(self.inference.tokenizer)",
-                    "spec.inference.tokenizer is required for token-tracking agents (RLTokenAgent, TextBashAgent); "
-                    "set it to a bundled name such as qwen-2.5 or use agent.kind ChatAgent",
+                    _TOKENIZER_MESSAGE,
                     field_path=".inference.tokenizer",
                 ),
                 cel(
@@ -309,6 +552,7 @@ class SWERolloutSpec(ApiModel):
                     "spec.mode is immutable",
                     field_path=".mode",
                 ),
+                cel(_GRADABLE, _GRADABLE_MESSAGE, field_path=".reward.enabled"),
             ]
         }
     }
@@ -325,8 +569,17 @@ class SWERolloutSpec(ApiModel):
     """Reward evaluation."""
     mode: Mode = Mode.TRAIN
     """train or validate; decides which exit statuses are graded. Immutable."""
-    suspend: bool = False
+    suspend: bool = Field(default=False, strict=True)
     """true aborts a running rollout at once and keeps its pod alive (up to keepAliveSecondsAfterAbort); false again resumes it on the same pod."""
+
+    @model_validator(mode="after")
+    def _gradable(self) -> SWERolloutSpec:
+        if self.agent.kind != AgentKind.CHAT_AGENT and not self.inference.tokenizer:
+            raise ValueError(_TOKENIZER_MESSAGE)
+        ev = self.instance.evaluation
+        if self.reward.enabled and not (ev.fail_to_pass or ev.pass_to_pass):
+            raise ValueError(_GRADABLE_MESSAGE)
+        return self
 
 
 class ConditionStatus(str, Enum):
@@ -452,7 +705,7 @@ class SWERolloutStatus(ApiModel):
     phase: Phase = Phase.PENDING
     conditions: list[Condition] = Field(
         default_factory=list,
-        max_length=16,
+        max_length=8,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     observed_generation: int | None = Field(default=None, ge=0)

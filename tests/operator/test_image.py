@@ -32,6 +32,7 @@ def _pod() -> dict:
                     "baseCommit": "abcdef0",
                     "image": "img",
                     "problemStatement": "p",
+                    "evaluation": {"failToPass": ["tests/test_calc.py::test_add"]},
                 },
                 "inference": {"endpoint": "http://x:1", "tokenizer": "qwen-2.5"},
             }

@@ -28,6 +28,7 @@ def rollout(name: str, **spec: Any) -> dict[str, Any]:
                 "baseCommit": "abcdef0",
                 "image": "registry.example/calc:1",
                 "problemStatement": "fix it",
+                "evaluation": {"failToPass": ["tests/test_calc.py::test_add"]},
             },
             "inference": {"endpoint": "http://sglang:30000", "tokenizer": "qwen-2.5"},
         },

@@ -26,6 +26,7 @@ def rollout(**spec_overrides: Any) -> api.SWERollout:
             "baseCommit": "abcdef0",
             "image": "registry.example/calc:1",
             "problemStatement": "p",
+            "evaluation": {"failToPass": ["tests/test_calc.py::test_add"]},
         },
         "inference": {"endpoint": "http://sglang:30000", "tokenizer": "qwen-2.5"},
     }

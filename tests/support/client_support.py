@@ -21,6 +21,7 @@ def instance(i: int) -> dict[str, Any]:
         "baseCommit": f"{i:07x}abcdef",
         "image": "file:///tmp/demo",
         "problemStatement": f"bug number {i}",
+        "evaluation": {"failToPass": [f"tests/test_bug.py::test_{i}"]},
     }
 
 
