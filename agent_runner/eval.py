@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from swerollout.api.v1alpha1 import Evaluation, Instance, RewardStatus
 from swerollout.exit_status import GateDecision
 
-from .grading import Backend, GradingError, GroupOutcome, LogGrade, grade_log
+from .grading import Backend, GradingError, GroupOutcome, LogGrade, ParserDisagreement, grade_log
 
 __all__ = [
     "APPLY_COMMANDS",
@@ -138,6 +138,8 @@ class EvalReport(BaseModel):
     """Every test id the parser found -> status."""
     fail_to_pass: GroupOutcome = Field(default_factory=GroupOutcome)
     pass_to_pass: GroupOutcome = Field(default_factory=GroupOutcome)
+    parser_disagreements: list[ParserDisagreement] = Field(default_factory=list)
+    """Known test ids the log parser misread (e.g. cut at a space); they were graded by exact match."""
     eval_exit_code: int | None = None
     test_output: str = ""
     """Tail of the eval script's output."""
@@ -307,14 +309,16 @@ class _Evaluation:
         if grade.problem is not None:
             return self.unresolved(EvalFailure.NO_TEST_OUTPUT, grade.problem, **graded_fields)
         f2p, p2p = grade.fail_to_pass, grade.pass_to_pass
+        note = grade.disagreement_note()
         return EvalReport(
             instance_id=self.instance.instance_id,
             resolved=grade.resolved,
             reward=1.0 if grade.resolved else 0.0,
             message=(
                 f"{'resolved' if grade.resolved else 'not resolved'}: FAIL_TO_PASS {len(f2p.success)}/{f2p.total}, "
-                f"PASS_TO_PASS {len(p2p.success)}/{p2p.total} ({grade.backend})"
+                f"PASS_TO_PASS {len(p2p.success)}/{p2p.total} ({grade.backend})" + (f"; {note}" if note else "")
             ),
+            parser_disagreements=grade.disagreements,
             tests=grade.tests,
             fail_to_pass=f2p,
             pass_to_pass=p2p,

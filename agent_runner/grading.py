@@ -12,6 +12,14 @@ Two backends with the same behaviour:
 - ``builtin``: our own pytest ``-rA`` parser and the same grading rules, used when
   swebench is not installed (or when asked for).
 
+Both parse every line the same way (pytest's ``-rA`` summary is split at whitespace),
+which cuts an id with a space in its parameters (``tests/t.py::test_y[two words]``) and
+so grades a correct fix as wrong. The instance names the ids it expects, though, so
+every known FAIL_TO_PASS / PASS_TO_PASS id is also looked for whole in the summary
+lines (``STATUS <id>`` or ``STATUS <id> - <message>``); where found, that status wins,
+and each id where the parser read something else is listed in ``disagreements``.
+``swerollout.testids`` holds the rule for ids no log can show (warned about at load).
+
 Grading rules (SWE-bench's): a FAIL_TO_PASS test succeeds when PASSED or XFAIL; it
 fails when FAILED, ERROR, SKIPPED or missing. A PASS_TO_PASS test is also kept when
 SKIPPED. ``fail_only`` grading fails a test only when it is FAILED. Resolved means every
@@ -25,7 +33,7 @@ import functools
 import os
 import re
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -39,8 +47,10 @@ __all__ = [
     "GradingError",
     "GroupOutcome",
     "LogGrade",
+    "ParserDisagreement",
     "TestStatus",
     "grade_log",
+    "match_known_tests",
     "parse_pytest_log",
     "swebench_harness_problem",
     "swebench_version",
@@ -98,6 +108,56 @@ def parse_pytest_log(log: str) -> dict[str, str]:
     return statuses
 
 
+def match_known_tests(log: str, test_ids: Iterable[str]) -> dict[str, str]:
+    """Status of each known test id that a summary line names whole.
+
+    A line ``STATUS <id>`` or ``STATUS <id> - <message>`` (pytest's ``-rA`` summary) names
+    ``<id>`` exactly, spaces and brackets included. When two known ids both fit a line
+    the longer wins (``t[a - b]`` over ``t[a``); a later line for the same id wins, as
+    in swebench's parsers.
+    """
+    statuses = {s.value for s in TestStatus}
+    by_head: dict[str, list[str]] = {}
+    for test in set(test_ids):
+        by_head.setdefault(test.split(" ", 1)[0], []).append(test)
+    for candidates in by_head.values():
+        candidates.sort(key=len, reverse=True)
+    found: dict[str, str] = {}
+    for line in log.splitlines():
+        status, space, rest = line.rstrip().partition(" ")
+        if not space or status not in statuses:
+            continue
+        for test in by_head.get(rest.split(" ", 1)[0], ()):
+            if rest == test or rest.startswith(test + " - "):
+                found[test] = status
+                break
+    return found
+
+
+class ParserDisagreement(BaseModel):
+    """A known test id the log parser read differently from the exact match (which was used)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    test: str
+    parser_status: str | None
+    """What the parser reported for this id (None: not at all, e.g. it cut the id at a space)."""
+    exact_status: str
+
+
+def _with_exact_matches(
+    log: str, statuses: dict[str, str], known: Sequence[str]
+) -> tuple[dict[str, str], list[ParserDisagreement]]:
+    section = log.split(START_TEST_OUTPUT, 1)[1].split(END_TEST_OUTPUT, 1)[0] if START_TEST_OUTPUT in log else log
+    exact = match_known_tests(section, known) or match_known_tests(log, known)
+    disagreements = [
+        ParserDisagreement(test=test, parser_status=statuses.get(test), exact_status=status)
+        for test, status in sorted(exact.items())
+        if statuses.get(test) != status
+    ]
+    return {**statuses, **exact}, disagreements
+
+
 _BUILTIN_PARSERS: dict[str, Callable[[str], dict[str, str]]] = {
     "parse_log_pytest": parse_pytest_log,
 }
@@ -126,12 +186,27 @@ class LogGrade(BaseModel):
     parser: str
     """The log parser's name (SWE-bench naming, e.g. ``parse_log_pytest``)."""
     tests: dict[str, str]
-    """Every parsed test id -> PASSED / FAILED / SKIPPED / ERROR / XFAIL."""
+    """Every parsed test id -> PASSED / FAILED / SKIPPED / ERROR / XFAIL (known ids as matched exactly)."""
     fail_to_pass: GroupOutcome
     pass_to_pass: GroupOutcome
     resolved: bool
     problem: str | None = None
     """Why the output could not be graded (then nothing is resolved)."""
+    disagreements: list[ParserDisagreement] = Field(default_factory=list)
+    """Known ids the parser read differently from the exact match; the exact match was graded."""
+
+    def disagreement_note(self) -> str:
+        """One line for the report, empty when the parser and the exact match agree."""
+        if not self.disagreements:
+            return ""
+        shown = ", ".join(
+            f"{d.test} ({d.parser_status or 'not found'} -> {d.exact_status})" for d in self.disagreements[:5]
+        )
+        more = f" and {len(self.disagreements) - 5} more" if len(self.disagreements) > 5 else ""
+        return (
+            f"{self.parser} ({self.backend}) misread {len(self.disagreements)} known test id(s), graded by exact match: "
+            f"{shown}{more}"
+        )
 
 
 def swebench_version() -> str | None:
@@ -253,6 +328,7 @@ def _grade_with_swebench(log: str, spec: _GradeInput) -> LogGrade:
             resolved=False,
             problem=problem,
         )
+    statuses, disagreements = _with_exact_matches(log, dict(statuses), [*spec.fail_to_pass, *spec.pass_to_pass])
     report: dict[str, Any] = get_eval_tests_report(
         statuses,
         {"instance_id": spec.instance_id, FAIL_TO_PASS: spec.fail_to_pass, PASS_TO_PASS: spec.pass_to_pass},
@@ -267,6 +343,7 @@ def _grade_with_swebench(log: str, spec: _GradeInput) -> LogGrade:
         fail_to_pass=f2p,
         pass_to_pass=p2p,
         resolved=get_resolution_status(report) == ResolvedStatus.FULL.value,
+        disagreements=disagreements,
     )
 
 
@@ -285,6 +362,7 @@ def _grade_builtin(log: str, spec: _GradeInput) -> LogGrade:
             backend="builtin", parser=spec.log_parser, tests={}, fail_to_pass=f2p, pass_to_pass=p2p,
             resolved=False, problem=problem,
         )
+    statuses, disagreements = _with_exact_matches(log, statuses, [*spec.fail_to_pass, *spec.pass_to_pass])
     f2p, p2p = _builtin_report(statuses, spec.fail_to_pass, spec.pass_to_pass, spec.eval_type)
     return LogGrade(
         backend="builtin",
@@ -293,6 +371,7 @@ def _grade_builtin(log: str, spec: _GradeInput) -> LogGrade:
         fail_to_pass=f2p,
         pass_to_pass=p2p,
         resolved=_resolved(f2p, p2p),
+        disagreements=disagreements,
     )
 
 

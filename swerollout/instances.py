@@ -7,12 +7,14 @@ part of the library a trainer installs, so it imports nothing dev-only.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
+from swerollout import testids
 from swerollout.api.v1alpha1 import EvalType, Evaluation, Instance, LogParser
 
 __all__ = [
@@ -85,9 +87,14 @@ def load_instances(path: Path) -> list[SWEBenchInstance]:
         if not line.strip():
             continue
         try:
-            instances.append(SWEBenchInstance.model_validate_json(line))
+            instance = SWEBenchInstance.model_validate_json(line)
         except ValidationError as exc:
             raise InstanceError(f"{path}:{number}: not a valid instance: {exc}") from exc
+        bad = testids.unmatchable([*instance.FAIL_TO_PASS, *instance.PASS_TO_PASS])
+        if bad:
+            warnings.warn(f"{path}:{number}: {testids.describe(instance.instance_id, bad)}",
+                          testids.UnmatchableTestIdWarning, stacklevel=2)
+        instances.append(instance)
     return instances
 
 

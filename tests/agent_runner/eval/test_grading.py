@@ -135,3 +135,74 @@ def test_auto_falls_back_to_builtin_without_swebench() -> None:
     failed = subprocess.run([sys.executable, "-c", explicit], capture_output=True, text=True, timeout=120)
     assert failed.returncode != 0
     assert "GradingError" in failed.stderr and "swebench is not installed" in failed.stderr
+
+
+REAL_TESTS = '''\
+import pytest
+
+
+@pytest.mark.parametrize("x", ["two words", "a - b", "plain"])
+def test_y(x):
+    assert x != "a - b"
+
+
+def test_other():
+    pass
+'''
+
+
+@pytest.fixture(scope="module")
+def real_pytest_log(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A real `pytest -rA` run, between SWE-bench's markers, as an eval script prints it."""
+    root = tmp_path_factory.mktemp("repo")
+    (root / "tests").mkdir()
+    (root / "tests" / "test_x.py").write_text(REAL_TESTS)
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider", "-p", "no:randomly", "tests/test_x.py"],
+        cwd=root, capture_output=True, text=True, timeout=300, env={"PATH": "/usr/bin:/bin", "COLUMNS": "80"},
+    )
+    assert run.returncode == 1, run.stdout + run.stderr  # one parameter fails, on purpose
+    return (
+        f"{grading.START_TEST_OUTPUT}\n{run.stdout}{grading.END_TEST_OUTPUT}\n"
+        f"{grading.TEST_EXIT_CODE}: {run.returncode}\n"
+    )
+
+
+TWO_WORDS = "tests/test_x.py::test_y[two words]"
+DASHED = "tests/test_x.py::test_y[a - b]"
+PLAIN = "tests/test_x.py::test_y[plain]"
+OTHER = "tests/test_x.py::test_other"
+
+
+@pytest.mark.parametrize("backend", ["builtin", "swebench"])
+def test_ids_with_spaces_and_brackets_are_matched_exactly(real_pytest_log: str, backend: grading.Backend) -> None:
+    # The parser alone cuts the ids at their first space, as swebench's parse_log_pytest does.
+    assert TWO_WORDS not in parse_pytest_log(real_pytest_log)
+    assert "tests/test_x.py::test_y[two" in parse_pytest_log(real_pytest_log)
+
+    def grade(f2p: list[str], p2p: list[str]) -> grading.LogGrade:
+        return grade_log(real_pytest_log, instance_id="x__y-1", repo="x/y", fail_to_pass=f2p, pass_to_pass=p2p,
+                         backend=backend)
+
+    fixed = grade([TWO_WORDS], [OTHER, PLAIN])
+    assert fixed.resolved, fixed
+    assert fixed.tests[TWO_WORDS] == "PASSED"
+    # The report says where the parser was wrong, and only there.
+    assert [(d.test, d.parser_status, d.exact_status) for d in fixed.disagreements] == [(TWO_WORDS, None, "PASSED")]
+    assert TWO_WORDS in fixed.disagreement_note() and "exact match" in fixed.disagreement_note()
+    # A failing parameter with " - " in its id is read as failing, not as missing or passing.
+    broken = grade([TWO_WORDS, DASHED], [OTHER])
+    assert not broken.resolved and broken.fail_to_pass.failure == [DASHED]
+    assert {d.test: d.exact_status for d in broken.disagreements} == {TWO_WORDS: "PASSED", DASHED: "FAILED"}
+    # Ids the log does not show stay missing; ids the parser already reads right make no note.
+    assert not grade(["tests/test_x.py::test_y[three words]"], []).resolved
+    plain = grade([PLAIN], [OTHER])
+    assert plain.resolved and plain.disagreements == [] and plain.disagreement_note() == ""
+    # A dataset made with the cutting parser names the cut id; that still grades.
+    assert grade(["tests/test_x.py::test_y[two"], []).resolved
+
+
+def test_exact_matching_prefers_the_longest_known_id() -> None:
+    log = "PASSED t.py::t[a - b]\nFAILED t.py::t[a - c] - assert 1\nPASSED t.py::t[a]\n"
+    found = grading.match_known_tests(log, ["t.py::t[a", "t.py::t[a - b]", "t.py::t[a - c]", "t.py::t[a]"])
+    assert found == {"t.py::t[a - b]": "PASSED", "t.py::t[a - c]": "FAILED", "t.py::t[a]": "PASSED"}
