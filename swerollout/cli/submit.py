@@ -1,7 +1,11 @@
-"""`swerollout submit`: create a batch of SWERollouts from a SWE-bench JSONL file.
+"""`swerollout submit`: create a batch of SWERollouts from a dataset as published.
 
     swerollout submit -f instances.jsonl --group-size 8 --batch step-0042 \\
         --endpoint http://sglang:30000 --tokenizer qwen-2.5
+    swerollout submit -f swe-bench-verified.parquet --limit 20 --filter 'django__.*' ...
+
+``-f`` takes .jsonl, .json, .parquet, a saved ``datasets`` folder or a hub name, with rows
+of SWE-bench (full, Lite, Verified, Multimodal), SWE-Gym, SWE-smith or SWE-rebench.
 
 Creates one SWERollout per (instance, group member), named ``<batch>-<sample>-<member>``;
 running it again with the same arguments changes nothing.
@@ -11,12 +15,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 from swerollout.api.v1alpha1 import AgentKind, Mode
 from swerollout.cli.rollouts import EXIT_OK, EXIT_USAGE, add_connection_args, run_client_command
 from swerollout.client import RolloutClient
+from swerollout.datasets import DatasetKind
+from swerollout.datasets.conventions import TEMPLATE_FIELDS
 from swerollout.instances import InstanceError, load_instances
 
 
@@ -32,7 +37,14 @@ def _labels(pairs: list[str]) -> dict[str, str]:
 
 def _submit(args: argparse.Namespace, client: RolloutClient) -> int:
     try:
-        instances = load_instances(Path(args.file))
+        instances = load_instances(
+            args.file,
+            dataset=args.dataset,
+            split=args.split,
+            image_template=args.image_template,
+            id_filter=args.filter,
+            limit=args.limit,
+        )
         labels = _labels(args.label or [])
     except (InstanceError, argparse.ArgumentTypeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -65,7 +77,23 @@ def _submit(args: argparse.Namespace, client: RolloutClient) -> int:
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-f", "--file", required=True, help="SWE-bench instances, one JSON per line (`swerollout tasks materialize` writes one)")
+    parser.add_argument(
+        "-f", "--file", required=True,
+        help="instances: .jsonl/.json/.parquet, a saved `datasets` folder or a hub name, rows as SWE-bench, SWE-Gym, "
+        "SWE-smith or SWE-rebench publish them (`swerollout tasks materialize` writes the bundled tasks)",
+    )
+    parser.add_argument(
+        "--dataset", choices=[k.value for k in DatasetKind],
+        help="whose conventions apply (image naming, eval script); detected from the rows and the file name by default",
+    )
+    parser.add_argument("--split", help="split of a saved dataset folder or hub dataset (default: its only split, else test)")
+    parser.add_argument(
+        "--image-template",
+        help="sandbox image for every row, overriding the dataset's; fields: "
+        + ", ".join("{" + k + "} " + v for k, v in TEMPLATE_FIELDS.items()),
+    )
+    parser.add_argument("--filter", metavar="REGEX", help="only instances whose id fully matches this regular expression")
+    parser.add_argument("--limit", type=int, help="only the first N instances (after --filter)")
     parser.add_argument("--group-size", "-G", type=int, required=True, help="rollouts per instance (GRPO group size)")
     parser.add_argument("--batch", required=True, help="batch name: lowercase letters, digits, '-' (names are <batch>-<sample>-<member>)")
     parser.add_argument("--endpoint", required=True, help="SGLang base URL, e.g. http://sglang:30000")

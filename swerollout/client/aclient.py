@@ -77,7 +77,7 @@ from swerollout.kube import (
 )
 from swerollout.store import StoreError, open_store
 from swerollout.store.protocol import ResultStore
-from swerollout.instances import InstanceError, SWEBenchInstance, to_api_instance
+from swerollout.instances import InstanceError, SWEBenchInstance, instance_from_row, to_api_instance
 from swerollout.wire.trajectory import Trajectory
 
 FIELD_MANAGER = "swerollout-client"
@@ -122,7 +122,8 @@ def _to_instance(item: InstanceLike, index: int) -> Instance:
         if isinstance(item, SWEBenchInstance):
             return to_api_instance(item)
         if "FAIL_TO_PASS" in item or "base_commit" in item:
-            return to_api_instance(SWEBenchInstance.model_validate(item))
+            # A dataset row as published (SWE-bench, SWE-Gym, SWE-smith, SWE-rebench).
+            return to_api_instance(instance_from_row(item))
         return Instance.model_validate(item)
     except (ValidationError, InstanceError) as exc:
         raise ClientConfigError(f"instance #{index} is not valid: {exc}") from exc

@@ -135,8 +135,8 @@ def test_to_api_instance_maps_every_field() -> None:
 
 
 def test_unsupported_log_parser_is_a_clear_error() -> None:
-    instance = tasks.load_instances(COMMITTED_INDEX)[0].model_copy(update={"log_parser": "parse_log_cargo"})
-    with pytest.raises(instances.InstanceError, match="parse_log_cargo.*parse_log_pytest"):
+    instance = tasks.load_instances(COMMITTED_INDEX)[0].model_copy(update={"log_parser": "parse_log_no_such_parser"})
+    with pytest.raises(instances.InstanceError, match="parse_log_no_such_parser.*parse_log_pytest"):
         instances.to_api_instance(instance)
 
 
