@@ -83,7 +83,7 @@ class IngestClient:
         response = await self._call("GET", "/assignment", params=params)
         return wire.Assignment.model_validate_json(response.content)
 
-    async def progress(self, progress: wire.Progress) -> None:
+    async def progress(self, progress: wire.ProgressReport) -> None:
         await self._call("POST", "/progress", content=progress.model_dump_json(), headers={"Content-Type": "application/json"})
 
     async def upload(self, kind: wire.ObjectKind, data: bytes) -> wire.StoredObjectRef:

@@ -435,7 +435,7 @@ class _ProgressReporter:
             return
         inner = self.model.inner
         generated = inner.state.sampled_total if isinstance(inner, RLTokenModel) else 0
-        progress = wire.Progress(
+        progress = wire.ProgressReport(
             turns=self.pending.state.turns,
             context_tokens=self.model.context_tokens,
             generated_tokens=generated,

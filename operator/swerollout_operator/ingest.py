@@ -165,7 +165,7 @@ class IngestServer:
                     pass
 
     async def _progress(self, request: web.Request, entry: Tracked) -> web.StreamResponse:
-        progress = await self._json(request, wire.Progress)
+        progress = await self._json(request, wire.ProgressReport)
         await self.reconciler.on_progress(entry, progress)
         return web.json_response(wire.Ack(phase=entry.phase.value).model_dump())
 

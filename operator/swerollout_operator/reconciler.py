@@ -21,7 +21,7 @@ from swerollout.api import v1alpha1 as api
 from swerollout.api.v1alpha1 import Phase
 from swerollout.kube import PODS, SECRETS, SWEROLLOUTS, AlreadyExists, AsyncKubeClient, KubeError, NotFound
 from swerollout.exit_status import gate_exit_status, metric_label
-from swerollout.wire.ingest import Ack, EventKind, Progress, RunnerEvent, StoredObjectRef
+from swerollout.wire.ingest import Ack, EventKind, ProgressReport, RunnerEvent, StoredObjectRef
 
 from . import phases, podspec
 from .events import post_event
@@ -49,7 +49,7 @@ class Tracked:
     startup_deadline: float | None = None
     pod_created_at: float | None = None
     cleaned_up: bool = False
-    progress: Progress | None = None
+    progress: ProgressReport | None = None
     progress_dirty: bool = False
     progress_written_at: float = 0.0
     generated_reported: int = 0
@@ -502,7 +502,7 @@ class Reconciler:
 
     # -- runner reports (ingest API) ----------------------------------------------
 
-    async def on_progress(self, entry: Tracked, progress: Progress) -> None:
+    async def on_progress(self, entry: Tracked, progress: ProgressReport) -> None:
         for seconds in progress.generation_seconds:
             self.metrics.generation_seconds.observe(seconds)
         for seconds in progress.tool_seconds:

@@ -527,7 +527,7 @@ class Resources(ApiModel):
         return self
 
 
-class Sandbox(ApiModel):
+class SandboxSpec(ApiModel):
     """Where and how the rollout pod runs."""
 
     resources: Resources = Field(
@@ -616,7 +616,7 @@ class SWERolloutSpec(ApiModel):
     """The policy server."""
     agent: Agent = Field(default_factory=Agent)
     """The agent loop and its limits."""
-    sandbox: Sandbox = Field(default_factory=Sandbox)
+    sandbox: SandboxSpec = Field(default_factory=SandboxSpec)
     """Pod placement, resources and lifetime."""
     reward: Reward = Field(default_factory=Reward)
     """Reward evaluation."""

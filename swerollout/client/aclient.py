@@ -37,7 +37,7 @@ from swerollout.api.v1alpha1 import (
     Instance,
     Mode,
     Reward,
-    Sandbox,
+    SandboxSpec,
     SWERolloutSpec,
 )
 from swerollout.client.errors import (
@@ -294,7 +294,7 @@ class AsyncRolloutClient:
         labels: Mapping[str, str] | None = None,
         weight_version: str | None = None,
         reward: Reward | Mapping[str, Any] | None = None,
-        sandbox: Sandbox | Mapping[str, Any] | None = None,
+        sandbox: SandboxSpec | Mapping[str, Any] | None = None,
         check_endpoint: bool = False,
         member_inference: Sequence[Inference | Mapping[str, Any]] | None = None,
     ) -> list[str]:
@@ -332,7 +332,7 @@ class AsyncRolloutClient:
                         "agent": agent if agent is not None else Agent(),
                         "mode": Mode(mode),
                         "reward": reward if reward is not None else Reward(),
-                        "sandbox": sandbox if sandbox is not None else Sandbox(),
+                        "sandbox": sandbox if sandbox is not None else SandboxSpec(),
                     }
                 )
                 for inst in api_instances

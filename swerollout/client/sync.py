@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
-from swerollout.api.v1alpha1 import Agent, Inference, Mode, Reward, Sandbox
+from swerollout.api.v1alpha1 import Agent, Inference, Mode, Reward, SandboxSpec
 from swerollout.client.aclient import AsyncRolloutClient, InstanceLike, Object, ProgressCallback
 from swerollout.client.errors import ClientConfigError
 from swerollout.client.progress import BatchProgress
@@ -111,7 +111,7 @@ class RolloutClient:
         labels: Mapping[str, str] | None = None,
         weight_version: str | None = None,
         reward: Reward | Mapping[str, Any] | None = None,
-        sandbox: Sandbox | Mapping[str, Any] | None = None,
+        sandbox: SandboxSpec | Mapping[str, Any] | None = None,
         check_endpoint: bool = False,
         member_inference: Sequence[Inference | Mapping[str, Any]] | None = None,
     ) -> list[str]:

@@ -43,6 +43,8 @@ class ObjectKind(StrEnum):
     """A partial trajectory saved at an abort, for resuming."""
     REPORT = "report"
     """An evaluation report (test output, grading)."""
+    PATCH = "patch"
+    """The working-tree diff a run submitted (or the one captured at an abort, for replay)."""
     OTHER = "other"
     """Anything else a runner attaches (logs, patches)."""
 

@@ -9,7 +9,7 @@ after a dropped connection changes nothing the first one did not.
 Paths (all under the operator's ingest port, bearer token per rollout):
 
     GET  /v1/rollouts/{ns}/{name}/{uid}/assignment?after=<id>&wait=<s>  -> Assignment
-    POST /v1/rollouts/{ns}/{name}/{uid}/progress                     Progress -> Ack
+    POST /v1/rollouts/{ns}/{name}/{uid}/progress                     ProgressReport -> Ack
     PUT  /v1/rollouts/{ns}/{name}/{uid}/objects/{kind}               bytes -> StoredObjectRef
     GET  /v1/rollouts/{ns}/{name}/{uid}/objects/{kind}/{sha256}      -> bytes
     POST /v1/rollouts/{ns}/{name}/{uid}/events                       RunnerEvent -> Ack
@@ -21,6 +21,9 @@ from enum import Enum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+# Stored objects have one kind taxonomy; the ingest contract names it too.
+from swerollout.store.models import ObjectKind as ObjectKind
 
 API_PREFIX = "/v1/rollouts"
 TOKEN_HEADER = "Authorization"
@@ -35,13 +38,6 @@ MAX_WAIT_SECONDS = 60.0
 
 class WireModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class ObjectKind(str, Enum):
-    TRAJECTORY = "trajectory"
-    SNAPSHOT = "snapshot"
-    REPORT = "report"
-    PATCH = "patch"
 
 
 class StoredObjectRef(WireModel):
@@ -85,7 +81,7 @@ class Assignment(WireModel):
     """For eval: the rollout's exit status (for gating and the report)."""
 
 
-class Progress(WireModel):
+class ProgressReport(WireModel):
     """Fine-grained progress; the operator coalesces it into status and metrics."""
 
     turns: int = Field(ge=0)

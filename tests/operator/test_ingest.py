@@ -39,7 +39,7 @@ def test_tokens_are_checked_and_bad_requests_write_nothing(
 ) -> None:
     uid_a, token_a = _setup(operator, kubectl, namespace, "ra")
     uid_b, token_b = _setup(operator, kubectl, namespace, "rb")
-    progress = wire.Progress(turns=3, context_tokens=100, generated_tokens=50).model_dump_json()
+    progress = wire.ProgressReport(turns=3, context_tokens=100, generated_tokens=50).model_dump_json()
     url = _url(operator, namespace, "ra", uid_a, "/progress")
 
     assert httpx.post(url, content=progress).status_code == 401
