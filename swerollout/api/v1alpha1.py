@@ -557,7 +557,7 @@ class SandboxSpec(ApiModel):
     """How long an aborted rollout keeps its live pod for a resume on the same sandbox; after that the pod is reclaimed."""
 
     @model_validator(mode="after")
-    def _sets(self) -> Sandbox:
+    def _sets(self) -> SandboxSpec:
         _no_duplicates(self, "image_pull_secrets")
         return self
 
