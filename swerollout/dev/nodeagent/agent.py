@@ -84,7 +84,7 @@ class NodeAgent:
             self.bwrap = find_bwrap()
             if self.bwrap is None and config.isolation == "bwrap":
                 raise NodeAgentError("isolation='bwrap' but bwrap is not installed (apt-get install bubblewrap)")
-            problem = bwrap_works(self.bwrap) if self.bwrap else None
+            problem = bwrap_works(self.bwrap, config.seccomp_file) if self.bwrap else None
             if problem is not None:
                 if config.isolation == "bwrap":
                     raise NodeAgentError(f"isolation='bwrap' but bubblewrap cannot run here: {problem}")

@@ -52,5 +52,10 @@ class NodeAgentConfig(BaseModel):
     """Overrides every readiness probe's periodSeconds (tests use a small value);
     None keeps what the pod says."""
 
+    @property
+    def seccomp_file(self) -> Path:
+        """The compiled seccomp filter every bubblewrap container loads (see seccomp.py)."""
+        return self.root_dir / "seccomp.bpf"
+
     def is_runner_image(self, image: str) -> bool:
         return any(fnmatch.fnmatchcase(image, pattern) for pattern in self.runner_images)

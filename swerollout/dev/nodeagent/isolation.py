@@ -22,6 +22,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from . import seccomp
+
 MOUNT_ROOT_ENV = "SWEROLLOUT_MOUNT_ROOT"
 
 # Host paths a sandbox (task image) container may see, read-only. Everything else
@@ -41,16 +43,40 @@ def find_bwrap() -> str | None:
     return shutil.which("bwrap")
 
 
-def bwrap_works(bwrap: str) -> str | None:
-    """None when bubblewrap can build a sandbox here, else its error (some container
-    runtimes forbid the namespaces it needs)."""
+# Every container: its own user, pid, ipc and uts namespaces; no capabilities (bwrap also
+# sets no_new_privs); the seccomp filter of seccomp.py read from fd 9, which the shell
+# in front of bwrap opens from the filter file (so a persisted argv stays valid).
+_CONFINE = ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--cap-drop", "ALL",
+            "--seccomp", "9"]
+_OPEN_FILTER = 'exec "$@" 9<"$0"'
+
+
+def write_seccomp_filter(path: Path) -> Path:
+    """Write the compiled filter where every container's launcher reads it."""
+    data = seccomp.program()
+    if not path.exists() or path.read_bytes() != data:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    return path
+
+
+def confined(bwrap: str, seccomp_file: Path) -> list[str]:
+    """The launcher prefix: a shell that opens the filter on fd 9, then bwrap with its confinement flags."""
+    return ["/bin/sh", "-c", _OPEN_FILTER, str(seccomp_file), bwrap, *_CONFINE]
+
+
+def bwrap_works(bwrap: str, seccomp_file: Path) -> str | None:
+    """None when bubblewrap can build a confined sandbox here, else its error (some
+    container runtimes forbid the namespaces it needs)."""
     try:
+        write_seccomp_filter(seccomp_file)
         result = subprocess.run(
-            [bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--ro-bind", "/", "/", "--dev", "/dev",
-             "--proc", "/proc", "--", "true"],
+            [*confined(bwrap, seccomp_file), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--", "true"],
             capture_output=True, text=True, timeout=30, check=False,
         )
-    except (OSError, subprocess.TimeoutExpired) as exc:
+    except (OSError, subprocess.TimeoutExpired, seccomp.UnsupportedArch) as exc:
         return str(exc)
     return None if result.returncode == 0 else (result.stderr.strip() or f"exit code {result.returncode}")
 
@@ -114,6 +140,7 @@ def bwrap_argv(
     private_tmp: Path,
     workdir: PurePosixPath,
     hostname: str,
+    seccomp_file: Path,
     keep_visible: list[Path] | None = None,
 ) -> list[str]:
     """The bwrap prefix for one container (the command follows after ``--``).
@@ -123,7 +150,7 @@ def bwrap_argv(
     otherwise hide; they are bound read-only on top of it."""
     mounts = [Mount(m.source, _through_symlinks(m.dest, exposed), m.read_only) for m in mounts]
     cuts = [*_REPLACED, *(PurePosixPath(p) for p in hidden), *(m.dest for m in mounts)]
-    args = [bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", hostname[:63], "--die-with-parent"]
+    args = [*confined(bwrap, seccomp_file), "--hostname", hostname[:63], "--die-with-parent"]
     for path in exposed:
         _emit(path, PurePosixPath(path), cuts, args)
     args += ["--dev", "/dev", "--proc", "/proc", "--bind", str(private_tmp), "/tmp"]

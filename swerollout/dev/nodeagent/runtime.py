@@ -476,6 +476,7 @@ class PodRuntime:
             prefix = bwrap_argv(
                 self.bwrap, exposed=exposed, hidden=[self.config.root_dir, *self.config.hidden_paths], mounts=mounts, private_tmp=tmp,
                 workdir=workdir or PurePosixPath("/tmp"), hostname=self.pod.metadata.name, keep_visible=keep,
+                seccomp_file=self.config.seccomp_file,
             )
             cwd = ctr_dir
             launch = [*prefix, *argv]

@@ -14,7 +14,7 @@ def test_paths_under_tmp_stay_visible_on_top_of_the_private_tmp(tmp_path: Path) 
         outside = Path("/usr")  # not under /tmp: already exposed, not re-bound
         args = bwrap_argv(
             "bwrap", exposed=[Path("/")], hidden=[], mounts=[], private_tmp=tmp_path,
-            workdir=PurePosixPath("/tmp"), hostname="pod", keep_visible=[venv, outside, venv / "missing"],
+            workdir=PurePosixPath("/tmp"), hostname="pod", seccomp_file=tmp_path / "f.bpf", keep_visible=[venv, outside, venv / "missing"],
         )
         tmp_bind = args.index("/tmp", args.index(str(tmp_path)))
         rebinds = [i for i in range(len(args) - 2) if args[i] == "--ro-bind" and args[i + 1] == str(venv)]

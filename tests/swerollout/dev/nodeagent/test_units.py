@@ -88,7 +88,8 @@ def test_bwrap_view_hides_paths_and_follows_symlinked_mount_points(tmp_path: Pat
     args = bwrap_argv("bwrap", exposed=[host], hidden=[host / "secret"],
                       mounts=[Mount(tmp_path / "vol", PurePosixPath(str(host / "etc" / "new")), True),
                               Mount(tmp_path / "vol", PurePosixPath(str(host / "varrun" / "s")), False)],
-                      private_tmp=tmp_path, workdir=PurePosixPath("/"), hostname="h")
+                      private_tmp=tmp_path, workdir=PurePosixPath("/"), hostname="h",
+                      seccomp_file=tmp_path / "seccomp.bpf")
     joined = " ".join(args)
     assert f"--ro-bind {host}/etc/passwd {host}/etc/passwd" in joined  # /etc split around the new mount point
     assert str(host / "secret") not in joined
@@ -115,14 +116,14 @@ async def test_shim_records_exit_codes_and_identity_survives_adoption(tmp_path: 
     assert adopted.exit_code() == 128 + signal.SIGTERM
 
 
-def test_bubblewrap_is_probed_before_use() -> None:
+def test_bubblewrap_is_probed_before_use(tmp_path: Path) -> None:
     from swerollout.dev.nodeagent.isolation import bwrap_works, find_bwrap
 
     bwrap = find_bwrap()
     assert bwrap is not None, "hack/install-system-deps.sh installs bubblewrap"
-    assert bwrap_works(bwrap) is None
-    assert bwrap_works("/bin/false") == "exit code 1"
-    assert bwrap_works("/nonexistent/bwrap") is not None
+    assert bwrap_works(bwrap, tmp_path / "f.bpf") is None
+    assert bwrap_works("/bin/false", tmp_path / "f.bpf") == "exit code 1"
+    assert bwrap_works("/nonexistent/bwrap", tmp_path / "f.bpf") is not None
 
 
 def test_pod_loopback_addresses_are_stable_distinct_and_outside_127_0() -> None:
