@@ -128,6 +128,13 @@ class GenerateRequest(_Lenient):
     def _null_means_defaults(cls, value: Any) -> Any:
         return {} if value is None else value
 
+    @model_validator(mode="after")
+    def _one_prompt(self) -> GenerateRequest:
+        # SGLang: "Either text, input_ids or input_embeds should be provided." (400)
+        if self.input_ids is None and self.text is None:
+            raise ValueError("input_ids: give input_ids (token-in) or text")
+        return self
+
     def to_wire(self) -> dict[str, Any]:
         """The JSON body: exactly the fields the sender set (SGLang fills in its defaults)."""
         body = self.model_dump(exclude_none=True, exclude_unset=True)

@@ -34,6 +34,9 @@ from swerollout.dev.policy_server.wire import (
 )
 
 VERSION = "swerollout-policy-server/0.1"
+STANDIN_PREFIX = "/_standin"
+"""Routes under this prefix are the stand-in's own; every other route is SGLang 0.5.23's."""
+FAULTS_ROUTE = f"{STANDIN_PREFIX}/faults"
 ENGINE_KEY = web.AppKey("engine", Engine)
 SETTINGS_KEY = web.AppKey("settings", ServerSettings)
 
@@ -120,21 +123,22 @@ async def generate(request: web.Request) -> web.StreamResponse:
 
 
 async def abort_request(request: web.Request) -> web.Response:
+    """SGLang answers an empty 200 whether or not the exact rid was live."""
     body = await _parse(request, AbortRequest)
-    count = _engine(request).abort(body.rid, abort_all=body.abort_all)
-    return web.json_response({"success": True, "aborted": count})
+    _engine(request).abort(body.rid, abort_all=body.abort_all)
+    return web.Response(status=200)
 
 
 async def pause_generation(request: web.Request) -> web.Response:
     body = await _parse(request, PauseRequest, allow_empty=True)
     await _engine(request).pause(body.mode)
-    return web.json_response({"success": True, "mode": body.mode.value})
+    return web.json_response({"message": "Generation paused successfully.", "status": "ok"})
 
 
 async def continue_generation(request: web.Request) -> web.Response:
     await _parse(request, ContinueRequest, allow_empty=True)
     _engine(request).resume()
-    return web.json_response({"success": True})
+    return web.json_response({"message": "Generation continued successfully.", "status": "ok"})
 
 
 async def update_weight_version(request: web.Request) -> web.Response:
@@ -158,12 +162,14 @@ async def update_weights_from_disk(request: web.Request) -> web.Response:
 
 
 async def flush_cache(request: web.Request) -> web.Response:
-    """Trainer compatibility: there is no prefix cache to flush."""
-    return web.Response(status=200, text="Cache flushed.")
-
-
-async def get_weight_version(request: web.Request) -> web.Response:
-    return web.json_response({"weight_version": _engine(request).weight_version})
+    """There is no prefix cache to flush; like SGLang, refused (400) while requests run."""
+    if _engine(request).load()["num_total_reqs"]:
+        return web.Response(status=400, text="Flush cache failed: there are running or waiting requests.\n")
+    return web.Response(
+        status=200,
+        text="Cache flushed.\nPlease check backend logs for more details. "
+        "(When there are running or waiting requests, the operation will not be performed.)\n",
+    )
 
 
 async def health(request: web.Request) -> web.Response:
@@ -205,26 +211,15 @@ async def get_server_info(request: web.Request) -> web.Response:
             "model_path": settings.model_name,
             "tokenizer_path": settings.tokenizer,
             "context_length": settings.context_length,
+            "max_total_num_tokens": engine.limits.max_req_len + 1,
+            "max_req_input_len": engine.limits.max_req_input_len,
+            "enable_return_routed_experts": True,
             "version": VERSION,
             "weight_version": engine.weight_version,
-            "paused": engine.paused.value if engine.paused else None,
+            "paused": engine.paused,
             "faults": engine.faults.settings.model_dump(mode="json"),
             "requests_served": engine.requests_served,
         }
-    )
-
-
-async def get_load(request: web.Request) -> web.Response:
-    load = _engine(request).load()
-    return web.json_response(
-        [
-            {
-                "dp_rank": 0,
-                "num_reqs": load["num_total_reqs"],
-                "num_waiting_reqs": load["num_waiting_reqs"],
-                "num_tokens": load["num_used_tokens"],
-            }
-        ]
     )
 
 
@@ -238,7 +233,10 @@ async def v1_loads(request: web.Request) -> web.Response:
         "weight_version": engine.weight_version,
     }
     return web.json_response(
-        {"timestamp": time.time(), "dp_rank_count": 1, "loads": [entry], "aggregate": dict(load)}
+        {
+            "timestamp": time.time(), "version": VERSION, "accelerator": None, "num_accelerators": 0,
+            "loads": [entry],
+        }
     )
 
 
@@ -303,17 +301,17 @@ def create_app(settings: ServerSettings, engine: Engine | None = None) -> web.Ap
         ("POST", "/update_weight_version", update_weight_version),
         ("POST", "/update_weights_from_disk", update_weights_from_disk),
         ("POST", "/flush_cache", flush_cache),
-        ("GET", "/get_weight_version", get_weight_version),
+        ("GET", "/flush_cache", flush_cache),
         ("GET", "/health", health),
         ("GET", "/health_generate", health_generate),
         ("GET", "/get_model_info", get_model_info),
         ("GET", "/get_server_info", get_server_info),
-        ("GET", "/get_load", get_load),
         ("GET", "/v1/loads", v1_loads),
         ("GET", "/v1/models", v1_models),
         ("POST", "/v1/chat/completions", chat_completions),
-        ("GET", "/faults", get_faults),
-        ("POST", "/faults", set_faults),
+        # Ours, not SGLang's: test-only fault injection, under one stand-in-only prefix.
+        ("GET", FAULTS_ROUTE, get_faults),
+        ("POST", FAULTS_ROUTE, set_faults),
     ]
     for method, path, handler in routes:
         app.router.add_route(method, path, handler)

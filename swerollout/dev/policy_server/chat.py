@@ -18,7 +18,6 @@ from swerollout.dev.policy_server.errors import BadRequestError
 from swerollout.dev.policy_server.tool_markup import parse_tool_calls
 from swerollout.dev.policy_server.wire import (
     ChatCompletionRequest,
-    FinishType,
     GenerateRequest,
     SamplingParams,
 )
@@ -84,8 +83,8 @@ async def chat_completion(
     markup = engine.chat_format.markup
     content, calls = parse_tool_calls(result.text, markup) if tools and markup else (result.text, [])
     finish = result.meta_info.finish_reason
-    finish_type = finish.type if finish else FinishType.STOP
-    finish_reason = "tool_calls" if calls and finish_type is FinishType.STOP else finish_type.value
+    finish_type = finish.type if finish else "stop"
+    finish_reason = "tool_calls" if calls and finish_type == "stop" else finish_type
     message: dict[str, Any] = {"role": "assistant", "content": content or None}
     if calls:
         message["tool_calls"] = [

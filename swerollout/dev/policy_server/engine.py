@@ -4,26 +4,29 @@ Policies only produce tokens; everything an SGLang scheduler decides around them
 lives here, checked at every token boundary so that an abort or a pause lands
 between two tokens:
 
-- abort_request matches rids by PREFIX (SGLang's ``rid.startswith``); an aborted
-  request returns finish_reason abort with the tokens generated so far (none if
-  it was still waiting: "abort before prefill").
+- /abort_request matches the EXACT rid, as SGLang 0.5.23's HTTP layer does (its
+  TokenizerManager drops any other rid; only its scheduler matches prefixes); an
+  aborted request returns finish_reason abort with the tokens generated so far
+  (none if it was still waiting: "abort before prefill").
 - pause ``abort``: every in-flight request is aborted; new ones wait for continue.
-- pause ``retract``: in-flight requests stop and, after continue, start over from
-  their prompt (their partial output is discarded; the client sees one normal
-  completion). Real SGLang instead re-prefills prompt + partial output; starting
-  over keeps a retracted request's tokens from a single weight version.
-- pause ``in_place``: in-flight requests freeze and carry on after continue.
+- pause ``retract``: in-flight requests stop and, after continue, carry on from
+  their partial output (SGLang re-prefills prompt + partial output), so one
+  response can hold tokens of two weight versions.
+- pause ``in_place``: in-flight requests freeze and carry on after continue. The
+  scheduler runs no loop meanwhile, so an abort lands only after continue.
 - ``meta_info.weight_version`` is the server's version when the response is
-  built; /update_weight_version changes it for every response from then on.
+  built; a version change while a request has output is recorded, and the
+  response then carries ``weight_versions`` spans, as SGLang 0.5.23 does.
+- Limits: a prompt of ``len >= min(ctx - 1, kv - 1) - 5`` is refused with SGLang's
+  400 text, ``prompt + max_new_tokens > ctx`` too, and ``max_new_tokens`` is capped
+  at ``max_req_len - prompt - 1``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 import random
-import struct
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -34,13 +37,16 @@ from typing import TYPE_CHECKING
 from swerollout.dev.policy_server.errors import BadRequestError
 from swerollout.dev.policy_server.faults import FaultInjector
 from swerollout.dev.policy_server.policies import Generation, Policy, SamplingConfig, TokenSample
-from swerollout.dev.policy_server.wire import (
+from swerollout.wire.sglang import (
+    ContextLimits,
     FinishReason,
-    FinishType,
     GenerateRequest,
     GenerateResponse,
     MetaInfo,
     PauseMode,
+    WeightVersionSpan,
+    encode_routed_experts,
+    finite_or_none,
 )
 
 if TYPE_CHECKING:
@@ -51,8 +57,9 @@ if TYPE_CHECKING:
 ProgressCallback = Callable[[GenerateResponse], Awaitable[None]]
 log = logging.getLogger("swerollout.dev.policy_server")
 
-# Synthetic routed-experts shape (this server has no MoE layers): per output token,
-# ROUTED_LAYERS x ROUTED_TOP_K int32 expert ids, derived from the token id.
+# Synthetic routed-experts shape (this server has no MoE layers): per token read,
+# ROUTED_LAYERS x ROUTED_TOP_K int32 expert ids, derived from the token id, in SGLang's
+# layout [seqlen - 1 - routed_experts_start_len, layers, top_k] over prompt + output.
 ROUTED_LAYERS = 2
 ROUTED_TOP_K = 2
 ROUTED_EXPERTS = 8
@@ -70,6 +77,9 @@ class _InFlight:
     """Frozen at a token boundary by a pause."""
     generated: int = 0
     received_at: float = field(default_factory=time.monotonic)
+    input_ids: list[int] = field(default_factory=list)
+    version_changes: list[tuple[str, int]] = field(default_factory=list)
+    """(old version, output tokens so far) at each weight-version change with output."""
 
 
 @dataclass(frozen=True)
@@ -131,12 +141,12 @@ class Engine:
 
     # --- control endpoints ------------------------------------------------------------
 
-    def abort(self, rid_prefix: str, *, abort_all: bool, message: str = "Abort requested") -> int:
-        """Abort matching requests; returns how many. Empty prefix without abort_all matches none."""
-        if not abort_all and not rid_prefix:
+    def abort(self, rid: str, *, abort_all: bool, message: str = "Abort requested") -> int:
+        """Abort the request whose rid is exactly ``rid`` (or all); returns how many."""
+        if not abort_all and not rid:
             return 0
-        hits = [e for e in self._requests.values() if abort_all or e.rid.startswith(rid_prefix)]
-        log.info("abort prefix=%r all=%s matched=%d", rid_prefix, abort_all, len(hits))
+        hits = [e for e in self._requests.values() if abort_all or e.rid == rid]
+        log.info("abort rid=%r all=%s matched=%d", rid, abort_all, len(hits))
         for entry in hits:
             if entry.abort_message is None:
                 entry.abort_message = message
@@ -145,16 +155,16 @@ class Engine:
 
     async def pause(self, mode: PauseMode) -> None:
         """Pause generation; returns once no in-flight request is mid-token."""
-        log.info("pause mode=%s in_flight=%d", mode.value, len(self._requests))
+        log.info("pause mode=%s in_flight=%d", mode, len(self._requests))
         self._pause_mode = mode
-        if mode is PauseMode.ABORT:
+        if mode == "abort":
             self.abort("", abort_all=True, message="Abort by pause_generation")
         self._signal()
         await self._wait_for(
             lambda: self._pause_mode is not mode  # continued (or re-paused) meanwhile
             or (
                 all(not e.started or e.parked or e.abort_message for e in self._requests.values())
-                and (mode is not PauseMode.ABORT or not any(e.started for e in self._requests.values()))
+                and (mode != "abort" or not any(e.started for e in self._requests.values()))
             ),
             timeout=PAUSE_SETTLE_TIMEOUT,
         )
@@ -168,6 +178,10 @@ class Engine:
         if abort_all:
             self.abort("", abort_all=True, message="Abort by update_weight_version")
         log.info("weight version %s -> %s", self.weight_version, new_version)
+        if new_version != self.weight_version:
+            for entry in self._requests.values():
+                if entry.generated and entry.abort_message is None:
+                    entry.version_changes.append((self.weight_version, entry.generated))
         self.weight_version = new_version
 
     def load(self) -> dict[str, int]:
@@ -177,7 +191,8 @@ class Engine:
             "num_running_reqs": len(running),
             "num_waiting_reqs": len(waiting),
             "num_total_reqs": len(self._requests),
-            "num_used_tokens": sum(e.prompt_tokens + e.generated for e in running),
+            # A paused request keeps its KV (in_place) or gets it back on continue (retract).
+            "num_used_tokens": sum(e.prompt_tokens + e.generated for e in self._requests.values() if e.started),
         }
 
     def close(self) -> None:
@@ -189,6 +204,8 @@ class Engine:
     def prompt_ids(self, request: GenerateRequest) -> list[int]:
         if request.input_ids is not None:
             ids = request.input_ids
+            if not ids:
+                raise BadRequestError("input_ids must not be empty", field="input_ids")
             bad = next((i for i in ids if not 0 <= i < self._vocab_size), None)
             if bad is not None:
                 raise BadRequestError(
@@ -197,19 +214,33 @@ class Engine:
                 )
         else:
             ids = list(self.tokenizer.encode(request.text or "", add_special_tokens=False))
+        # SGLang's texts, so a client can tell a too-long prompt from other 400s.
         if len(ids) >= self.context_length:
             raise BadRequestError(
-                f"input_ids: the prompt has {len(ids)} tokens; the context length is {self.context_length}",
+                f"The input ({len(ids)} tokens) is longer than the model's context length "
+                f"({self.context_length} tokens).",
                 field="input_ids",
             )
         max_new = request.sampling_params.max_new_tokens
-        if len(ids) + max_new > self.context_length:
+        if max_new is not None and len(ids) + max_new > self.context_length:
             raise BadRequestError(
-                f"sampling_params.max_new_tokens: prompt ({len(ids)}) + max_new_tokens ({max_new}) "
-                f"exceeds the context length {self.context_length}",
+                f"Requested token count exceeds the model's maximum context length of {self.context_length} "
+                f"tokens. You requested a total of {len(ids) + max_new} tokens: {len(ids)} tokens from the input "
+                f"messages and {max_new} tokens for the completion. Please reduce the number of tokens in the "
+                "input messages or the completion to fit within the limit.",
                 field="sampling_params.max_new_tokens",
             )
+        if not self.limits.prompt_fits(len(ids)):
+            raise BadRequestError(
+                f"Input length ({len(ids)} tokens) exceeds the maximum allowed length "
+                f"({self.limits.max_req_input_len} tokens). Use a shorter input or enable --allow-auto-truncate.",
+                field="input_ids",
+            )
         return ids
+
+    @property
+    def limits(self) -> ContextLimits:
+        return ContextLimits.of(self.context_length)
 
     def admit(self, request: GenerateRequest) -> Admitted:
         """Roll the fault dice, validate the prompt and register the rid (before any output)."""
@@ -218,7 +249,7 @@ class Engine:
         rid = request.rid or uuid.uuid4().hex
         if rid in self._requests:
             raise BadRequestError(f"rid: request {rid!r} is already in flight", field="rid")
-        entry = _InFlight(rid=rid, prompt_tokens=len(input_ids))
+        entry = _InFlight(rid=rid, prompt_tokens=len(input_ids), input_ids=input_ids)
         self._requests[rid] = entry
         self._signal()
         return Admitted(entry=entry, request=request, input_ids=input_ids)
@@ -239,7 +270,7 @@ class Engine:
         log.info(
             "rid=%s prompt=%d completion=%d finish=%s version=%s",
             result.meta_info.id, result.meta_info.prompt_tokens, result.meta_info.completion_tokens,
-            finish.type.value if finish else None, result.meta_info.weight_version,
+            finish.type if finish else None, result.meta_info.weight_version,
         )
         return result
 
@@ -269,6 +300,10 @@ class Engine:
 
         # Held while paused (new requests wait for continue).
         await self._wait_for(lambda: self._pause_mode is None or entry.abort_message is not None)
+        max_new = min(
+            params.max_new_tokens if params.max_new_tokens is not None else 1 << 30,
+            self.limits.max_req_len - len(input_ids) - 1,
+        )
         output: list[int] = []
         logprobs: list[float] = []
         if entry.abort_message is not None:
@@ -283,45 +318,44 @@ class Engine:
             if entry.abort_message is not None:
                 finish = _abort(entry.abort_message)
             elif self._pause_mode is not None:
-                if await self._park(entry):
-                    output, logprobs = [], []
-                    generation = self.policy.start(input_ids, sampling)
-                entry.generated = len(output)
-            elif len(output) >= params.max_new_tokens:
-                finish = FinishReason(type=FinishType.LENGTH, length=len(output))
+                await self._park(entry)
+            elif len(output) >= max_new:
+                finish = FinishReason(type="length", length=len(output))
             elif fault_limit is not None and len(output) >= fault_limit:
                 finish = _abort(f"injected fault: abort after {fault_limit} tokens")
             else:
                 sample = await self._step(generation)
                 if sample is None:
-                    finish = FinishReason(type=FinishType.STOP, matched=None)
+                    finish = FinishReason(type="stop", matched=None)
                     break
                 output.append(sample.token_id)
                 logprobs.append(sample.logprob)
                 entry.generated = len(output)
                 if sample.token_id in stop_ids:
-                    finish = FinishReason(type=FinishType.STOP, matched=sample.token_id)
+                    finish = FinishReason(type="stop", matched=sample.token_id)
                 elif stop_strings and self._tail_has_stop(output, stop_strings, params.skip_special_tokens):
                     matched_text = _first_stop(self._decode(output, params.skip_special_tokens), stop_strings)
                     if matched_text is not None:
-                        finish = FinishReason(type=FinishType.STOP, matched=matched_text)
+                        finish = FinishReason(type="stop", matched=matched_text)
                 delay = self.faults.settings.delay_per_token
                 await asyncio.sleep(delay)  # also yields, so aborts and pauses get in
                 if on_progress is not None and finish is None:
                     await on_progress(self._response(entry, request, output, logprobs, None, None))
         return self._response(entry, request, output, logprobs, finish, matched_text)
 
-    async def _park(self, entry: _InFlight) -> bool:
-        """Wait out a pause at a token boundary; True when the request must start over (retract)."""
-        retract = self._pause_mode is PauseMode.RETRACT
+    async def _park(self, entry: _InFlight) -> None:
+        """Wait out a pause at a token boundary, then carry on (retract keeps the partial
+        output too). During ``in_place`` the scheduler is frozen: even an abort waits for continue."""
         entry.parked = True
         self._signal()
         try:
-            await self._wait_for(lambda: self._pause_mode is None or entry.abort_message is not None)
+            await self._wait_for(
+                lambda: self._pause_mode is None
+                or (entry.abort_message is not None and self._pause_mode != "in_place")
+            )
         finally:
             entry.parked = False
             self._signal()
-        return retract and entry.abort_message is None
 
     async def probe(self) -> None:
         """One greedy decode step outside the request table (health_generate; not counted as load)."""
@@ -358,10 +392,10 @@ class Engine:
         text = self._decode(output, request.sampling_params.skip_special_tokens)
         if matched_text is not None:
             text = text[: text.find(matched_text)]
-        token_logprobs: list[tuple[float, int, str | None]] | None = None
+        token_logprobs: list[tuple[float | None, int, str | None]] | None = None
         if request.return_logprob:
             token_logprobs = [
-                (lp, tok, self._decode([tok], False) if request.return_text_in_logprobs else None)
+                (finite_or_none(lp), tok, self._decode([tok], False) if request.return_text_in_logprobs else None)
                 for lp, tok in zip(logprobs, output, strict=True)
             ]
         meta = MetaInfo(
@@ -369,16 +403,37 @@ class Engine:
             prompt_tokens=entry.prompt_tokens,
             completion_tokens=len(output),
             weight_version=self.weight_version,
+            weight_versions=_spans(entry.version_changes, self.weight_version, len(output)),
             finish_reason=finish,
             output_token_logprobs=token_logprobs,
-            routed_experts=_synthetic_routed_experts(output) if request.return_routed_experts else None,
+            routed_experts=(
+                _synthetic_routed_experts([*entry.input_ids, *output], request.routed_experts_start_len)
+                if request.return_routed_experts else None
+            ),
             e2e_latency=time.monotonic() - entry.received_at,
         )
         return GenerateResponse(text=text, output_ids=list(output), meta_info=meta)
 
 
 def _abort(message: str) -> FinishReason:
-    return FinishReason(type=FinishType.ABORT, message=message)
+    return FinishReason(type="abort", message=message)
+
+
+def _spans(changes: list[tuple[str, int]], current: str, count: int) -> list[WeightVersionSpan] | None:
+    """Which weights sampled which output tokens, when they changed during the request
+    (SGLang: a span per version, merged when a version repeats; cut at ``count``)."""
+    if not changes:
+        return None
+    spans: list[WeightVersionSpan] = []
+    for version, end in [*changes, (current, count)]:
+        end = min(end, count)
+        if spans and end <= spans[-1].end:
+            continue
+        if spans and spans[-1].version == version:
+            spans[-1].end = end
+            continue
+        spans.append(WeightVersionSpan(version=version, start=spans[-1].end if spans else 0, end=end))
+    return spans
 
 
 def _first_stop(text: str, stops: list[str]) -> str | None:
@@ -386,12 +441,12 @@ def _first_stop(text: str, stops: list[str]) -> str | None:
     return min(found)[1] if found else None
 
 
-def _synthetic_routed_experts(output: list[int]) -> str:
-    """Base64 of little-endian int32 [len(output), ROUTED_LAYERS, ROUTED_TOP_K] expert ids."""
-    values: list[int] = []
-    for token in output:
-        for layer in range(ROUTED_LAYERS):
-            for k in range(ROUTED_TOP_K):
-                values.append((token + layer * 3 + k) % ROUTED_EXPERTS)
-    return base64.b64encode(struct.pack(f"<{len(values)}i", *values)).decode("ascii")
+def _synthetic_routed_experts(sequence: list[int], start: int) -> str:
+    """Base64 int32 ``[len(sequence) - 1 - start, ROUTED_LAYERS, ROUTED_TOP_K]``: one row per
+    token the model read from position ``start`` on (the last sampled token is never read)."""
+    rows = [
+        [(token + layer * 3 + k) % ROUTED_EXPERTS for layer in range(ROUTED_LAYERS) for k in range(ROUTED_TOP_K)]
+        for token in sequence[start : len(sequence) - 1]
+    ]
+    return encode_routed_experts(rows)
 

@@ -96,19 +96,19 @@ async def test_transient_server_errors_are_retried(
     repo_sandbox: RepoSandbox, policy_servers: dict[str, PolicyServerHandle]
 ) -> None:
     url = policy_servers["null"].url
-    httpx.post(f"{url}/faults", json={"fail_next": 2}).raise_for_status()
+    httpx.post(f"{url}/_standin/faults", json={"fail_next": 2}).raise_for_status()
     loop, model = chat_loop(repo_sandbox, url, v1alpha1.AgentKind.CHAT_AGENT, backoff=Backoff(first_seconds=0.05, max_seconds=8.0, attempts=6))
     async with model:
         result = await loop.run()
     assert result.exit_status == "submitted"
-    assert httpx.get(f"{url}/faults").json()["fail_next"] == 0
+    assert httpx.get(f"{url}/_standin/faults").json()["fail_next"] == 0
 
 
 async def test_server_errors_beyond_the_retries_are_exit_api(
     repo_sandbox: RepoSandbox, policy_servers: dict[str, PolicyServerHandle]
 ) -> None:
     url = policy_servers["null"].url
-    httpx.post(f"{url}/faults", json={"fail_next": 3}).raise_for_status()
+    httpx.post(f"{url}/_standin/faults", json={"fail_next": 3}).raise_for_status()
     loop, model = chat_loop(repo_sandbox, url, v1alpha1.AgentKind.CHAT_AGENT, backoff=Backoff(first_seconds=0.05, max_seconds=8.0, attempts=3))
     async with model:
         result = await loop.run()
@@ -239,11 +239,11 @@ async def test_chat_abort_is_partial_and_resume_finishes(
     url = policy_servers["null"].url
     loop, model = chat_loop(repo_sandbox, url, v1alpha1.AgentKind.CHAT_AGENT)
     async with model:
-        httpx.post(f"{url}/faults", json={"abort_after_tokens": 2}).raise_for_status()
+        httpx.post(f"{url}/_standin/faults", json={"abort_after_tokens": 2}).raise_for_status()
         try:
             partial = await loop.run()
         finally:
-            httpx.post(f"{url}/faults", json={"clear_abort_after_tokens": True}).raise_for_status()
+            httpx.post(f"{url}/_standin/faults", json={"clear_abort_after_tokens": True}).raise_for_status()
         assert partial.partial and partial.state.turns == 0
         assert [m["role"] for m in model.messages] == ["system", "user"]
         result = await loop.resume(partial.state)

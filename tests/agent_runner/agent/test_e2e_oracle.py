@@ -123,11 +123,11 @@ async def test_abort_snapshot_and_resume_with_the_real_model(
     sandbox = await Sandbox.connect(shared_server.handle.url, shared_server.handle.token, session="e2e-abort")
     try:
         model = make_model(sglang, config)
-        httpx.post(f"{oracle.url}/faults", json={"abort_after_tokens": 3}).raise_for_status()
+        httpx.post(f"{oracle.url}/_standin/faults", json={"abort_after_tokens": 3}).raise_for_status()
         try:
             partial = await AgentLoop(model, sandbox, config, task_of(instance)).run()
         finally:
-            httpx.post(f"{oracle.url}/faults", json={"clear_abort_after_tokens": True}).raise_for_status()
+            httpx.post(f"{oracle.url}/_standin/faults", json={"clear_abort_after_tokens": True}).raise_for_status()
         assert partial.partial and partial.exit_status is None
         assert partial.state.turns == 0 and partial.state.started
         blob = model.snapshot(agent_state=partial.state.model_dump(mode="json"))

@@ -105,7 +105,7 @@ async def test_abort_mid_turn_then_snapshot_restore_continue(oracle_server: Call
     await model.client.aclose()
 
     async with httpx.AsyncClient(base_url=server.url) as http:
-        (await http.post("/faults", json={"clear_abort_after_tokens": True})).raise_for_status()
+        (await http.post("/_standin/faults", json={"clear_abort_after_tokens": True})).raise_for_status()
         (await http.post("/update_weight_version", json={"new_version": "v2"})).raise_for_status()
 
     resumed, agent_state = RLTokenModel.restore(
@@ -354,4 +354,41 @@ async def test_server_limits_cap_the_request_and_end_the_run_with_context_error(
     with pytest.raises(ContextBudgetError, match="the server admits prompts below"):
         await model.generate()
     assert len(fake_sglang.requests) == 1  # refused here, never sent for a 400
+    await model.client.aclose()
+
+
+async def test_a_turn_spanning_a_weight_update_keeps_per_token_versions_to_the_client_record(
+    oracle_server: Callable[..., Any],
+) -> None:
+    """In-place pause mid-turn, weights updated, continue: one turn of two versions,
+    from SGLang's spans through the trajectory blob to the trainer's record."""
+    import asyncio
+
+    from swerollout.client.records import build_record
+
+    server = oracle_server(weight_version="step-0", faults={"delay_per_token": 0.02})
+    model = _model(server.url)
+    model.add_messages(PROMPT)
+    turn_task = asyncio.create_task(model.generate())
+    async with httpx.AsyncClient(base_url=server.url, timeout=60) as http:
+        for _ in range(2000):  # until the turn has output (a condition, not a sleep)
+            load = (await http.get("/v1/loads")).json()["loads"][0]
+            if load["num_running_reqs"] == 1 and load["num_used_tokens"] > len(model.buffer) + 2:
+                break
+            await asyncio.sleep(0.01)
+        (await http.post("/pause_generation", json={"mode": "in_place"})).raise_for_status()
+        update = {"new_version": "step-1", "abort_all_requests": False}
+        (await http.post("/update_weight_version", json=update)).raise_for_status()
+        (await http.post("/continue_generation", json={})).raise_for_status()
+    turn = await turn_task
+    assert turn.finish_reason == FinishReason.STOP
+    traj = Trajectory.from_bytes(model.trajectory(exit_status="submitted").to_bytes())
+    sampled = [v for v, m in zip(traj.weight_versions, traj.loss_mask) if m]
+    switch = sampled.index("step-1")
+    assert 0 < switch < len(sampled) and sampled == ["step-0"] * switch + ["step-1"] * (len(sampled) - switch)
+    assert traj.info["weight_version_sources"] == {"step-0": "server", "step-1": "server"}
+    record = build_record(
+        {"metadata": {"name": "r", "namespace": "ns"}, "status": {"phase": "Succeeded"}}, traj
+    )
+    assert [v for v, m in zip(record.weight_versions.tolist(), record.loss_mask.tolist()) if m] == sampled
     await model.client.aclose()

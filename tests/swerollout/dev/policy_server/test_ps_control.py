@@ -1,4 +1,4 @@
-"""Aborts by rid prefix, the three pause modes, and weight versions, over real HTTP.
+"""Exact-rid aborts, the three pause modes, and weight versions (spans), over real HTTP, as SGLang 0.5.23.
 
 Requests are kept in flight with the delay_per_token fault knob; the tests wait
 for states through /v1/loads (never on wall-clock time).
@@ -47,6 +47,12 @@ async def post(client: httpx.AsyncClient, url: str, path: str, body: dict[str, A
     return result
 
 
+async def control(client: httpx.AsyncClient, url: str, path: str, body: dict[str, Any] | None = None) -> None:
+    """A control route that answers SGLang's empty 200 (/abort_request)."""
+    response = await client.post(url + path, json=body if body is not None else {})
+    assert response.status_code == 200 and response.content == b"", response.text
+
+
 def assert_aborted_midway(reply: dict[str, Any], max_new_tokens: int = 400) -> None:
     meta = reply["meta_info"]
     assert meta["finish_reason"]["type"] == "abort", meta["finish_reason"]
@@ -55,21 +61,23 @@ def assert_aborted_midway(reply: dict[str, Any], max_new_tokens: int = 400) -> N
     assert len(meta["output_token_logprobs"]) == len(reply["output_ids"]) == meta["completion_tokens"]
 
 
-async def test_abort_matches_rid_prefix_only(policy_server) -> None:
+async def test_abort_matches_the_exact_rid_only(policy_server) -> None:
     server = policy_server("tiny-lm", faults=SLOW)
     async with httpx.AsyncClient(timeout=120) as client:
         first = asyncio.create_task(post(client, server.url, "/generate", long_request("run1-t0001-a01-9f3c")))
         second = asyncio.create_task(post(client, server.url, "/generate", long_request("run1-t0002-a01-1b2d")))
         await wait_until(client, server.url, lambda load: load["num_running_reqs"] == 2)
 
-        assert (await post(client, server.url, "/abort_request", {"rid": "run1-t0001"}))["aborted"] == 1
+        # A prefix is dropped silently at SGLang's HTTP layer: empty 200, nothing aborted.
+        await control(client, server.url, "/abort_request", {"rid": "run1-t0001"})
+        await control(client, server.url, "/abort_request", {"rid": "run1-"})
+        assert (await loads(client, server.url))["num_running_reqs"] == 2
+
+        await control(client, server.url, "/abort_request", {"rid": "run1-t0001-a01-9f3c"})
         assert_aborted_midway(await first)
         assert not second.done()
-        load = await loads(client, server.url)
-        assert load["num_running_reqs"] == 1
-
-        # A prefix shared by both matches the remaining one too.
-        assert (await post(client, server.url, "/abort_request", {"rid": "run1-"}))["aborted"] == 1
+        assert (await loads(client, server.url))["num_running_reqs"] == 1
+        await control(client, server.url, "/abort_request", {"rid": "run1-t0002-a01-1b2d"})
         assert_aborted_midway(await second)
 
 
@@ -78,8 +86,9 @@ async def test_abort_all_and_empty_rid_is_a_no_op(policy_server) -> None:
     async with httpx.AsyncClient(timeout=120) as client:
         tasks = [asyncio.create_task(post(client, server.url, "/generate", long_request(f"r{i}"))) for i in range(2)]
         await wait_until(client, server.url, lambda load: load["num_running_reqs"] == 2)
-        assert (await post(client, server.url, "/abort_request", {"rid": ""}))["aborted"] == 0
-        assert (await post(client, server.url, "/abort_request", {"abort_all": True}))["aborted"] == 2
+        await control(client, server.url, "/abort_request", {"rid": ""})
+        assert (await loads(client, server.url))["num_running_reqs"] == 2
+        await control(client, server.url, "/abort_request", {"abort_all": True})
         for task in tasks:
             assert_aborted_midway(await task)
         assert (await loads(client, server.url))["num_total_reqs"] == 0
@@ -107,7 +116,7 @@ async def test_abort_of_a_held_request_returns_no_tokens(policy_server) -> None:
         await post(client, server.url, "/pause_generation", {"mode": "in_place"})
         held = asyncio.create_task(post(client, server.url, "/generate", long_request("held-1")))
         await wait_until(client, server.url, lambda load: load["num_waiting_reqs"] == 1)
-        await post(client, server.url, "/abort_request", {"rid": "held-1"})
+        await control(client, server.url, "/abort_request", {"rid": "held-1"})
         reply = await held
         assert reply["meta_info"]["finish_reason"]["type"] == "abort"
         assert reply["output_ids"] == [] and reply["meta_info"]["output_token_logprobs"] == []
@@ -133,19 +142,42 @@ async def test_pause_in_place_freezes_and_resumes(policy_server) -> None:
         await post(client, server.url, "/pause_generation", {"mode": "in_place"})
         load = await loads(client, server.url)
         assert load["num_running_reqs"] == 0 and load["num_waiting_reqs"] == 1
-        frozen_at = len(lengths)
-        await post(client, server.url, "/update_weight_version", {"new_version": "v2"})
+        frozen_at = (await loads(client, server.url))["num_used_tokens"] - len(PROMPT)
+        # Without abort_all_requests: False, SGLang's default would abort the frozen request.
+        await post(client, server.url, "/update_weight_version", {"new_version": "v2", "abort_all_requests": False})
         await post(client, server.url, "/continue_generation")
         final = await task
     assert final["meta_info"]["finish_reason"] == {"type": "length", "length": 30}
     assert final["meta_info"]["weight_version"] == "v2"
     assert lengths == sorted(lengths) and 3 <= frozen_at < 30  # never restarted
+    # The tokens before the update carry the old version, the rest the new one.
+    assert final["meta_info"]["weight_versions"] == [
+        {"version": "default", "start": 0, "end": frozen_at}, {"version": "v2", "start": frozen_at, "end": 30},
+    ]
     reference = await_reference(server.url, body)
     assert final["output_ids"] == reference
 
 
-async def test_pause_retract_restarts_from_prompt(policy_server) -> None:
+async def test_abort_during_in_place_pause_lands_after_continue(policy_server) -> None:
     server = policy_server("tiny-lm", faults=SLOW)
+    async with httpx.AsyncClient(timeout=120) as client:
+        lengths: list[int] = []
+        task = asyncio.create_task(stream_lengths(client, server.url, long_request("ipa-1"), lengths))
+        await streamed_at_least(lengths, 3)
+        await post(client, server.url, "/pause_generation", {"mode": "in_place"})
+        frozen_at = (await loads(client, server.url))["num_used_tokens"] - len(PROMPT)
+        await control(client, server.url, "/abort_request", {"rid": "ipa-1"})
+        # The scheduler is frozen: the request is still held, with its tokens, until continue.
+        assert (await loads(client, server.url))["num_waiting_reqs"] == 1
+        assert (await loads(client, server.url))["num_total_reqs"] == 1 and not task.done()
+        await post(client, server.url, "/continue_generation")
+        final = await task
+    assert final["meta_info"]["finish_reason"]["type"] == "abort"
+    assert final["meta_info"]["completion_tokens"] == frozen_at  # aborted where it was frozen
+
+
+async def test_pause_retract_keeps_the_partial_output_and_emits_spans(policy_server) -> None:
+    server = policy_server("tiny-lm", faults=SLOW, weight_version="step-0")
     body = long_request("rt-1", max_new_tokens=30, seed=4)
     async with httpx.AsyncClient(timeout=120) as client:
         lengths: list[int] = []
@@ -153,12 +185,17 @@ async def test_pause_retract_restarts_from_prompt(policy_server) -> None:
         await streamed_at_least(lengths, 3)
         await post(client, server.url, "/pause_generation", {"mode": "retract"})
         assert (await loads(client, server.url))["num_waiting_reqs"] == 1
+        kept = (await loads(client, server.url))["num_used_tokens"] - len(PROMPT)
+        await post(client, server.url, "/update_weight_version", {"new_version": "step-1", "abort_all_requests": False})
         await post(client, server.url, "/continue_generation")
         final = await task
     assert final["meta_info"]["finish_reason"] == {"type": "length", "length": 30}
-    # The stream starts over from the prompt: its length drops back to one token.
-    drops = [i for i in range(1, len(lengths)) if lengths[i] < lengths[i - 1]]
-    assert len(drops) == 1 and lengths[drops[0]] == 1 and lengths[drops[0] - 1] >= 3, lengths
+    # SGLang re-prefills prompt + partial output: the stream never drops back.
+    assert lengths == sorted(lengths) and 3 <= kept < 30
+    assert final["meta_info"]["weight_version"] == "step-1"
+    assert final["meta_info"]["weight_versions"] == [
+        {"version": "step-0", "start": 0, "end": kept}, {"version": "step-1", "start": kept, "end": 30},
+    ]
     assert final["output_ids"] == await_reference(server.url, body)
 
 
@@ -189,10 +226,12 @@ async def test_weight_version_updates_and_can_abort_all(policy_server) -> None:
 
         running = asyncio.create_task(post(client, server.url, "/generate", long_request("w-2")))
         await wait_until(client, server.url, lambda load: load["num_running_reqs"] == 1)
-        await post(client, server.url, "/update_weight_version", {"new_version": "step-2", "abort_all_requests": True})
+        # SGLang's default: abort_all_requests is True.
+        await post(client, server.url, "/update_weight_version", {"new_version": "step-2"})
         aborted = await running
         assert_aborted_midway(aborted)
         assert aborted["meta_info"]["weight_version"] == "step-2"
+        assert "weight_versions" not in aborted["meta_info"]  # aborted before the change: one version
 
 
 async def test_client_disconnect_frees_the_request(policy_server) -> None:
@@ -211,9 +250,13 @@ async def test_trainer_weight_update_calls(policy_server) -> None:
     async with httpx.AsyncClient(timeout=120) as client:
         reply = await post(client, server.url, "/update_weights_from_disk", {"model_path": "/ckpt/step-5", "weight_version": "5"})
         assert reply["success"] is True
-        assert (await client.get(server.url + "/get_weight_version")).json() == {"weight_version": "5"}
+        assert (await client.get(server.url + "/get_model_info")).json()["weight_version"] == "5"
         assert (await client.post(server.url + "/flush_cache")).status_code == 200
+        assert (await client.get(server.url + "/flush_cache")).status_code == 200
         await post(client, server.url, "/update_weights_from_disk", {"model_path": "/ckpt/step-6"})
-        assert (await client.get(server.url + "/get_weight_version")).json() == {"weight_version": "5"}
+        assert (await client.get(server.url + "/get_model_info")).json()["weight_version"] == "5"
+        # Gone in SGLang 0.5.23, so gone here.
+        assert (await client.get(server.url + "/get_weight_version")).status_code == 404
+        assert (await client.get(server.url + "/get_load")).status_code == 404
         short = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 1}}
         assert (await post(client, server.url, "/generate", short))["meta_info"]["weight_version"] == "5"

@@ -27,10 +27,11 @@ async def test_info_and_health_endpoints(policy_server) -> None:
         await client.post(server.url + "/continue_generation")
         models = (await client.get(server.url + "/v1/models")).json()
         assert [m["id"] for m in models["data"]] == ["swerollout-null"]
-        load = (await client.get(server.url + "/get_load")).json()
-        assert load == [{"dp_rank": 0, "num_reqs": 0, "num_waiting_reqs": 0, "num_tokens": 0}]
         loads = (await client.get(server.url + "/v1/loads")).json()
-        assert loads["dp_rank_count"] == 1 and loads["loads"][0]["num_total_reqs"] == 0
+        assert {"timestamp", "version", "accelerator", "num_accelerators", "loads"} <= set(loads)
+        assert loads["loads"][0]["num_total_reqs"] == 0
+        # The limits a client budgets with: SGLang's max_req_input_len = min(ctx-1, kv-1) - 5.
+        assert info["max_req_input_len"] == 4096 - 1 - 5
 
 
 async def test_load_counts_in_flight_requests(policy_server) -> None:
@@ -41,11 +42,11 @@ async def test_load_counts_in_flight_requests(policy_server) -> None:
     async with httpx.AsyncClient(timeout=60) as client:
         task = asyncio.create_task(client.post(server.url + "/generate", json={**body, "rid": "load-1"}))
         for _ in range(500):
-            load = (await client.get(server.url + "/get_load")).json()[0]
-            if load["num_reqs"] == 1 and load["num_tokens"] > len(PROMPT):
+            load = (await client.get(server.url + "/v1/loads")).json()["loads"][0]
+            if load["num_total_reqs"] == 1 and load["num_used_tokens"] > len(PROMPT):
                 break
             await asyncio.sleep(0.02)
-        assert load["num_reqs"] == 1 and load["num_waiting_reqs"] == 0
+        assert load["num_total_reqs"] == 1 and load["num_waiting_reqs"] == 0
         v1 = (await client.get(server.url + "/v1/loads")).json()["loads"][0]
         assert v1["num_running_reqs"] == 1 and v1["num_used_tokens"] > len(PROMPT)
         await client.post(server.url + "/abort_request", json={"rid": "load-1"})
@@ -58,11 +59,11 @@ async def test_fail_next_then_serves(policy_server) -> None:
         codes = [(await client.post(server.url + "/generate", json=GOOD)).status_code for _ in range(3)]
         assert codes == [503, 503, 200]
         # The admin endpoint re-arms it, and also covers chat completions.
-        faults = (await client.post(server.url + "/faults", json={"fail_next": 1})).json()
+        faults = (await client.post(server.url + "/_standin/faults", json={"fail_next": 1})).json()
         assert faults["fail_next"] == 1
         chat = await client.post(server.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}]})
         assert chat.status_code == 503 and "fail_next" in chat.json()["error"]["message"]
-        assert (await client.get(server.url + "/faults")).json()["fail_next"] == 0
+        assert (await client.get(server.url + "/_standin/faults")).json()["fail_next"] == 0
 
 
 async def error_pattern(url: str, count: int) -> list[int]:
@@ -87,7 +88,7 @@ async def test_abort_after_tokens_and_delay_knobs(policy_server) -> None:
         reply = (await client.post(server.url + "/generate", json=body)).json()
         assert reply["meta_info"]["finish_reason"]["type"] == "abort"
         assert len(reply["output_ids"]) == 4 == len(reply["meta_info"]["output_token_logprobs"])
-        faults = (await client.post(server.url + "/faults", json={"clear_abort_after_tokens": True,
+        faults = (await client.post(server.url + "/_standin/faults", json={"clear_abort_after_tokens": True,
                                                                    "delay_per_token": 0.001})).json()
         assert faults["abort_after_tokens"] is None and faults["delay_per_token"] == 0.001
         reply = (await client.post(server.url + "/generate", json=body)).json()
@@ -100,14 +101,18 @@ BAD_REQUESTS: list[tuple[str, Any, str]] = [
     ("/generate", {**GOOD, "sampling_params": {"max_new_tokens": -1}}, "sampling_params.max_new_tokens"),
     ("/generate", {**GOOD, "sampling_params": {"max_tokens": 5}}, "sampling_params.max_tokens"),
     ("/generate", {**GOOD, "sampling_params": {"top_p": 0}}, "sampling_params.top_p"),
-    ("/generate", {**GOOD, "retrun_logprob": True}, "retrun_logprob"),
+    ("/generate", {**GOOD, "sampling_params": {"seed": 3}}, "sampling_params.seed"),
+    ("/generate", {**GOOD, "sampling_params": {"top_k": 0}}, "top_k"),
     ("/generate", {"input_ids": [1, 10**9]}, "input_ids"),
     ("/generate", {"input_ids": [[1, 2], [3]]}, "input_ids"),
-    ("/generate", {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 5000}}, "sampling_params.max_new_tokens"),
+    ("/generate", {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 5000}}, "maximum context length of 4096"),
+    ("/generate", {"input_ids": [1] * 4090, "sampling_params": {"max_new_tokens": 1}},
+     "exceeds the maximum allowed length (4090 tokens)"),
+    ("/generate", {"input_ids": [1] * 4096}, "longer than the model's context length (4096 tokens)"),
     ("/abort_request", {"rid": 5}, "rid"),
     ("/pause_generation", {"mode": "sideways"}, "mode"),
     ("/update_weight_version", {}, "new_version"),
-    ("/faults", {"error_rate": 2}, "error_rate"),
+    ("/_standin/faults", {"error_rate": 2}, "error_rate"),
     ("/v1/chat/completions", {"messages": [{"role": "robot", "content": "x"}]}, "messages"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "stream": True}, "stream"),
 ]
