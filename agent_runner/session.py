@@ -24,9 +24,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from swerollout.api import v1alpha1 as api
+from swerollout.api.base import one_line
 from swerollout.exit_status import is_truncated
 from swerollout.tokenizers import load_tokenizer
 from swerollout.wire import ingest as wire
@@ -34,7 +35,7 @@ from swerollout.wire.codec import decode, encode
 from swerollout.wire.runner_env import RunnerEnv, RunnerEnvError, RunnerRole
 
 from .chat_model import chat_model_from_spec
-from .config import AgentConfig, ActionFormat
+from .config import ActionFormat, AgentConfig, ConfigError
 from .eval import EvalRequest, evaluate
 from .ingest_client import IngestClient
 from .loop import AgentLoop, LoopResult, LoopState, StepInfo, TaskInfo
@@ -228,16 +229,19 @@ class Runner:
 
     async def _execute(self, assignment: wire.Assignment) -> None:
         assert self.sandbox is not None and assignment.spec is not None
-        spec = api.SWERolloutSpec.model_validate(assignment.spec)
-        config = AgentConfig.from_spec(spec.agent, max_context_tokens=spec.inference.max_context_tokens)
+        try:
+            # The operator validated the spec with the same model; a runner of another
+            # version may still disagree, and that must end the rollout with the reason.
+            spec = api.SWERolloutSpec.model_validate(assignment.spec)
+            config = AgentConfig.from_spec(spec.agent, max_context_tokens=spec.inference.max_context_tokens)
+        except (ValidationError, ConfigError) as exc:
+            await self._setup_failed(assignment, one_line(exc) if isinstance(exc, ValidationError) else str(exc))
+            return
         snapshot = await self.ingest.download(assignment.snapshot) if assignment.snapshot else None
         try:
             inner, agent_state, client = self._model(spec, config, snapshot)
         except Exception as exc:  # noqa: BLE001 - a bad tokenizer name or endpoint must be reported, not crash-loop
-            await self.ingest.event(
-                wire.RunnerEvent(kind=wire.EventKind.FAILED, assignment_id=assignment.id, reason="RunnerSetupFailed",
-                                 message=f"{type(exc).__name__}: {exc}")
-            )
+            await self._setup_failed(assignment, f"{type(exc).__name__}: {exc}")
             return
         instance = spec.instance
         workdir = await self._workdir(instance.workdir)
@@ -276,6 +280,12 @@ class Runner:
             await self._report_abort(assignment, inner, abortable, result, workdir, instance.base_commit)
         else:
             await self._report_finish(assignment, inner, result, elapsed)
+
+    async def _setup_failed(self, assignment: wire.Assignment, message: str) -> None:
+        await self.ingest.event(
+            wire.RunnerEvent(kind=wire.EventKind.FAILED, assignment_id=assignment.id, reason="RunnerSetupFailed",
+                             message=message)
+        )
 
     async def _watch_for_abort(self, assignment_id: str, model: AbortableModel) -> None:
         after = assignment_id

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic.alias_generators import to_camel
 
 
@@ -35,3 +35,13 @@ def cel(rule: str, message: str, *, reason: str | None = None, field_path: str |
     if field_path:
         out["fieldPath"] = field_path
     return out
+
+
+def one_line(exc: ValidationError, root: str = "spec") -> str:
+    """A validation error as one line naming the first bad field, e.g.
+    `spec.agent.templates.nextStepTemplate: next_step_template uses unknown variable(s) ['x']; ...`."""
+    first = exc.errors()[0]
+    where = ".".join([root, *(str(p) for p in first["loc"])]) if root else ".".join(str(p) for p in first["loc"])
+    message = str(first["msg"]).removeprefix("Value error, ")
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{where}: {message}{more}"

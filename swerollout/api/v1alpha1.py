@@ -13,11 +13,19 @@ from datetime import datetime
 from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, GetCoreSchemaHandler, GetJsonSchemaHandler, StringConstraints, model_validator
+from pydantic import (
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
-from . import formats, quantity
+from . import formats, prompts, quantity
 from .base import ApiModel, cel
 from .formats import Rule, pattern_rule
 
@@ -337,20 +345,40 @@ class Instance(ApiModel):
 
 
 class Templates(ApiModel):
-    """Jinja prompt templates, SWE-agent style. Unset ones use the built-in defaults."""
+    """Jinja prompt templates, SWE-agent style; unset ones use the built-in ones of the agent kind.
+
+    Every template sees `problem_statement`, `working_dir`, `repo`, `instance_id` and
+    `base_commit`, plus its own variables below; any other variable, or a Jinja syntax
+    error, is refused when the spec is validated (client, operator and runner alike)."""
 
     system_template: Template | None = None
     """System message."""
     instance_template: Template | None = None
-    """First user message; sees `problem_statement`, `working_dir`, `repo`."""
+    """First user message: the task."""
     next_step_template: Template | None = None
-    """Wraps each observation; sees `observation`."""
+    """Wraps each observation; sees `observation`, `exit_code`."""
     next_step_no_output_template: Template | None = None
-    """Used when a command printed nothing."""
+    """Used when a command printed nothing; sees `exit_code`."""
     truncated_observation_template: Template | None = None
-    """Used when an observation is longer than `maxObservationChars`; sees `observation`, `elided_chars`, `max_observation_chars`."""
+    """Used when an observation is longer than `maxObservationChars`; sees `observation` (the kept head), `elided_chars`, `max_observation_chars`."""
     format_error_template: Template | None = None
     """Sent back when the model's reply has no valid action; sees `error`."""
+    blocklist_error_template: Template | None = None
+    """Sent back (as a format error) for a blocked command; sees `action`."""
+    command_timeout_template: Template | None = None
+    """Observation of a command stopped by commandTimeoutSeconds; sees `command`, `timeout`."""
+
+    @field_validator(*prompts.TEMPLATE_VARIABLES)
+    @classmethod
+    def _variables(cls, source: str | None, info: ValidationInfo) -> str | None:
+        if source is not None:
+            assert info.field_name is not None
+            prompts.check_template(info.field_name, source)
+        return source
+
+    def resolved(self, action_format: prompts.ActionFormat) -> dict[str, str]:
+        """Every template: the ones set here, the built-in ones of `action_format` elsewhere."""
+        return {**prompts.BUILTIN_TEMPLATES[action_format], **self.model_dump(exclude_none=True)}
 
 
 _SET: dict[str, Any] = {"x-kubernetes-list-type": "set"}
@@ -367,8 +395,15 @@ def _no_duplicates(model: ApiModel, *fields: str) -> None:
             raise ValueError(f"{alias}: duplicate entry {shown!r}; list each value once")
 
 
+_SUBMIT_MESSAGE = "enabled must include submit, or the agent can never finish"
+
+
 class Tools(ApiModel):
     """The tools the agent may call."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {"x-kubernetes-validations": [cel("'submit' in self.enabled", _SUBMIT_MESSAGE, field_path=".enabled")]}
+    }
 
     enabled: list[ToolName] = Field(
         default_factory=lambda: [ToolName.BASH, ToolName.STR_REPLACE_EDITOR, ToolName.SUBMIT],
@@ -378,17 +413,35 @@ class Tools(ApiModel):
     )
     """Tools offered to the model (function calling); TextBashAgent always uses bash and submit."""
     blocklist: list[Annotated[str, StringConstraints(min_length=1, max_length=256)]] = Field(
-        default_factory=lambda: ["vim", "vi", "emacs", "nano", "nohup", "gdb", "less", "tail -f", "python -m venv"],
+        default_factory=lambda: list(prompts.DEFAULT_BLOCKLIST),
         max_length=64,
         json_schema_extra=_SET,
     )
-    """Command prefixes refused without running them (interactive or session-breaking programs)."""
+    """Commands refused without running them: a command that is one of these, or starts with one followed by a space (interactive or session-breaking programs)."""
+    blocklist_standalone: list[Annotated[str, StringConstraints(min_length=1, max_length=256)]] = Field(
+        default_factory=lambda: list(prompts.DEFAULT_BLOCKLIST_STANDALONE),
+        max_length=64,
+        json_schema_extra=_SET,
+    )
+    """Commands refused only when run bare, e.g. `python` (a REPL) but not `python -c ...`."""
+    env: Annotated[
+        dict[str, Annotated[str, StringConstraints(max_length=512)]],
+        Field(max_length=32),
+        Rule(
+            f"self.all(k, k.size() <= 128 && k.matches({formats.cel_string(formats.ENV_NAME)}))",
+            "keys must be shell variable names (letters, digits, '_', not starting with a digit; at most 128)",
+            lambda v: all(len(k) <= 128 and formats.matches(k, formats.ENV_NAME) for k in v),
+        ),
+    ] = Field(default_factory=lambda: dict(prompts.DEFAULT_SHELL_ENV))
+    """Exported in the agent's shell before the first command (pagers and progress bars off)."""
     max_observation_chars: int = Field(default=10_000, ge=100, le=1_000_000)
     """Observations longer than this are truncated (characters)."""
 
     @model_validator(mode="after")
     def _sets(self) -> Tools:
-        _no_duplicates(self, "enabled", "blocklist")
+        _no_duplicates(self, "enabled", "blocklist", "blocklist_standalone")
+        if ToolName.SUBMIT not in self.enabled:
+            raise ValueError(_SUBMIT_MESSAGE)
         return self
 
 
@@ -409,6 +462,15 @@ class Agent(ApiModel):
     """Wall-clock limit of one tool command (seconds); exceeding it interrupts the command."""
     total_execution_timeout_seconds: int = Field(default=1800, ge=1, le=86400)
     """Total tool execution time before `exit_total_execution_time` (seconds)."""
+    max_consecutive_timeouts: int = Field(default=3, ge=1, le=100)
+    """This many command timeouts in a row end the run with `exit_command_timeout` (SWE-agent's default is 3)."""
+
+    @property
+    def action_format(self) -> prompts.ActionFormat:
+        """How the model's actions are read: one fenced bash block for TextBashAgent, tool calls otherwise."""
+        if self.kind == AgentKind.TEXT_BASH_AGENT:
+            return prompts.ActionFormat.TEXT_BASH
+        return prompts.ActionFormat.FUNCTION_CALLING
 
 
 class Sampling(ApiModel):

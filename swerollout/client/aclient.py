@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
+from swerollout.api.base import one_line
 from swerollout.api.v1alpha1 import (
     API_VERSION,
     GROUP,
@@ -338,7 +339,8 @@ class AsyncRolloutClient:
                 for inst in api_instances
             ]
         except (ValidationError, ValueError) as exc:
-            raise ClientConfigError(f"the rollout spec is not valid: {exc}") from exc
+            why = one_line(exc) if isinstance(exc, ValidationError) else str(exc)
+            raise ClientConfigError(f"the rollout spec is not valid: {why}") from exc
         if specs[0].agent.kind is not AgentKind.CHAT_AGENT and not inf.tokenizer:
             raise ClientConfigError(
                 f"inference.tokenizer is required for {specs[0].agent.kind.value}: set it (--tokenizer) to a "

@@ -1,10 +1,9 @@
-"""Agent config: built-in YAML, strict templates, spec.agent overlay, action parsing and the blocklist."""
+"""Agent config: defaults from the API model, strict templates, spec.agent overlay, action parsing and the blocklist."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from pydantic import ValidationError
 
 from agent_runner.config import ActionFormat, AgentConfig, ConfigError
 from swerollout.exit_status import ExitStatus, autosubmitted, is_truncated, produced_patch
@@ -33,22 +32,34 @@ def test_builtin_configs_render_every_template() -> None:
     assert AgentConfig.default(v1alpha1.AgentKind.TEXT_BASH_AGENT).tools.action_format == ActionFormat.TEXT_BASH
 
 
-def test_unknown_template_variable_fails_at_load() -> None:
-    data = AgentConfig.default().model_dump()
-    data["templates"]["next_step_template"] = "{{ observaton }}"
-    with pytest.raises(ConfigError, match=r"next_step_template uses unknown variable\(s\) \['observaton'\]"):
-        AgentConfig.from_dict(data)
+def test_a_template_typo_is_refused_by_the_api_model_naming_it() -> None:
+    """The same model validates at submit (client), in the operator and in the runner."""
+    with pytest.raises(ValidationError, match=r"next_step_template uses unknown variable\(s\) \['observaton'\]"):
+        v1alpha1.Templates(next_step_template="{{ observaton }}")
+    with pytest.raises(ValidationError, match="instance_template: Jinja syntax error on line 1"):
+        v1alpha1.Templates(instance_template="{% if %}")
+    # The runner refuses it the same way, as a ConfigError naming the field.
+    with pytest.raises(ConfigError, match=r"templates.*format_error_template uses unknown variable"):
+        AgentConfig.from_spec({"templates": {"formatErrorTemplate": "{{ err }}"}})
+    with pytest.raises(ConfigError, match="command_timeout_template uses unknown variable"):
+        AgentConfig.default().with_template("command_timeout_template", "{{ seconds }}")
 
 
-def test_unknown_keys_are_rejected(tmp_path: Path) -> None:
-    data = AgentConfig.default().model_dump(mode="json")
-    data["limits"]["max_turn"] = 3
-    with pytest.raises(ConfigError, match="max_turn"):
-        AgentConfig.from_dict(data)
-    broken = tmp_path / "agent.yaml"
-    broken.write_text("templates: [unclosed")
-    with pytest.raises(ConfigError, match="cannot read agent config"):
-        AgentConfig.from_yaml(broken)
+def test_every_default_comes_from_the_api_model() -> None:
+    """No second copy: what a spec leaves unset is what the model's defaults say, and it applies."""
+    for kind in v1alpha1.AgentKind:
+        config = AgentConfig.default(kind)
+        agent = v1alpha1.Agent(kind=kind)
+        assert config.templates.model_dump() == agent.templates.resolved(agent.action_format)
+        assert config.tools.blocklist == agent.tools.blocklist and "more" in config.tools.blocklist
+        assert config.tools.blocklist_standalone == agent.tools.blocklist_standalone
+        assert config.tools.env == agent.tools.env == {**config.tools.env, "PAGER": "cat"}
+        assert config.limits.max_consecutive_timeouts == agent.max_consecutive_timeouts == 3
+        assert config.limits.max_turns == agent.max_turns
+    # A spec that sets only its own blocklist keeps the standalone list and the shell env.
+    custom = AgentConfig.from_spec(v1alpha1.Agent(tools=v1alpha1.Tools(blocklist=["rm -rf"])))
+    assert custom.tools.blocklist == ["rm -rf"]
+    assert blocked_command("python", custom.tools.blocklist, custom.tools.blocklist_standalone)
 
 
 def test_render_is_strict() -> None:
@@ -74,16 +85,11 @@ def test_from_spec_overlays_the_defaults() -> None:
     assert config.limits.max_context_tokens == 4096
 
 
-def test_spec_template_with_a_typo_is_rejected() -> None:
-    agent = v1alpha1.Agent(templates=v1alpha1.Templates(format_error_template="{{ err }}"))
-    with pytest.raises(ConfigError, match="format_error_template uses unknown variable"):
-        AgentConfig.from_spec(agent)
-
-
 def test_submit_must_stay_enabled() -> None:
-    agent = v1alpha1.Agent(tools=v1alpha1.Tools(enabled=[v1alpha1.ToolName.BASH]))
-    with pytest.raises(ConfigError, match="must include 'submit'"):
-        AgentConfig.from_spec(agent)
+    with pytest.raises(ValidationError, match="must include submit"):
+        v1alpha1.Tools(enabled=[v1alpha1.ToolName.BASH])
+    with pytest.raises(ConfigError, match="tools: Value error, enabled must include submit"):
+        AgentConfig.from_spec({"tools": {"enabled": ["bash"]}})
 
 
 def test_text_actions() -> None:

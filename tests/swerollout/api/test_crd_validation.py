@@ -100,6 +100,8 @@ BAD_INPUTS: list[tuple[str, str, Any, str]] = [
     ("no-tools", "spec.agent.tools.enabled", [], "spec.agent.tools.enabled"),
     ("unknown-tool", "spec.agent.tools.enabled", ["python"], "spec.agent.tools.enabled[0]: Unsupported value"),
     ("duplicate-tools", "spec.agent.tools.enabled", ["bash", "bash", "submit"], "spec.agent.tools.enabled[1]: Duplicate value"),
+    ("no-submit-tool", "spec.agent.tools.enabled", ["bash", "str_replace_editor"], "spec.agent.tools.enabled: Invalid value"),
+    ("env-not-a-shell-name", "spec.agent.tools.env", {"1 BAD": "x"}, "spec.agent.tools.env: Invalid value"),
     ("duplicate-blocklist", "spec.agent.tools.blocklist", ["vim", "vim"], "spec.agent.tools.blocklist[1]: Duplicate value"),
     ("unknown-mode", "spec.mode", "eval", "spec.mode: Unsupported value"),
     ("suspend-not-bool", "spec.suspend", "yes", "spec.suspend"),
@@ -221,11 +223,15 @@ def _largest(name: str) -> dict[str, Any]:
     instance["evaluation"] = {"failToPass": tests, "evalScript": "e" * (32 * api.KiB)}
     used += 32 * api.KiB
     instance["evaluation"]["testPatch"] = "t" * (api.INSTANCE_TEXT_LIMIT - used)
-    templates = ["systemTemplate", "instanceTemplate", "nextStepTemplate", "nextStepNoOutputTemplate",
-                 "truncatedObservationTemplate", "formatErrorTemplate"]
+    templates = [api.Templates.model_fields[t].alias for t in api.Templates.model_fields]
+    assert len(templates) == 8
     obj["spec"]["agent"] = {
         "templates": {t: "{{ problem_statement }}" + "s" * (16 * api.KiB - 23) for t in templates},
-        "tools": {"blocklist": [f"{i:03d}" + "b" * 253 for i in range(64)]},
+        "tools": {
+            "blocklist": [f"{i:03d}" + "b" * 253 for i in range(64)],
+            "blocklistStandalone": [f"{i:03d}" + "s" * 253 for i in range(64)],
+            "env": {f"V{i:02d}" + "_" * 125: "e" * 512 for i in range(32)},
+        },
     }
     obj["spec"]["inference"]["sampling"] = {"stop": [f"{i:02d}" + "s" * 254 for i in range(16)]}
     return obj

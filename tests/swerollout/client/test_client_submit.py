@@ -90,6 +90,15 @@ async def test_invalid_inputs_name_the_problem(client: AsyncRolloutClient) -> No
         await client.submit_batch([instance(0)], 1, batch="b", inference={"endpoint": "http://127.0.0.1:9"})
     with pytest.raises(ClientConfigError, match="set by the client"):
         await client.submit_batch([instance(0)], 1, batch="b", inference=INFERENCE, labels={LABEL_BATCH: "x"})
+    # A template typo is refused at submit, in one line naming the template (the operator and
+    # the runner refuse it the same way).
+    with pytest.raises(ClientConfigError) as typo:
+        await client.submit_batch([instance(0)], 1, batch="b", inference=INFERENCE,
+                                  agent={"templates": {"instanceTemplate": "{{ problem }}"}})
+    assert str(typo.value).startswith(
+        "the rollout spec is not valid: spec.agent.templates.instanceTemplate: instance_template uses unknown variable(s) ['problem']"
+    )
+    assert "\n" not in str(typo.value)
 
 
 async def test_abort_and_resume_touch_only_unfinished_members(
