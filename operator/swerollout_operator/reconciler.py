@@ -17,7 +17,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from pydantic import ValidationError
+
 from swerollout.api import v1alpha1 as api
+from swerollout.api.base import one_line
 from swerollout.api.v1alpha1 import Phase
 from swerollout.kube import PODS, SECRETS, SWEROLLOUTS, AlreadyExists, AsyncKubeClient, KubeError, NotFound
 from swerollout.exit_status import gate_exit_status, metric_label
@@ -224,6 +227,8 @@ class Reconciler:
             if phase.is_terminal:
                 await self._cleanup_pods(entry, terminal=True)
                 return
+            if not await self._spec_is_valid(entry):
+                return
             await self._ensure_secret(entry)
             if phase in (Phase.PENDING, Phase.STARTING):
                 await self._ensure_started(entry)
@@ -234,6 +239,19 @@ class Reconciler:
             elif phase == Phase.EVALUATING:
                 await self._ensure_eval_pod(entry)
         await self.notify(entry)
+
+    async def _spec_is_valid(self, entry: Tracked) -> bool:
+        """The CRD cannot check everything the API model does (e.g. template variables): a
+        spec the model refuses fails the rollout as InvalidSpec, before any pod exists."""
+        try:
+            api.SWERolloutSpec.model_validate(entry.spec)
+        except ValidationError as exc:
+            await self.transition(
+                entry, Event.FAILED, reason="InvalidSpec",
+                message=f"{one_line(exc)}; fix it and create the rollout again", warning=True,
+            )
+            return False
+        return True
 
     async def _ensure_started(self, entry: Tracked) -> None:
         rollout = api.SWERollout.model_validate({"spec": entry.spec})

@@ -198,3 +198,21 @@ def test_operator_token_cannot_do_more_than_the_chart_grants(
     assert not can("delete", "swerollouts.swerollout.io"), "deleting rollouts is the trainer's business"
     assert not can("get", "swerollouts.swerollout.io", ns="kube-system")
     assert not can("create", "pods", ns="kube-system")
+
+
+def test_a_template_typo_fails_as_invalid_spec_before_any_pod(
+    operator: OperatorProcess, kubectl: Callable[..., Any], namespace: str
+) -> None:
+    """The CRD cannot parse Jinja; the operator checks with the API model and names the template."""
+    bad = rollout("typo", agent={"templates": {"nextStepTemplate": "OUT: {{ observaton }}"}})
+    kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(bad))
+    wait_for("phase Failed", lambda: phase(kubectl, namespace, "typo") == "Failed", op=operator)
+    obj = get_json(kubectl, "swer", "typo", "-n", namespace)
+    message = obj["status"]["message"]
+    assert message.startswith("spec.agent.templates.nextStepTemplate: next_step_template uses unknown variable(s) ['observaton']")
+    complete = next(c for c in obj["status"]["conditions"] if c["type"] == "Complete")
+    assert complete["reason"] == "InvalidSpec"
+    assert pods_of(kubectl, namespace, "typo") == []
+    assert get_json(kubectl, "secret", "typo-runner", "-n", namespace) is None
+    events = get_json(kubectl, "events", "-n", namespace, "--field-selector", "involvedObject.name=typo")["items"]
+    assert "InvalidSpec" in {e["reason"] for e in events}
