@@ -1,43 +1,57 @@
 """A blocking facade over :class:`AsyncRolloutClient` for trainers that are not asyncio.
 
-It owns a private event loop; every call runs one coroutine to completion on it.
-Do not call it from inside a running event loop (use the async client there).
+The async client lives on its own event loop in a portal thread (anyio's blocking
+portal); every call hands one coroutine to that thread and waits for the result. So the
+blocking client also works where an event loop is already running in the caller's thread:
+a Jupyter cell, or sync code called by an async rollout worker. Such a call blocks that
+loop while it waits, as any blocking call does; await AsyncRolloutClient there to keep
+the loop free. Progress callbacks of ``wait`` run in the portal thread.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
-from collections.abc import Awaitable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any, TypeVar
 
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+
 from swerollout.api.v1alpha1 import Agent, Inference, Mode, Reward, SandboxSpec
 from swerollout.client.aclient import AsyncRolloutClient, InstanceLike, Object, ProgressCallback
-from swerollout.client.errors import ClientConfigError
 from swerollout.client.progress import BatchProgress
 from swerollout.client.records import RolloutRecord
 
 T = TypeVar("T")
 
 
-def _refuse_inside_event_loop() -> None:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return
-    raise ClientConfigError(
-        "RolloutClient is the blocking client and cannot run inside a running event loop (asyncio code, "
-        "Jupyter): use AsyncRolloutClient and await its methods there"
-    )
+async def _await(awaitable: Awaitable[T]) -> T:
+    return await awaitable
 
 
 class RolloutClient:
     """Same operations as :class:`AsyncRolloutClient`, blocking."""
 
-    def __init__(self, inner: AsyncRolloutClient, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, inner: AsyncRolloutClient, portal: BlockingPortal, portal_cm: AbstractContextManager[BlockingPortal]
+    ) -> None:
         self._inner = inner
-        self._loop = loop
+        self._portal = portal
+        self._portal_cm = portal_cm
+        self._closed = False
+
+    @classmethod
+    def _start(cls, build: Callable[[], Awaitable[AsyncRolloutClient]]) -> RolloutClient:
+        portal_cm = start_blocking_portal(backend="asyncio")
+        portal = portal_cm.__enter__()
+        try:
+            # The HTTP clients bind to the loop they are created in: build them in the portal.
+            inner = portal.call(build)
+        except BaseException as exc:
+            portal_cm.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        return cls(inner, portal, portal_cm)
 
     @classmethod
     def connect(
@@ -49,29 +63,14 @@ class RolloutClient:
         **options: Any,
     ) -> RolloutClient:
         """Build from ``kubeconfig``, else $KUBECONFIG, else ~/.kube/config, else the pod's identity."""
-        _refuse_inside_event_loop()
-        loop = asyncio.new_event_loop()
-        try:
-            # The HTTP clients bind to the loop they are created in.
-            inner = loop.run_until_complete(_connect(kubeconfig, context, namespace, options))
-        except BaseException:
-            loop.close()
-            raise
-        return cls(inner, loop)
+        return cls._start(lambda: _connect(kubeconfig, context, namespace, options))
 
     @classmethod
     def in_cluster(
         cls, token_dir: str | os.PathLike[str] | None = None, *, namespace: str | None = None, **options: Any
     ) -> RolloutClient:
         """Build from the pod's ServiceAccount (see AsyncRolloutClient.in_cluster)."""
-        _refuse_inside_event_loop()
-        loop = asyncio.new_event_loop()
-        try:
-            inner = loop.run_until_complete(_in_cluster(token_dir, namespace, options))
-        except BaseException:
-            loop.close()
-            raise
-        return cls(inner, loop)
+        return cls._start(lambda: _in_cluster(token_dir, namespace, options))
 
     @property
     def namespace(self) -> str:
@@ -82,16 +81,21 @@ class RolloutClient:
         return self._inner
 
     def _run(self, coro: Awaitable[T]) -> T:
-        _refuse_inside_event_loop()
-        return self._loop.run_until_complete(coro)
+        if self._closed:
+            close = getattr(coro, "close", None)
+            if close is not None:
+                close()  # never awaited: say so quietly instead of a RuntimeWarning
+            raise RuntimeError("this RolloutClient is closed")
+        return self._portal.call(_await, coro)
 
     def close(self) -> None:
-        if self._loop.is_closed():
+        if self._closed:
             return
         try:
             self._run(self._inner.aclose())
         finally:
-            self._loop.close()
+            self._closed = True
+            self._portal_cm.__exit__(None, None, None)
 
     def __enter__(self) -> RolloutClient:
         return self

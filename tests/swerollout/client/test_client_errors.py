@@ -124,7 +124,3 @@ def test_cli_exit_code_2_when_the_crd_is_missing(plane_without_crd: ControlPlane
     assert done.returncode == 2, done.stderr
     assert "install the CRD" in done.stderr
 
-
-async def test_the_blocking_client_refuses_to_run_inside_an_event_loop(crd: ControlPlane) -> None:
-    with pytest.raises(ClientConfigError, match="AsyncRolloutClient"):
-        RolloutClient.connect(crd.kubeconfig_path)
