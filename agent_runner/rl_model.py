@@ -327,6 +327,8 @@ class RLTokenModel:
             "dropped_total": self.state.dropped_total,
             "weight_version_sources": dict(self.state.version_sources),
             **({"notes": list(self.state.notes)} if self.state.notes else {}),
+            # Every /generate call in order, aborted ones included: where the viewer marks aborts and resumes.
+            "turn_log": [t.model_dump() for t in self.state.turns],
             **(info or {}),
         }
         return Trajectory(

@@ -127,6 +127,8 @@ async def test_abort_mid_turn_then_snapshot_restore_continue(oracle_server: Call
     assert resumed.state.sampled_total == 3 + turn.new_tokens  # the budget remembers the dropped tokens
     rids = [t.rid for t in resumed.state.turns]
     assert rids[0].startswith("uid-test-t0001-") and rids[1].startswith("uid-test-t0002-")
+    log = resumed.trajectory(exit_status=None).info["turn_log"]
+    assert [(t["finish"], t["kept"], t["weight_version"]) for t in log] == [("abort", False, "v1"), ("stop", True, "v2")]
     await resumed.client.aclose()
 
 
