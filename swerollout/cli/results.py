@@ -3,8 +3,11 @@ Parquet (``.parquet``) or JSON lines (``.jsonl``), one row per rollout.
 
 Columns: name, batch, sample, member, instance_id, phase, status (completed |
 truncated | aborted | failed), exit_status, reward, resolved, graded, turns,
-prompt_ids, response_ids, loss_mask, logprobs, weight_versions, submission, and
-messages (a JSON string in Parquet). Exits 1 when some rollout failed.
+prompt_ids, response_ids, loss_mask, logprobs, weight_versions, submission,
+tokenizer, attempts, and as JSON strings in Parquet: messages, times (lifecycle
+timestamps), timings, info (the runner's extras, with the turn log) and report (the
+full eval report). `swerollout view --from FILE` reads either format. Exits 1 when
+some rollout failed.
 """
 
 from __future__ import annotations
@@ -47,15 +50,26 @@ SCHEMA = pa.schema(
         ("weight_versions", pa.list_(pa.string())),
         ("submission", pa.string()),
         ("messages", pa.string()),
+        ("tokenizer", pa.string()),
+        ("attempts", pa.int32()),
+        ("times", pa.string()),
+        ("timings", pa.string()),
+        ("info", pa.string()),
+        ("report", pa.string()),
     ]
 )
+
+
+# Nested fields Parquet holds as JSON strings.
+JSON_COLUMNS = ("messages", "times", "timings", "info", "report")
 
 
 def write_parquet(records: list[RolloutRecord], path: Path) -> None:
     rows = []
     for record in records:
         row = record.to_dict()
-        row["messages"] = json.dumps(row["messages"])
+        for column in JSON_COLUMNS:
+            row[column] = json.dumps(row[column])
         rows.append(row)
     pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), path)
 
@@ -75,7 +89,7 @@ def _results(args: argparse.Namespace, client: RolloutClient) -> int:
     if writer is None:
         print(f"error: --out {out}: the file must end in {' or '.join(WRITERS)}", file=sys.stderr)
         return EXIT_USAGE
-    records = client.results(args.batch)
+    records = client.results(args.batch, reports=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     writer(records, tmp)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import inspect
+import json
 import os
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import aclosing
@@ -534,26 +535,47 @@ class AsyncRolloutClient:
                 if all(parse_status(o).phase.is_terminal for o in objects):
                     return
 
-    async def results(self, batch: str) -> list[RolloutRecord]:
+    async def results(self, batch: str, *, reports: bool = False) -> list[RolloutRecord]:
         """One record per member in (sample, member) order; unfinished members come back
-        as ``aborted`` with empty arrays."""
+        as ``aborted`` with empty arrays. ``reports``: also fetch each graded member's full
+        eval report (one more read per member)."""
         objects = await self.members(batch)
         limit = asyncio.Semaphore(PARALLEL_REQUESTS)
 
         async def one(obj: Object) -> RolloutRecord:
             async with limit:
-                return await self.record(obj)
+                return await self.record(obj, report=reports)
 
         records = await asyncio.gather(*(one(o) for o in objects))
         return sorted(records, key=lambda r: (r.sample, r.member, r.name))
 
-    async def record(self, obj: Object) -> RolloutRecord:
-        """The record of one SWERollout object (fetching its trajectory when it is finished)."""
+    async def record(self, obj: Object, *, report: bool = False) -> RolloutRecord:
+        """The record of one SWERollout object (fetching its trajectory when it is finished,
+        and its eval report when asked and there is one)."""
         status = parse_status(obj)
         trajectory = None
         if status.phase.is_terminal and status.result is not None and status.result.trajectory is not None:
             trajectory = await self.fetch_trajectory(obj)
-        return build_record(obj, trajectory)
+        eval_report = None
+        if report and status.reward is not None and status.reward.report is not None:
+            eval_report = await self.fetch_report(obj)
+        return build_record(obj, trajectory, eval_report)
+
+    async def fetch_report(self, obj: Object) -> dict[str, Any]:
+        """The rollout's full eval report (JSON: every test and its outcome)."""
+        name = str(obj["metadata"]["name"])
+        reward = parse_status(obj).reward
+        if reward is None or reward.report is None:
+            raise ResultUnavailable(f"{name} has no eval report")
+        ref = reward.report
+        data = await self._fetch_object(obj, "report", ref.ref, ref.sha256)
+        try:
+            report = json.loads(data)
+        except ValueError as exc:
+            raise ResultUnavailable(f"the eval report of {name} is not JSON: {exc}") from exc
+        if not isinstance(report, dict):
+            raise ResultUnavailable(f"the eval report of {name} is not a JSON object")
+        return report
 
     # --- trajectories -------------------------------------------------------------------
 
@@ -563,33 +585,39 @@ class AsyncRolloutClient:
         if result is None or result.trajectory is None:
             raise ResultUnavailable(f"{name} has no trajectory yet (phase {parse_status(obj).phase.value})")
         ref = result.trajectory
-        if self.store_url:
-            data = await self._from_store(name, ref.ref, ref.sha256)
-        elif self.results_url:
-            data = await self._from_operator(obj)
-        else:
-            raise ClientConfigError(
-                "the client cannot fetch trajectories: pass store_url= (--store-url, the result store the "
-                "operator writes to) or results_url= (--results-url, the operator's ingest URL)"
-            )
-        if hashlib.sha256(data).hexdigest() != ref.sha256:
-            raise ResultUnavailable(f"the trajectory of {name} does not match its sha256 {ref.sha256}")
+        data = await self._fetch_object(obj, "trajectory", ref.ref, ref.sha256)
         try:
             return Trajectory.from_bytes(data)
         except (ValueError, ValidationError) as exc:
             raise ResultUnavailable(f"the trajectory of {name} cannot be decoded: {exc}") from exc
 
-    async def _from_store(self, name: str, ref: str, sha256: str) -> bytes:
+    async def _fetch_object(self, obj: Object, kind: str, ref: str, sha256: str) -> bytes:
+        """One stored object of the rollout (trajectory, report), checked against its sha256."""
+        name = str(obj["metadata"]["name"])
+        if self.store_url:
+            data = await self._from_store(name, ref, sha256, kind)
+        elif self.results_url:
+            data = await self._from_operator(obj, kind)
+        else:
+            raise ClientConfigError(
+                "the client cannot fetch trajectories: pass store_url= (--store-url, the result store the "
+                "operator writes to) or results_url= (--results-url, the operator's ingest URL)"
+            )
+        if hashlib.sha256(data).hexdigest() != sha256:
+            raise ResultUnavailable(f"the {kind} of {name} does not match its sha256 {sha256}")
+        return data
+
+    async def _from_store(self, name: str, ref: str, sha256: str, kind: str = "trajectory") -> bytes:
         try:
             if self._store is None:
                 self._store = open_store(self.store_url or "", **self._store_options)
             return await self._store.get(ref, expect_sha256=sha256)
         except StoreError as exc:
-            error = ResultUnavailable(f"fetching the trajectory of {name} from {self.store_url} failed: {exc}")
+            error = ResultUnavailable(f"fetching the {kind} of {name} from {self.store_url} failed: {exc}")
             error.retryable = exc.retryable
             raise error from exc
 
-    async def _from_operator(self, obj: Object) -> bytes:
+    async def _from_operator(self, obj: Object, kind: str = "trajectory") -> bytes:
         ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
         token = self._results_token or self.kube.config.bearer_token()
         if not token:
@@ -599,7 +627,7 @@ class AsyncRolloutClient:
             )
         if self._http is None:
             self._http = httpx.AsyncClient(timeout=60.0)
-        url = f"{self.results_url}/v1/results/{ns}/{name}/trajectory"
+        url = f"{self.results_url}/v1/results/{ns}/{name}/{kind}"
         try:
             response = await self._http.get(url, headers={"Authorization": f"Bearer {token}"})
         except httpx.HTTPError as exc:

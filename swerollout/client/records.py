@@ -12,7 +12,14 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import ValidationError
 
-from swerollout.api.v1alpha1 import LABEL_BATCH, LABEL_MEMBER, Phase, SWERolloutStatus
+from swerollout.api.v1alpha1 import (
+    LABEL_BATCH,
+    LABEL_MEMBER,
+    ConditionStatus,
+    ConditionType,
+    Phase,
+    SWERolloutStatus,
+)
 from swerollout.client.errors import ClientError
 from swerollout.exit_status import is_infrastructure_failure, is_truncated
 from swerollout.wire.trajectory import Trajectory
@@ -82,6 +89,19 @@ class RolloutRecord:
     """Per response token: the weight version that sampled it, None for context tokens."""
     messages: list[dict[str, Any]] = field(default_factory=list)
     submission: str = ""
+    tokenizer: str | None = None
+    """spec.inference.tokenizer: what decodes the token ids (a bundled name or a directory)."""
+    attempts: int = 0
+    """Pods started for this rollout (more than one: replayed into a fresh pod)."""
+    times: dict[str, str] = field(default_factory=dict)
+    """Lifecycle timestamps (ISO 8601) that are known: created, sandbox_started, running,
+    evaluating, completed."""
+    timings: dict[str, float] = field(default_factory=dict)
+    """The runner's seconds per phase (Trajectory.timings)."""
+    info: dict[str, Any] = field(default_factory=dict)
+    """The runner's extras (Trajectory.info: rids, the turn log with aborted requests, ...)."""
+    report: dict[str, Any] | None = None
+    """The full eval report (every FAIL_TO_PASS / PASS_TO_PASS test and its outcome) when fetched."""
 
     @property
     def sampled_tokens(self) -> int:
@@ -107,6 +127,12 @@ class RolloutRecord:
             "weight_versions": self.weight_versions.tolist(),
             "messages": self.messages,
             "submission": self.submission,
+            "tokenizer": self.tokenizer,
+            "attempts": self.attempts,
+            "times": self.times,
+            "timings": self.timings,
+            "info": self.info,
+            "report": self.report,
         }
 
 
@@ -155,8 +181,30 @@ def _drop(tree: Any, loc: tuple[int | str, ...]) -> None:
         tree.pop(loc[-1], None)
 
 
-def build_record(obj: dict[str, Any], trajectory: Trajectory | None) -> RolloutRecord:
-    """A record from the object as read from the API server and its decoded trajectory."""
+def lifecycle_times(obj: dict[str, Any], status: SWERolloutStatus) -> dict[str, str]:
+    """When the rollout was created, got a pod, started running, started evaluating and
+    finished, as far as the object records it (each phase's latest start)."""
+    times: dict[str, str] = {}
+    created = (obj.get("metadata") or {}).get("creationTimestamp")
+    if created:
+        times["created"] = str(created)
+    if status.sandbox is not None and status.sandbox.started_at is not None:
+        times["sandbox_started"] = status.sandbox.started_at.isoformat()
+    ready = next((c for c in status.conditions if c.type == ConditionType.SANDBOX_READY.value and c.status is ConditionStatus.TRUE), None)
+    if ready is not None:
+        times["running"] = ready.last_transition_time.isoformat()
+    if status.evaluation is not None and status.evaluation.started_at is not None:
+        times["evaluating"] = status.evaluation.started_at.isoformat()
+    if status.completion_time is not None:
+        times["completed"] = status.completion_time.isoformat()
+    return times
+
+
+def build_record(
+    obj: dict[str, Any], trajectory: Trajectory | None, report: dict[str, Any] | None = None
+) -> RolloutRecord:
+    """A record from the object as read from the API server, its decoded trajectory and
+    (when fetched) its eval report."""
     meta = obj.get("metadata") or {}
     status = parse_status(obj)
     batch, sample, member, instance_id = member_identity(obj)
@@ -172,7 +220,10 @@ def build_record(obj: dict[str, Any], trajectory: Trajectory | None) -> RolloutR
             "weight_versions": np.asarray(trajectory.weight_versions, dtype=object),
             "messages": trajectory.messages,
             "submission": trajectory.submission,
+            "timings": trajectory.timings,
+            "info": trajectory.info,
         }
+    inference = ((obj.get("spec") or {}).get("inference") or {})
     return RolloutRecord(
         name=str(meta.get("name", "")),
         namespace=str(meta.get("namespace", "")),
@@ -188,5 +239,9 @@ def build_record(obj: dict[str, Any], trajectory: Trajectory | None) -> RolloutR
         graded=reward.graded if reward else None,
         turns=result.turns if result else 0,
         message=status.message,
+        tokenizer=inference.get("tokenizer"),
+        attempts=status.attempts,
+        times=lifecycle_times(obj, status),
+        report=report,
         **arrays,
     )

@@ -138,8 +138,8 @@ class RolloutClient:
     def resume(self, batch: str) -> list[str]:
         return self._run(self._inner.resume(batch))
 
-    def results(self, batch: str) -> list[RolloutRecord]:
-        return self._run(self._inner.results(batch))
+    def results(self, batch: str, *, reports: bool = False) -> list[RolloutRecord]:
+        return self._run(self._inner.results(batch, reports=reports))
 
     def stream_results(self, batch: str) -> Iterator[RolloutRecord]:
         stream = self._inner.stream_results(batch)

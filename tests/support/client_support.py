@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from datetime import UTC, datetime
 from typing import Any
@@ -70,10 +71,17 @@ async def finish(
     phase: str = "Succeeded",
     reward: float = 1.0,
     resolved: bool = True,
+    report: dict[str, Any] | None = None,
 ) -> None:
-    """Store the trajectory under the rollout's uid and publish the final status."""
+    """Store the trajectory (and the eval report, if given) under the rollout's uid and
+    publish the final status."""
     obj = await kube.get(SWEROLLOUTS, name, namespace)
-    stored = await store.put(Owner(namespace=namespace, uid=obj["metadata"]["uid"]), "trajectory", trajectory.to_bytes())
+    owner = Owner(namespace=namespace, uid=obj["metadata"]["uid"])
+    stored = await store.put(owner, "trajectory", trajectory.to_bytes())
+    reward_status: dict[str, Any] = {"value": reward, "resolved": resolved, "graded": True}
+    if report is not None:
+        saved = await store.put(owner, "report", json.dumps(report).encode())
+        reward_status["report"] = {"ref": saved.ref, "sha256": saved.sha256, "bytes": saved.bytes}
     await set_status(
         kube, namespace, name,
         {
@@ -86,7 +94,7 @@ async def finish(
                 "truncated": (trajectory.exit_status or "").startswith("exit_context"),
                 "trajectory": {"ref": stored.ref, "sha256": stored.sha256, "bytes": stored.bytes},
             },
-            "reward": {"value": reward, "resolved": resolved, "graded": True},
+            "reward": reward_status,
             "completionTime": now(),
         },
     )

@@ -107,7 +107,8 @@ async def test_results_export_parquet_and_jsonl(
     expected = {}
     for i, name in enumerate(names):
         expected[name] = make_trajectory(100 + i, "exit_context" if i == 1 else "submitted")
-        await finish(akube, store, namespace, name, trajectory=expected[name], reward=0.5)
+        report = {"instance_id": name, "fail_to_pass": {"success": ["test_a"], "failure": []}} if i == 0 else None
+        await finish(akube, store, namespace, name, trajectory=expected[name], reward=0.5, report=report)
 
     parquet = tmp_path / "out" / "res.parquet"
     exported = await asyncio.to_thread(
@@ -122,7 +123,12 @@ async def test_results_export_parquet_and_jsonl(
         assert row["loss_mask"] == trajectory.loss_mask and row["logprobs"] == trajectory.logprobs
         assert row["weight_versions"] == trajectory.weight_versions
         assert json.loads(row["messages"]) == trajectory.messages
-        assert row["reward"] == 0.5
+        assert row["reward"] == 0.5 and row["tokenizer"] == "qwen-2.5"
+        assert json.loads(row["info"]) == trajectory.info and json.loads(row["timings"]) == trajectory.timings
+        assert {"created", "completed"} <= set(json.loads(row["times"]))
+    # The full eval report travels with the record (one member has one).
+    assert json.loads(rows[0]["report"])["fail_to_pass"] == {"success": ["test_a"], "failure": []}
+    assert json.loads(rows[1]["report"]) is None
     assert [r["status"] for r in rows[:2]] == ["completed", "truncated"]
 
     jsonl = tmp_path / "res.jsonl"
