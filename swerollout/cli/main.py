@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "abort": ("swerollout.cli.rollouts", "abort a batch's unfinished rollouts (keeps their pods for resume)"),
     "resume": ("swerollout.cli.rollouts", "resume a batch's aborted rollouts on their pods"),
     "results": ("swerollout.cli.results", "export a batch's trajectories and rewards (.parquet or .jsonl)"),
+    "view": ("swerollout.cli.view", "see a batch and its trajectories in the browser (serves on 127.0.0.1)"),
 }
 
 
