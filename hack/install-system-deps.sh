@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# Debian packages the embedded default uses when it can have them: git for task
-# checkouts, bubblewrap to isolate sandbox containers. Missing bubblewrap is not
-# fatal: pods then run unisolated and their status says so.
+# Debian packages the project uses when it can have them: git for task checkouts,
+# bubblewrap to isolate sandbox containers, chromium for the viewer's browser tests
+# (Playwright drives this system browser; browser downloads are not needed).
+# Missing bubblewrap is not fatal: pods then run unisolated and their status says so.
 set -uo pipefail
 need=()
 command -v git >/dev/null || need+=(git)
 command -v bwrap >/dev/null || need+=(bubblewrap)
+[ -x /usr/bin/chromium ] || need+=(chromium)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   echo "installing ${need[*]} with apt-get" >&2
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}") >/dev/null 2>&1 \
-    || echo "warning: could not install ${need[*]}; sandboxes will run unisolated" >&2
+    || echo "warning: could not install ${need[*]}; sandboxes may run unisolated, browser tests fail" >&2
 else
-  echo "warning: ${need[*]} missing and not root; install them for isolated sandboxes" >&2
+  echo "warning: ${need[*]} missing and not root; install them (isolated sandboxes, browser tests)" >&2
 fi
 exit 0

@@ -28,6 +28,7 @@ from swerollout.cli.rollouts import (
     run_client_command,
 )
 from swerollout.client import RolloutClient, RolloutRecord, TrainerStatus
+from swerollout.client.records import JSON_FIELDS
 
 SCHEMA = pa.schema(
     [
@@ -60,15 +61,11 @@ SCHEMA = pa.schema(
 )
 
 
-# Nested fields Parquet holds as JSON strings.
-JSON_COLUMNS = ("messages", "times", "timings", "info", "report")
-
-
 def write_parquet(records: list[RolloutRecord], path: Path) -> None:
     rows = []
     for record in records:
         row = record.to_dict()
-        for column in JSON_COLUMNS:
+        for column in JSON_FIELDS:
             row[column] = json.dumps(row[column])
         rows.append(row)
     pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), path)

@@ -29,6 +29,8 @@ ANNOTATION_INSTANCE_ID = "swerollout.io/instance-id"
 
 # Each pass drops every unknown field pydantic reported; nested unknowns may need another pass.
 MAX_UNKNOWN_FIELD_PASSES = 8
+# Nested record fields that table formats (Parquet) hold as JSON strings.
+JSON_FIELDS = ("messages", "times", "timings", "info", "report")
 
 
 class TrainerStatus(StrEnum):

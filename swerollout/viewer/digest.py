@@ -206,7 +206,7 @@ def rollout_detail(record: ViewRecord, group: Sequence[str] = ()) -> dict[str, A
         "submission": record.submission,
         "report": record.report,
         "timings": record.timings,
-        "tokens": {
+        "token_view": {
             "ids": ids,
             "pieces": pieces,
             "tokenizer_error": tokenizer_error,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from swerollout.cli.results import JSON_COLUMNS
+from swerollout.client.records import JSON_FIELDS
 from swerollout.viewer.model import ViewRecord
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ def _load_parquet(path: Path) -> list[ViewRecord]:
         raise SourceError(f"{path}: not a readable Parquet file ({exc})") from exc
     records = []
     for number, row in enumerate(rows, 1):
-        for column in JSON_COLUMNS:
+        for column in JSON_FIELDS:
             if isinstance(row.get(column), str):
                 row[column] = json.loads(row[column])
         records.append(_record(row, f"{path} row {number}"))

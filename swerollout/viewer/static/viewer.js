@@ -261,7 +261,7 @@
   document.body.append(tip);
 
   function tokenView(r) {
-    const t = r.tokens;
+    const t = r.token_view;
     const n = t.ids.length;
     const marksAt = new Map();
     for (const m of t.marks) { if (!marksAt.has(m.at)) marksAt.set(m.at, []); marksAt.get(m.at).push(m); }

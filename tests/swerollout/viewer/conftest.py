@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -208,7 +209,10 @@ async def _make_batch(tmp: Path) -> DemoBatch:
 
 @pytest.fixture(scope="session")
 def demo_batch(tmp_path_factory: pytest.TempPathFactory) -> DemoBatch:
-    return asyncio.run(_make_batch(tmp_path_factory.mktemp("viewer-demo")))
+    tmp = tmp_path_factory.mktemp("viewer-demo")
+    # Its own thread: Playwright's sync API may already run an event loop on this one.
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(lambda: asyncio.run(_make_batch(tmp))).result()
 
 
 @pytest.fixture(scope="session")

@@ -43,7 +43,7 @@ def test_rollout_detail_decodes_every_token_and_marks_abort_resume_and_versions(
     records = {r.name: r for r in load_file(demo_batch.jsonl)}
     aborted = records[demo_batch.aborted]
     detail = rollout_detail(aborted, groups(records.values())[aborted.name])
-    tokens = detail["tokens"]
+    tokens = detail["token_view"]
     assert len(tokens["pieces"]) == len(aborted.prompt_ids) + len(aborted.response_ids) == len(tokens["mask"])
     assert "".join(tokens["pieces"]).startswith("<|im_start|>system")
     assert sum(tokens["mask"]) == sum(aborted.loss_mask)
