@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from swerollout.cli.results import write_jsonl
 from swerollout.client import AsyncRolloutClient
 from swerollout.client.progress import BatchProgress
 from swerollout.dev.stack.paths import DevPaths
@@ -85,30 +85,26 @@ async def _run_batch(kubeconfig: Path, store: Path, oracle: str, null: str, task
         started = time.monotonic()
         with Live(console=console, refresh_per_second=2) as live:
             await client.wait(BATCH, progress=lambda s: live.update(_progress_table(s, started)), timeout=900)
-        records = sorted(await client.results(BATCH), key=lambda r: (r.sample, r.member))
+        records = sorted(await client.results(BATCH, reports=True), key=lambda r: (r.sample, r.member))
 
     table = Table(title="results")
     for col in ("task", "member", "policy", "phase", "exit", "turns", "tokens", "reward"):
         table.add_column(col, justify="right" if col in ("member", "turns", "tokens", "reward") else "left")
-    with out.open("w") as f:
-        for r in records:
-            policy = "oracle" if r.member == 0 else "null"
-            tokens = int(len(r.prompt_ids) + len(r.response_ids))
-            table.add_row(
-                r.instance_id, str(r.member), policy, r.phase.value, r.exit_status or "-", str(r.turns), str(tokens),
-                "-" if r.reward is None else f"{r.reward:.1f}",
-            )
-            f.write(json.dumps({
-                "name": r.name, "instance_id": r.instance_id, "member": r.member, "policy": policy,
-                "phase": r.phase.value, "status": r.status, "exit_status": r.exit_status, "turns": r.turns,
-                "reward": r.reward, "resolved": r.resolved, "prompt_tokens": int(len(r.prompt_ids)),
-                "response_tokens": int(len(r.response_ids)), "sampled_tokens": int(r.loss_mask.sum()),
-            }) + "\n")
+    for r in records:
+        policy = "oracle" if r.member == 0 else "null"
+        tokens = int(len(r.prompt_ids) + len(r.response_ids))
+        table.add_row(
+            r.instance_id, str(r.member), policy, r.phase.value, r.exit_status or "-", str(r.turns), str(tokens),
+            "-" if r.reward is None else f"{r.reward:.1f}",
+        )
+    # What `swerollout results` writes (tokens, mask, logprobs, versions, eval reports):
+    # `swerollout view --from` reads it.
+    write_jsonl(records, out)
     console.print(table)
     resolved = sum(1 for r in records if r.resolved)
     rate = resolved / len(records) if records else 0.0
     console.print(f"resolved {resolved}/{len(records)} = {rate:.0%}  (oracle members should all resolve, null members none)")
-    console.print(f"results written to {out}")
+    console.print(f"results written to {out}; see them in the browser: swerollout view --from {out}")
     return rate
 
 
