@@ -215,9 +215,12 @@ def demo_batch(tmp_path_factory: pytest.TempPathFactory) -> DemoBatch:
         return pool.submit(lambda: asyncio.run(_make_batch(tmp))).result()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """Debian's Chromium (hack/install-system-deps.sh), driven by Playwright."""
+    """Debian's Chromium (hack/install-system-deps.sh), driven by Playwright.
+
+    Module-scoped: Playwright's sync API runs an event loop on this thread while it is
+    open, which would break the asyncio tests that run after this module."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
