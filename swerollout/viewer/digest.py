@@ -198,7 +198,7 @@ def rollout_detail(record: ViewRecord, group: Sequence[str] = ()) -> dict[str, A
     abort_marks, _, _ = turn_marks(record)
     marks = sorted([*abort_marks, *version_marks(record)], key=lambda m: (m["at"], m["kind"]))
     prompt = len(record.prompt_ids)
-    return clean_dict({
+    text = clean_dict({
         **_row(record),
         "group": [g for g in group if g != record.name],
         "tokenizer": record.tokenizer,
@@ -206,18 +206,20 @@ def rollout_detail(record: ViewRecord, group: Sequence[str] = ()) -> dict[str, A
         "submission": record.submission,
         "report": record.report,
         "timings": record.timings,
-        "token_view": {
-            "ids": ids,
-            "pieces": pieces,
-            "tokenizer_error": tokenizer_error,
-            "prompt": prompt,
-            "mask": [0] * prompt + record.loss_mask,
-            "logprobs": [0.0] * prompt + [round(lp, 4) for lp in record.logprobs],
-            "versions": [0] * prompt + slots,
-            "version_table": table,
-            "marks": marks,
-        },
     })
+    # Numbers need no cleaning, and the tokenizer's pieces are valid Unicode already.
+    text["token_view"] = {
+        "ids": ids,
+        "pieces": pieces,
+        "tokenizer_error": tokenizer_error,
+        "prompt": prompt,
+        "mask": [0] * prompt + record.loss_mask,
+        "logprobs": [0.0] * prompt + [round(lp, 4) for lp in record.logprobs],
+        "versions": [0] * prompt + slots,
+        "version_table": clean(table),
+        "marks": clean(marks),
+    }
+    return text
 
 
 def groups(records: Iterable[ViewRecord]) -> dict[str, list[str]]:

@@ -21,13 +21,13 @@ class TokenDecoder:
         self._cache: dict[int, str] = {}
 
     def pieces(self, ids: Sequence[int]) -> list[str]:
-        cache, out = self._cache, []
-        for token_id in ids:
-            piece = cache.get(token_id)
-            if piece is None:
-                piece = cache[token_id] = self._tokenizer.decode([token_id], skip_special_tokens=False)
-            out.append(piece)
-        return out
+        cache = self._cache
+        missing = sorted({i for i in ids if i not in cache})
+        if missing:
+            # One batched call into the Rust tokenizer for every id not seen yet.
+            decoded = self._tokenizer.decode_batch([[i] for i in missing], skip_special_tokens=False)
+            cache.update(zip(missing, decoded))
+        return [cache[i] for i in ids]
 
 
 @functools.lru_cache(maxsize=8)

@@ -3,6 +3,7 @@
 "use strict";
 (function () {
   const CHUNK = 2000;          // tokens rendered per step of the token view
+  const ROW_CHUNK = 150;       // batch table rows rendered per step
   const FOLD_CHARS = 2500;     // longer message texts start folded
   const FOLD_LINES = 40;
   const embedded = document.getElementById("swerollout-data");
@@ -119,10 +120,34 @@
       sel("f-reward", "reward", [["resolved", "resolved"], ["positive", "> 0"], ["zero", "= 0"], ["none", "no reward"]]),
       h("span", { class: "muted", "data-testid": "shown" }));
     const tbody = h("tbody");
-    const table = h("table", { "data-testid": "rollouts" },
+    const table = h("table", { class: "rollouts", "data-testid": "rollouts" },
       h("thead", null, h("tr", null, ...["task / group", "member", "status", "exit", "reward", "turns", "tokens", "trained", "aborts", "duration", ""].map(
         (t, i) => h("th", { class: i >= 4 && i <= 9 ? "num" : "", text: t })))), tbody);
 
+    let observer = null;
+    function groupRow(members) {
+      const first = members[0];
+      const rewards = members.map((m) => (m.reward === null ? "-" : fmt(m.reward, 2))).join(", ");
+      return h("tr", { class: "group-row" }, h("td", { colspan: 11 },
+        h("b", { text: first.instance_id }), " · group " + first.sample + (b.batches.length > 1 ? " of " + first.batch : "") +
+        " · rewards [" + rewards + "]"));
+    }
+    function rolloutRow(r, members) {
+      const cls = r.resolved ? "ok" : r.status === "failed" ? "bad" : "";
+      const other = members.find((m) => m.name !== r.name);
+      return h("tr", { class: "rollout-row", "data-name": r.name },
+        h("td", null, h("a", { href: rolloutHref(r.name), text: r.name })),
+        h("td", { text: String(r.member) }),
+        h("td", { class: r.status === "failed" ? "bad" : r.status === "aborted" ? "warn" : "", text: r.status }),
+        h("td", { text: r.exit_status || "-" }),
+        h("td", { class: "num " + cls, text: r.reward === null ? "-" : fmt(r.reward, 2) }),
+        h("td", { class: "num", text: String(r.turns) }),
+        h("td", { class: "num", text: String(r.tokens) }),
+        h("td", { class: "num", text: String(r.sampled) }),
+        h("td", { class: "num", text: r.aborts ? r.aborts + (r.resumes ? " / " + r.resumes + " resumed" : "") : "" }),
+        h("td", { class: "num", text: secs(r.duration) }),
+        h("td", null, other ? h("a", { href: "#c/" + encodeURIComponent(r.name) + "/" + encodeURIComponent(other.name), text: "compare" }) : null));
+    }
     function render() {
       const ft = document.getElementById("f-task").value, fe = document.getElementById("f-exit").value, fr = document.getElementById("f-reward").value;
       const keep = rows.filter((r) => (!ft || r.instance_id === ft) && (!fe || (r.exit_status || "(none)") === fe) &&
@@ -135,31 +160,28 @@
         groups.get(key).push(r);
       }
       const keys = [...groups.keys()].sort();
-      const frag = document.createDocumentFragment();
+      // Rows are drawn a few hundred at a time as the table scrolls into view: laying out
+      // thousands of rows at once takes seconds.
+      const pending = [];
       for (const key of keys) {
         const members = groups.get(key).sort((x, y) => x.member - y.member);
-        const first = members[0];
-        const rewards = members.map((m) => (m.reward === null ? "-" : fmt(m.reward, 2))).join(", ");
-        frag.append(h("tr", { class: "group-row" }, h("td", { colspan: 11 },
-          h("b", { text: first.instance_id }), " · group " + first.sample + (b.batches.length > 1 ? " of " + first.batch : "") +
-          " · rewards [" + rewards + "]")));
-        for (const r of members) {
-          const cls = r.resolved ? "ok" : r.status === "failed" ? "bad" : "";
-          frag.append(h("tr", { class: "rollout-row", "data-name": r.name },
-            h("td", null, h("a", { href: rolloutHref(r.name), text: r.name })),
-            h("td", { text: String(r.member) }),
-            h("td", { class: r.status === "failed" ? "bad" : r.status === "aborted" ? "warn" : "", text: r.status }),
-            h("td", { text: r.exit_status || "-" }),
-            h("td", { class: "num " + cls, text: r.reward === null ? "-" : fmt(r.reward, 2) }),
-            h("td", { class: "num", text: String(r.turns) }),
-            h("td", { class: "num", text: String(r.tokens) }),
-            h("td", { class: "num", text: String(r.sampled) }),
-            h("td", { class: "num", text: r.aborts ? r.aborts + (r.resumes ? " / " + r.resumes + " resumed" : "") : "" }),
-            h("td", { class: "num", text: secs(r.duration) }),
-            h("td", null, members.length > 1 ? h("a", { href: "#c/" + encodeURIComponent(members[0].name) + "/" + encodeURIComponent(members[members.length - 1].name), text: "compare" }) : null)));
-        }
+        pending.push(() => groupRow(members));
+        for (const r of members) pending.push(() => rolloutRow(r, members));
       }
-      tbody.replaceChildren(frag);
+      let next = 0;
+      const more = h("tr", { class: "more" }, h("td", { colspan: 11, class: "muted" }));
+      function drawMore() {
+        const frag = document.createDocumentFragment();
+        const end = Math.min(pending.length, next + ROW_CHUNK);
+        for (; next < end; next++) frag.append(pending[next]());
+        more.before(frag);
+        more.firstChild.textContent = next < pending.length ? "scroll for more…" : "";
+      }
+      if (observer) observer.disconnect();
+      tbody.replaceChildren(more);
+      drawMore();
+      observer = new IntersectionObserver((entries) => { if (entries.some((e) => e.isIntersecting) && next < pending.length) drawMore(); }, { rootMargin: "800px" });
+      observer.observe(more);
       document.querySelector("[data-testid=shown]").textContent = "showing " + keep.length + " of " + rows.length + " rollouts";
     }
 

@@ -95,10 +95,14 @@ def test_served_rollout_page_token_view(page: Any, served: str, demo_batch: Any,
     page.hover("[data-testid=tokens] .tk.m1 >> nth=-1")
     tip = page.inner_text("#tip")
     assert "trained (loss mask 1)" in tip and "logprob 0" in tip and "weights v2" in tip
+    # The token view's end: the resumed turn with its abort, resume and version markers.
+    page.evaluate("document.querySelector('.legend').scrollIntoView();"
+                  "const box = document.querySelector('[data-testid=tokens]'); box.scrollTop = box.scrollHeight")
+    page.mouse.move(0, 0)
+    screenshot(page, "rollout-tokens")
+    assert page.eval_on_selector("[data-testid=tokens] .tk.m1", "el => el.style.background") == ""
     page.check("[data-testid=heat]")
     assert page.eval_on_selector("[data-testid=tokens] .tk.m1", "el => el.style.background") != ""
-    page.locator("[data-testid=tokens] .mk.abort").scroll_into_view_if_needed()
-    screenshot(page, "rollout-tokens")
     page.evaluate("window.scrollTo(0, 0)")
     screenshot(page, "rollout")
     assert page.errors == []
