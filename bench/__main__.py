@@ -59,11 +59,18 @@ def _lifecycle() -> str:
     return lifecycle.report(lifecycle.run(500))
 
 
+def _viewer() -> str:
+    from bench import viewer_pages
+
+    return viewer_pages.report(viewer_pages.run())
+
+
 SUITES = {
     "runner": ("runner overhead and snapshot size", _runner),
     "store": ("result store throughput", _store),
     "nodeagent": ("node agent: 200 pods", _nodeagent),
     "lifecycle": ("operator overhead, 500 rollouts, abort fan-out", _lifecycle),
+    "viewer": ("viewer: 2,000-rollout batch page, 32k-token rollout in headless Chromium", _viewer),
 }
 
 
