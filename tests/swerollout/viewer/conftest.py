@@ -161,11 +161,11 @@ async def _make_batch(tmp: Path) -> DemoBatch:
     async def abort_second_turn(number: int) -> None:
         if number == 1:
             async with httpx.AsyncClient(base_url=flaky.url) as http:
-                (await http.post("/faults", json={"abort_after_tokens": 3})).raise_for_status()
+                (await http.post("/_standin/faults", json={"abort_after_tokens": 3})).raise_for_status()
 
     async def new_weights() -> None:
         async with httpx.AsyncClient(base_url=flaky.url) as http:
-            (await http.post("/faults", json={"clear_abort_after_tokens": True})).raise_for_status()
+            (await http.post("/_standin/faults", json={"clear_abort_after_tokens": True})).raise_for_status()
             (await http.post("/update_weight_version", json={"new_version": "v2"})).raise_for_status()
 
     try:
