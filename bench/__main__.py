@@ -65,8 +65,15 @@ def _viewer() -> str:
     return viewer_pages.report(viewer_pages.run())
 
 
+def _abort() -> str:
+    from bench import abort_latency
+
+    return abort_latency.report(abort_latency.run())
+
+
 SUITES = {
     "runner": ("runner overhead and snapshot size", _runner),
+    "abort": ("abort -> runner Aborted on the SGLang stand-in", _abort),
     "store": ("result store throughput", _store),
     "nodeagent": ("node agent: 200 pods", _nodeagent),
     "lifecycle": ("operator overhead, 500 rollouts, abort fan-out", _lifecycle),

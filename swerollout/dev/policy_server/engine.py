@@ -324,7 +324,9 @@ class Engine:
             elif fault_limit is not None and len(output) >= fault_limit:
                 finish = _abort(f"injected fault: abort after {fault_limit} tokens")
             else:
-                sample = await self._step(generation)
+                aborted, sample = await self._step_unless_aborted(entry, generation)
+                if aborted:
+                    continue  # the loop's first check ends it
                 if sample is None:
                     finish = FinishReason(type="stop", matched=None)
                     break
@@ -361,6 +363,25 @@ class Engine:
         """One greedy decode step outside the request table (health_generate; not counted as load)."""
         sampling = SamplingConfig(temperature=0.0, top_p=1.0, top_k=-1, seed=0)
         await self._step(self.policy.start([self.chat_format.end_of_turn_id], sampling))
+
+    async def _step_unless_aborted(self, entry: _InFlight, generation: Generation) -> tuple[bool, TokenSample | None]:
+        """One decode step, or (True, None) as soon as an abort lands. Steps of concurrent
+        requests queue on one worker thread (SGLang batches them into one forward pass), so
+        an aborted request must not wait for the queue: its pending step is cancelled."""
+        if not self.policy.offload:
+            return False, await self._step(generation)
+        step = asyncio.ensure_future(self._step(generation))
+        aborted = asyncio.ensure_future(
+            self._wait_for(lambda: entry.abort_message is not None and self._pause_mode != "in_place")
+        )
+        try:
+            await asyncio.wait({step, aborted}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            aborted.cancel()
+        if step.done():
+            return False, step.result()
+        step.cancel()  # a queued step never runs; a running one finishes and is discarded
+        return True, None
 
     async def _step(self, generation: Generation) -> TokenSample | None:
         if self.policy.offload:

@@ -57,7 +57,8 @@ def assert_aborted_midway(reply: dict[str, Any], max_new_tokens: int = 400) -> N
     meta = reply["meta_info"]
     assert meta["finish_reason"]["type"] == "abort", meta["finish_reason"]
     assert {"message", "status_code", "err_type"} <= set(meta["finish_reason"])
-    assert 0 < meta["completion_tokens"] < max_new_tokens
+    # An abort lands between two tokens, or before the first on a busy machine (a queued step is dropped).
+    assert 0 <= meta["completion_tokens"] < max_new_tokens
     assert len(meta["output_token_logprobs"]) == len(reply["output_ids"]) == meta["completion_tokens"]
 
 
