@@ -130,9 +130,9 @@ class Operator:
         self.ingest_port = _free_port()
         argv = [
             sys.executable, "-m", "swerollout_operator", "--kubeconfig", str(plane.kubeconfig_path),
-            "--namespace", namespace, "--bind-host", "127.0.0.1", "--metrics-port", str(_free_port()),
+            "--namespaces", namespace, "--bind-host", "127.0.0.1", "--metrics-port", str(_free_port()),
             "--ingest-port", str(self.ingest_port), "--token-key-file", str(self.key),
-            "--store", f"file://{workdir / 'store'}", "--log-level", "WARNING",
+            "--store-url", f"file://{workdir / 'store'}", "--log-level", "WARNING",
         ]
         self.log = open(workdir / "operator.log", "wb")
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -7,12 +7,22 @@ globals elsewhere: the settings object is passed in explicitly.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class OperatorSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Each field is also a command-line flag of the same name (flags.py): `store_url` is `--store-url`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _cluster_wide_watches_every_namespace(cls, values: Any) -> Any:
+        if isinstance(values, dict) and values.get("cluster_wide") and "namespaces" not in values:
+            return {**values, "namespaces": []}
+        return values
 
     namespaces: list[str] = Field(default_factory=lambda: ["default"])
     """Namespaces to watch. Empty with `cluster_wide` means every namespace."""
@@ -22,6 +32,7 @@ class OperatorSettings(BaseModel):
     runner_image: str = "ghcr.io/swerollout/swerollout:0.1.0"
     """Image of the init (swerex bundle) and runner containers."""
     runner_image_pull_policy: str = "IfNotPresent"
+    """imagePullPolicy of the init and runner containers."""
 
     ingest_url: str = "http://swerollout-operator.swerollout-system.svc:8081"
     """Base URL at which runner containers reach the operator's ingest API."""

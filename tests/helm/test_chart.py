@@ -78,7 +78,7 @@ def test_default_render_is_namespaced_least_privilege(helm_bin: Callable[..., An
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
     assert pod["securityContext"]["runAsNonRoot"] is True
-    assert "--namespace=swer-system" in container["args"]
+    assert "--namespaces=swer-system" in container["args"]
     assert pod["serviceAccountName"] == by_kind(docs, "ServiceAccount")[0]["metadata"]["name"]
     ports = {p["name"]: p["port"] for p in by_kind(docs, "Service")[0]["spec"]["ports"]}
     assert ports == {"metrics": 8080, "ingest": 8081}
@@ -91,8 +91,18 @@ def test_operator_args_parse(helm_bin: Callable[..., Any]) -> None:
     for values in ([], ["--set", "rbac.clusterWide=true", "--set", "operator.keepFailedPods=true"]):
         (deploy,) = by_kind(render(helm_bin, *values), "Deployment")
         args = deploy["spec"]["template"]["spec"]["containers"][0]["args"]
-        settings, _, _ = parse_args([a for a in args if not a.startswith("--store") and not a.startswith("--s3")])
-        assert settings.ingest_port == 8081
+        settings, _, _ = parse_args(args)
+        assert settings.ingest_port == 8081 and settings.store_url == "file:///data"
+        # Flags carry the settings' own names, so every value lands where the chart meant it.
+        assert settings.cluster_wide is settings.keep_failed_pods is bool(values)
+        assert settings.namespaces == ([] if values else ["swer-system"])
+    (deploy,) = by_kind(render(helm_bin, "--set", "store.type=s3", "--set", "store.s3.bucket=b",
+                               "--set-json", 'operator.podTolerations=[{"key":"gpu","operator":"Exists"}]',
+                               "--set-json", 'operator.podNodeSelector={"pool":"rl"}'), "Deployment")
+    settings, _, _ = parse_args(deploy["spec"]["template"]["spec"]["containers"][0]["args"])
+    assert settings.store_url == "s3://b/swerollout/"
+    assert settings.extra_tolerations == [{"key": "gpu", "operator": "Exists"}]
+    assert settings.extra_node_selector == {"pool": "rl"}
 
 
 def test_non_default_values(helm_bin: Callable[..., Any]) -> None:
@@ -111,7 +121,7 @@ def test_non_default_values(helm_bin: Callable[..., Any]) -> None:
     assert any(r["resources"] == ["pods"] for r in cluster_role["rules"])
     assert by_kind(docs, "ServiceMonitor")[0]["spec"]["endpoints"][0]["port"] == "metrics"
     args = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert "--all-namespaces" in args and "--store=s3://rollouts/swerollout/" in args
+    assert "--cluster-wide" in args and "--store-url=s3://rollouts/swerollout/" in args
 
     extra = render(helm_bin, "--set", "rbac.watchNamespaces={team-a,team-b}")
     assert sorted(r["metadata"]["namespace"] for r in by_kind(extra, "Role")) == ["swer-system", "team-a", "team-b"]

@@ -122,12 +122,12 @@ def operator(control_plane: ControlPlane, crd: None, namespace: str, tmp_path: P
     argv = [
         sys.executable, "-m", "swerollout_operator",
         "--kubeconfig", str(kubeconfig),
-        "--namespace", namespace,
+        "--namespaces", namespace,
         "--bind-host", "127.0.0.1",
         "--metrics-port", str(port),
         "--ingest-port", str(ingest_port),
         "--token-key-file", str(key_file),
-        "--store", f"file://{tmp_path / 'store'}",
+        "--store-url", f"file://{tmp_path / 'store'}",
         "--log-level", "DEBUG",
     ]
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}

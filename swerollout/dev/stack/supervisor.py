@@ -261,11 +261,11 @@ class Supervisor:
         store = self.paths.root / "store"
         store.mkdir(exist_ok=True)
         argv = [
-            sys.executable, "-m", "swerollout_operator", "--all-namespaces", "--kubeconfig", str(kubeconfig),
+            sys.executable, "-m", "swerollout_operator", "--cluster-wide", "--kubeconfig", str(kubeconfig),
             "--runner-image", DEV_RUNNER_IMAGE, "--runner-image-pull-policy", "Never",
             "--ingest-url", f"http://127.0.0.1:{ingest}", "--ingest-port", str(ingest),
             "--metrics-port", str(free_port()), "--bind-host", "127.0.0.1", "--token-key-file", str(key),
-            "--pod-tolerations", json.dumps([toleration]), "--store", f"file://{store}",
+            "--extra-tolerations", json.dumps([toleration]), "--store-url", f"file://{store}",
         ]
         child = Child("operator", argv, self.paths.logs / "operator.log")
         self.children[child.name] = child
