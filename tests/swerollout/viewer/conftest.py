@@ -59,6 +59,11 @@ HOSTILE_MARKUP = "<script>window.__pwned = 1</script><img src=x onerror=\"window
 # Invalid UTF-8 as the runner would hold it after decoding with surrogateescape.
 INVALID_UTF8 = b"bytes: \xff\xfe\xc3( end".decode("utf-8", "surrogateescape")
 HUGE_LINE = "A" * 200_000
+# A 4x4 red PNG, as a problem statement's image would arrive inline; and a remote one.
+INLINE_IMAGE = (
+    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAQAAAAECAIAAAAmkwkpAAAAEElEQVR4nGP4z8AARwzEcQCukw/x0F8jngAAAABJRU5ErkJggg=="
+)
+REMOTE_IMAGE = "http://203.0.113.7/issue.png"
 
 
 @dataclass
@@ -191,9 +196,18 @@ async def _make_batch(tmp: Path) -> DemoBatch:
             # The tokenizer sees what the runner sends (invalid bytes replaced); the record keeps the raw text.
             observation=hostile_observation.encode("utf-8", "surrogateescape").decode("utf-8", "replace"),
         )
-        trajectory.messages = [
-            {**m, "content": hostile_observation} if m.get("role") == "tool" else m for m in trajectory.messages
-        ]
+        def hostile(message: dict[str, Any]) -> dict[str, Any]:
+            if message.get("role") == "tool":
+                return {**message, "content": hostile_observation}
+            if message.get("role") == "user":  # a multimodal problem statement: one inline image, one remote
+                return {**message, "content": [
+                    {"type": "text", "text": str(message["content"])},
+                    {"type": "image_url", "image_url": {"url": INLINE_IMAGE}},
+                    {"type": "image_url", "image_url": {"url": REMOTE_IMAGE}},
+                ]}
+            return message
+
+        trajectory.messages = [hostile(m) for m in trajectory.messages]
         trajectory.submission = f"diff --git a/x b/x\n+{HOSTILE_MARKUP}\n"
         obj = _object(hostile_name, len(instances), 0, "hostile__xss-1", trajectory, start, False, graded=False)
         obj["status"]["reward"] = {"value": 0.0, "resolved": False, "graded": False}

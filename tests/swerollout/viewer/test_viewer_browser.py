@@ -124,7 +124,12 @@ def _check_hostile_inert(page: Any, name: str) -> None:
     page.wait_for_selector("[data-testid=tokens] .tk")
     assert page.evaluate("window.__pwned") is None
     # Markup from the trajectory is text: no element it names exists, its source shows as is.
-    assert page.locator("main img").count() == 0 and page.locator("main b:text('bold?')").count() == 0
+    assert page.locator("main b:text('bold?')").count() == 0
+    # The problem statement's inline image shows; the remote one is named, never fetched.
+    images = page.locator("main img")
+    assert images.count() == 1 and images.first.get_attribute("src", timeout=5000).startswith("data:image/png")
+    assert images.first.evaluate("img => img.complete && img.naturalWidth") == 4
+    assert page.locator(".img-note").inner_text().endswith("http://203.0.113.7/issue.png")
     tool = page.locator(".msg.tool")
     assert tool.count() == 1
     # The huge observation starts folded; opened, it shows the markup as text and U+FFFD for the bad bytes.
@@ -139,8 +144,12 @@ def _check_hostile_inert(page: Any, name: str) -> None:
 
 
 def test_hostile_trajectory_renders_inert_when_served(page: Any, served: str, demo_batch: Any) -> None:
+    requests: list[str] = []
+    page.on("request", lambda request: requests.append(request.url))
     page.goto(served + "#r/" + demo_batch.hostile)
     _check_hostile_inert(page, demo_batch.hostile)
+    # Everything came from the viewer itself (or inline data).
+    assert requests and all(u.startswith((served, "data:")) for u in requests), requests
     assert page.errors == []
 
 
@@ -162,5 +171,5 @@ def test_report_file_works_offline(page: Any, demo_batch: Any, tmp_path: Path, s
     page.reload()
     _check_hostile_inert(page, demo_batch.hostile)
     # One file: the page asked for nothing but itself.
-    assert {u.split("#")[0] for u in requests} == {out.as_uri()}
+    assert {u.split("#")[0] for u in requests if not u.startswith("data:")} == {out.as_uri()}
     assert page.errors == []
