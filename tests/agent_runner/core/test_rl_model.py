@@ -394,3 +394,16 @@ async def test_a_turn_spanning_a_weight_update_keeps_per_token_versions_to_the_c
     )
     assert [v for v, m in zip(record.weight_versions.tolist(), record.loss_mask.tolist()) if m] == sampled
     await model.client.aclose()
+
+
+async def test_a_spec_context_above_the_servers_is_lowered_and_said(fake_sglang: FakeSGLang) -> None:
+    from agent_runner.session import _apply_server_limits
+
+    fake_sglang.server_info = {"context_length": 4096, "max_req_input_len": 4090, "enable_return_routed_experts": False}
+    model = _model(fake_sglang.url, max_context_tokens=65536, return_routed_experts=True)
+    notice = await _apply_server_limits(model, model.client)
+    assert model.max_context_tokens == 4096 and model.server_limits == ContextLimits(context_length=4096, max_req_len=4095)
+    assert "maxContextTokens 65536 exceeds the server's context length 4096; using 4096" in notice
+    assert "--enable-return-routed-experts" in notice
+    assert len(model.state.notes) == 2 and "; ".join(model.state.notes) == notice  # also in info.notes
+    await model.client.aclose()
