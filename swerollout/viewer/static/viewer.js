@@ -82,7 +82,8 @@
     return h("div", { class: "bars" }, ...Object.entries(counts).map(([k, n]) => {
       const fill = h("div", { class: "fill" });
       fill.style.width = (100 * n / max).toFixed(1) + "%";
-      return h("div", { class: "bar" }, h("span", { class: "name", title: k, text: k }), h("div", null, fill),
+      const label = k === "" ? "(empty)" : k;  // e.g. a server that reports an empty weight version
+      return h("div", { class: "bar" }, h("span", { class: "name", title: label, text: label }), h("div", null, fill),
         h("span", { class: "num", "data-testid": testPrefix + k, text: String(n) + (total ? "" : "") }));
     }));
   }
@@ -332,7 +333,7 @@
       const i = Number(el.dataset.i);
       const v = t.version_table[t.versions[i]];
       tip.textContent = "#" + i + "  id " + t.ids[i] + "\n" + JSON.stringify(t.pieces ? t.pieces[i] : "") + "\n" +
-        (i < t.prompt ? "prompt" : t.mask[i] ? "trained (loss mask 1)\nlogprob " + t.logprobs[i] + "\nweights " + v : "environment (loss mask 0)");
+        (i < t.prompt ? "prompt" : t.mask[i] ? "trained (loss mask 1)\nlogprob " + t.logprobs[i] + "\nweights " + JSON.stringify(v) : "environment (loss mask 0)");
       tip.style.display = "block";
       const rect = el.getBoundingClientRect();
       tip.style.left = Math.min(window.innerWidth - 430, rect.left) + "px";
@@ -361,7 +362,7 @@
     add("reward", r.reward === null ? "-" : fmt(r.reward, 2), r.resolved ? "ok" : "bad");
     add("turns", r.turns); add("tokens", r.tokens + " (" + r.sampled + " trained)");
     add("aborts / resumes", r.aborts + " / " + r.resumes); add("pods", r.attempts);
-    add("weights", Object.entries(r.versions).map(([v, c]) => v + ": " + c).join(", ") || "-");
+    add("weights", Object.entries(r.versions).map(([v, c]) => (v === "" ? "(empty)" : v) + ": " + c).join(", ") || "-");
     add("tokenizer", r.tokenizer || "-");
     add("time per phase", Object.entries(r.phases).map(([p, s]) => p + " " + secs(s)).join(", ") || "-");
     return kv;

@@ -94,7 +94,7 @@ def test_served_rollout_page_token_view(page: Any, served: str, demo_batch: Any,
     # Hovering a trained token shows its logprob and weight version.
     page.hover("[data-testid=tokens] .tk.m1 >> nth=-1")
     tip = page.inner_text("#tip")
-    assert "trained (loss mask 1)" in tip and "logprob 0" in tip and "weights v2" in tip
+    assert "trained (loss mask 1)" in tip and "logprob 0" in tip and "weights \"v2\"" in tip
     # The token view's end: the resumed turn with its abort, resume and version markers.
     page.evaluate("document.querySelector('.legend').scrollIntoView();"
                   "const box = document.querySelector('[data-testid=tokens]'); box.scrollTop = box.scrollHeight")
