@@ -407,3 +407,30 @@ async def test_a_spec_context_above_the_servers_is_lowered_and_said(fake_sglang:
     assert "--enable-return-routed-experts" in notice
     assert len(model.state.notes) == 2 and "; ".join(model.state.notes) == notice  # also in info.notes
     await model.client.aclose()
+
+
+async def test_the_context_edge_against_the_stand_in_is_a_context_error(oracle_server: Callable[..., Any]) -> None:
+    """SGLang's margin, as the stand-in enforces it: with the limits read from the server
+    the runner stops before sending; without them, the server's 400 means the same."""
+    probe = _model("http://127.0.0.1:9")  # only to measure the prompt
+    probe.add_messages(PROMPT)
+    probe._prepare_request()  # noqa: SLF001
+    prompt = len(probe.buffer)
+    await probe.client.aclose()
+    server = oracle_server(context_length=prompt + 12)
+    model = _model(server.url, max_context_tokens=100_000)
+    model.server_limits = await model.client.limits()
+    assert model.server_limits is not None and model.server_limits.context_length == prompt + 12
+    model.add_messages(PROMPT)
+    turn = await model.generate()
+    assert turn.finish_reason == FinishReason.LENGTH and turn.new_tokens == 10  # max_req_len - prompt - 1
+    model.add_messages([{"role": "user", "content": "go on"}])
+    with pytest.raises(ContextBudgetError, match="the server admits prompts below"):
+        await model.generate()
+    blind = _model(server.url, max_context_tokens=100_000)  # never read the limits: asks for 512 new tokens
+    blind.add_messages(PROMPT)
+    with pytest.raises(ContextBudgetError, match="exceeds the model's maximum context length"):
+        await blind.generate()
+    assert blind.buffer.sampled_tokens == 0
+    await model.client.aclose()
+    await blind.client.aclose()
