@@ -3,6 +3,7 @@
     swerollout tasks list                       # id, repo, base commit, test counts
     swerollout tasks materialize --dest DIR     # DIR/<task>/ git repos + DIR/instances.jsonl
     swerollout tasks index [--check]            # regenerate (or verify) the committed index
+    swerollout tasks build-images [--dest F]    # one container image per task (real node; root)
 """
 
 from __future__ import annotations
@@ -35,6 +36,15 @@ def register(parser: argparse.ArgumentParser) -> None:
     index = sub.add_parser("index", help="regenerate instances.jsonl in the tasks folder from the task files")
     index.add_argument("--check", action="store_true", help="only verify it is up to date; exit 1 when stale")
     index.set_defaults(func=_index)
+
+    build = sub.add_parser(
+        "build-images",
+        help="build one container image per task (Debian base with Python and pytest, repo at its base commit "
+        "in /testbed) and load them into the running `swerollout cluster`",
+    )
+    build.add_argument("--dest", type=Path, help="also write an instances.jsonl naming the images here")
+    build.add_argument("--workdir", help="directory of the running cluster (default: the current directory)")
+    build.set_defaults(func=_build_images)
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -84,4 +94,31 @@ def _index(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(f"wrote {len(fresh)} instances to {index_path}")
+    return 0
+
+
+def _build_images(args: argparse.Namespace) -> int:
+    from swerollout.dev.cluster import containerd
+    from swerollout.dev.cluster.config import ClusterPaths
+    from swerollout.dev.cluster.images import ImageBuildError
+    from swerollout.dev.cluster.state import ClusterState
+    from swerollout.dev.cluster.taskimages import build_task_images
+
+    try:
+        built = build_task_images(args.tasks_dir)
+    except (ImageBuildError, InstanceError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    paths = ClusterPaths.under(args.workdir)
+    state = ClusterState.read(paths.state)
+    running = state is not None and state.status == "ready" and state.supervisor.alive()
+    for image in built:
+        if running:
+            containerd.import_image(paths, image.archive)
+        print(f"{image.instance.instance_id}  {image.instance.image}  {image.archive}")
+    if args.dest:
+        tasks.write_instances([i.instance for i in built], args.dest / tasks.INDEX_FILE)
+        print(f"wrote {len(built)} instances to {args.dest.resolve() / tasks.INDEX_FILE}")
+    print(f"loaded into the cluster in {paths.root}" if running else
+          "no cluster running: `swerollout cluster up`, then run this again to load them")
     return 0

@@ -114,6 +114,16 @@ def bytes_layer(files: dict[str, tuple[bytes, int]], dest: Path) -> Path:
     return dest
 
 
+def symlink_layer(links: dict[str, str], dest: Path) -> Path:
+    """A layer of symlinks (path in the image -> target)."""
+    with tarfile.open(dest, "w", format=tarfile.PAX_FORMAT) as tar:
+        for name, target in links.items():
+            info = tarfile.TarInfo(name.lstrip("/"))
+            info.type, info.linkname, info.mode, info.mtime = tarfile.SYMTYPE, target, 0o777, 0
+            tar.addfile(info)
+    return dest
+
+
 def docker_archive(tag: str, layers: Sequence[Path], config: ImageConfig, dest: Path) -> Path:
     """Write ``dest``: an image of ``layers`` (uncompressed tarballs, base first) named ``tag``."""
     diff_ids = [f"sha256:{_sha256_file(layer)}" for layer in layers]
@@ -125,6 +135,10 @@ def docker_archive(tag: str, layers: Sequence[Path], config: ImageConfig, dest: 
             "WorkingDir": config.working_dir, "User": config.user,
         },
         "rootfs": {"type": "layers", "diff_ids": diff_ids},
+        # One history entry per layer: buildah refuses a base whose history and layers disagree.
+        "created": "1970-01-01T00:00:00Z",
+        "history": [{"created": "1970-01-01T00:00:00Z", "created_by": f"swerollout: {layer.name}"}
+                    for layer in layers],
     }, sort_keys=True).encode()
     config_name = hashlib.sha256(image_config).hexdigest() + ".json"
     layer_names = [f"{d.split(':', 1)[1]}/layer.tar" for d in diff_ids]
