@@ -4,17 +4,29 @@
 #
 #   docker build -t ghcr.io/swerollout/swerollout:0.1.0 .
 #
-# Stage 1 builds the bundle: a relocatable CPython (python-build-standalone's
-# "install_only" build, statically linked against musl so it runs on any task
-# image's libc) with swe-rex and its dependencies installed into it.
-# Stage 2 builds the wheels of swerollout itself from the pinned lock.
+# Offline (no registry, no GitHub), as `swerollout images build` does it with buildah
+# from a local Debian base made by mmdebstrap (docs/real-node.md):
+#
+#   buildah bud --network=host --pull-never \
+#     --build-arg BASE_IMAGE=swerollout.local/base-python:bookworm \
+#     --build-arg BUNDLE_PYTHON=base -t swerollout.local/swerollout:dev .
+#
+# Stage 1 builds the bundle: a relocatable CPython with swe-rex and its
+# dependencies installed into it. BUNDLE_PYTHON=pbs (default) downloads
+# python-build-standalone's "install_only" build, statically linked against musl
+# so it runs on any task image's libc; BUNDLE_PYTHON=base relocates the base
+# image's own Debian CPython instead (offline; it needs glibc >= 2.36 and libz,
+# libexpat, libssl3, libffi8 in the task image).
+# Stage 2 installs swerollout itself from the pinned lock into a venv at
+# /opt/swerollout (a venv works on any base, whatever its Python's layout).
 # Stage 3 is the runtime image, non-root, with the bundle at /opt/swerex-bundle.
 
-ARG PYTHON_VERSION=3.11
+ARG BASE_IMAGE=python:3.11-slim-bookworm
+ARG BUNDLE_PYTHON=pbs
 ARG PBS_RELEASE=20251014
 ARG PBS_PYTHON=3.11.14
 
-FROM python:${PYTHON_VERSION}-slim-bookworm AS bundle
+FROM ${BASE_IMAGE} AS bundle-python-pbs
 ARG PBS_RELEASE
 ARG PBS_PYTHON
 ARG TARGETARCH=amd64
@@ -30,16 +42,21 @@ RUN case "${TARGETARCH}" in \
  && mkdir -p /opt/swerex-bundle \
  && tar -xzf /tmp/python.tar.gz -C /opt/swerex-bundle \
  && rm /tmp/python.tar.gz
-COPY requirements.lock /tmp/requirements.lock
-# Only swe-rex's runtime closure goes into the bundle (not torch, not kopf).
-RUN /opt/swerex-bundle/python/bin/python3 -m pip install --no-cache-dir --no-compile \
-      -c /tmp/requirements.lock swe-rex \
- && find /opt/swerex-bundle -name '__pycache__' -prune -exec rm -rf {} + \
- && /opt/swerex-bundle/python/bin/python3 -c "import swerex.server, uvicorn"
 
-FROM python:${PYTHON_VERSION}-slim-bookworm AS wheels
-RUN pip install --no-cache-dir uv==0.13.8
+# CPython finds its prefix from where its executable lies (the lib/python3.X/os.py
+# landmark), so the interpreter and its stdlib copied side by side run from there.
+FROM ${BASE_IMAGE} AS bundle-python-base
+RUN exe="$(readlink -f "$(command -v python3)")" \
+ && stdlib="$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])')" \
+ && mkdir -p /opt/swerex-bundle/python/bin /opt/swerex-bundle/python/lib \
+ && cp "$exe" /opt/swerex-bundle/python/bin/ \
+ && ln -s "$(basename "$exe")" /opt/swerex-bundle/python/bin/python3 \
+ && cp -a "$stdlib" /opt/swerex-bundle/python/lib/ \
+ && /opt/swerex-bundle/python/bin/python3 -c "import sys; assert sys.prefix == '/opt/swerex-bundle/python', sys.prefix"
+
+FROM ${BASE_IMAGE} AS wheels
 WORKDIR /src
+RUN python3 -m venv /opt/swerollout && /opt/swerollout/bin/pip install --no-cache-dir uv==0.13.8
 COPY pyproject.toml requirements.lock README.md ./
 COPY swerollout ./swerollout
 COPY agent_runner ./agent_runner
@@ -47,18 +64,29 @@ COPY operator ./operator
 # The runtime image needs neither torch (tiny-lm is a dev-mode policy) nor the
 # dev tools; everything else comes from the lock so builds are reproducible.
 RUN grep -vE '^(torch|nvidia-|cuda-|triton|pytest|mypy|moto|import-linter)' requirements.lock > /tmp/runtime.lock \
- && uv pip install --system --no-cache -r /tmp/runtime.lock \
- && uv pip install --system --no-cache --no-deps .
+ && /opt/swerollout/bin/uv pip install --python /opt/swerollout/bin/python --no-cache -r /tmp/runtime.lock \
+ && /opt/swerollout/bin/uv pip install --python /opt/swerollout/bin/python --no-cache --no-deps .
 
-FROM python:${PYTHON_VERSION}-slim-bookworm AS runtime
+FROM bundle-python-${BUNDLE_PYTHON} AS bundle
+COPY --from=wheels /opt/swerollout /opt/swerollout
+COPY requirements.lock /tmp/requirements.lock
+# Only swe-rex's runtime closure goes into the bundle (not torch, not kopf), into the
+# bundle interpreter's own site directory.
+RUN site="$(/opt/swerex-bundle/python/bin/python3 -c 'import site; print(site.getsitepackages()[0])')" \
+ && /opt/swerollout/bin/uv pip install --no-cache --python /opt/swerex-bundle/python/bin/python3 \
+      --target "$site" -c /tmp/requirements.lock swe-rex \
+ && find /opt/swerex-bundle -name '__pycache__' -prune -exec rm -rf {} + \
+ && /opt/swerex-bundle/python/bin/python3 -c "import swerex.server, uvicorn"
+
+FROM ${BASE_IMAGE} AS runtime
 LABEL org.opencontainers.image.title="swerollout" \
       org.opencontainers.image.description="Kubernetes operator and agent runner for agentic RL rollouts"
 RUN apt-get update && apt-get install -y --no-install-recommends git patch && rm -rf /var/lib/apt/lists/* \
  && useradd --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin swerollout
-COPY --from=wheels /usr/local/lib/python3.11/site-packages /usr/local/lib/python3.11/site-packages
-COPY --from=wheels /usr/local/bin /usr/local/bin
+COPY --from=wheels /opt/swerollout /opt/swerollout
 COPY --from=bundle /opt/swerex-bundle /opt/swerex-bundle
-ENV SWEROLLOUT_BUNDLE_SRC=/opt/swerex-bundle \
+ENV PATH=/opt/swerollout/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    SWEROLLOUT_BUNDLE_SRC=/opt/swerex-bundle \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 USER 10001:10001
