@@ -16,8 +16,14 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from swerollout.dev.cluster import teardown
+from swerollout.dev.cluster.buildimage import build_image
+from swerollout.dev.cluster.images import ImageBuildError
+from swerollout.dev.cluster.supervisor import repo_root
+from swerollout.dev.cluster.taskimages import build_task_images
+from swerollout.dev.tasks import INDEX_FILE, write_instances
 from swerollout.dev.cluster.config import ClusterConfig, ClusterPaths
 from swerollout.dev.cluster.nodebins import find_node_binaries, missing_host_tools
 from swerollout.dev.cluster.state import ClusterState
@@ -28,7 +34,13 @@ EXIT_NOT_RUNNING = 3
 def register(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="cluster_command", metavar="ACTION", required=True)
     up = sub.add_parser("up", help="start etcd, the API server, controllers, containerd, kubelet and kube-proxy")
-    up.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the node (default 600)")
+    up.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for readiness (default 900)")
+    up.add_argument("--no-operator", action="store_true",
+                    help="do not build the image from the Dockerfile nor install the chart")
+    up.add_argument("--policy", choices=["oracle", "null", "tiny-lm"],
+                    help="start the bundled policy server on the node IP, port 30000")
+    up.add_argument("--tasks", help="JSONL of tasks for the policy server (default: the bundled tasks, whose "
+                    "images are then built and loaded, and listed in .swerollout/cluster/tasks/instances.jsonl)")
     up.set_defaults(func=up_command)
     status = sub.add_parser("status", help="report each component")
     status.set_defaults(func=status_command)
@@ -70,6 +82,25 @@ def up_command(args: argparse.Namespace) -> int:
     paths.state.unlink(missing_ok=True)
     paths.logs.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "swerollout.dev.cluster.supervisor", "--cluster-dir", str(paths.root)]
+    if not args.no_operator:
+        print("building the swerollout image from the Dockerfile with buildah (minutes the first time)",
+              file=sys.stderr)
+        try:
+            archive = build_image(repo_root())
+        except ImageBuildError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        argv += ["--operator-image", str(archive)]
+    if args.policy:
+        argv += ["--policy", args.policy]
+        if args.tasks:
+            argv += ["--tasks", os.path.abspath(args.tasks)]
+        else:
+            print("building the bundled tasks' images (once)", file=sys.stderr)
+            tasks_file, archives = _bundled_tasks(paths)
+            argv += ["--tasks", str(tasks_file)]
+            for archive in archives:
+                argv += ["--load-image", str(archive)]
     with open(paths.logs / "supervisor.log", "ab") as log, open(os.devnull, "rb") as devnull:
         supervisor = subprocess.Popen(argv, stdin=devnull, stdout=log, stderr=subprocess.STDOUT,
                                       start_new_session=True)
@@ -97,6 +128,15 @@ def up_command(args: argparse.Namespace) -> int:
         return 1
     print(f"export KUBECONFIG={state.kubeconfig}")
     return 0
+
+
+def _bundled_tasks(paths: ClusterPaths) -> tuple[Path, list[Path]]:
+    """The bundled tasks' images (built once, cached) and an instances.jsonl naming them,
+    for the oracle policy server and for rollouts."""
+    built = build_task_images()
+    out = paths.root / "tasks" / INDEX_FILE
+    write_instances([image.instance for image in built], out)
+    return out, [image.archive for image in built]
 
 
 def status_command(args: argparse.Namespace) -> int:

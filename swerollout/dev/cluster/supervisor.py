@@ -21,6 +21,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -34,10 +35,12 @@ from swerollout.dev.controlplane import ControlPlane, ControlPlaneConfig, free_p
 from swerollout.dev.controlplane.certs import ensure_pki
 from swerollout.dev.controlplane.processes import spawn, terminate_group
 from swerollout.dev.stack.state import ComponentState
-from swerollout.kube import NODES, NotFound
+from swerollout.kube import NODES, SERVICES, KubeClient, NotFound
 from swerollout.dev.nodeagent.process import start_ticks
 
 from . import containerd, network, teardown
+from .buildimage import IMAGE
+from .dns import DnsServer
 from .components import component_kubeconfig, kube_proxy_config, kubelet_config
 from .config import ClusterConfig, ClusterPaths
 from .nodebins import NodeBinaries, find_node_binaries
@@ -46,6 +49,14 @@ from .state import ClusterState
 
 log = logging.getLogger("swerollout.cluster")
 NODE_READY_TIMEOUT = 240.0
+RELEASE = "swerollout"
+RELEASE_NAMESPACE = "swerollout-system"
+OPERATOR_UID = 10001   # the image's user (Dockerfile); the data volume must be writable by it
+POLICY_PORT = 30000    # SGLang's default port, on the node IP
+
+
+def repo_root() -> Path:
+    return Path(__file__).resolve().parents[3]
 
 
 class ClusterStartFailed(RuntimeError):
@@ -53,8 +64,10 @@ class ClusterStartFailed(RuntimeError):
 
 
 class Supervisor:
-    def __init__(self, paths: ClusterPaths, config: ClusterConfig) -> None:
+    def __init__(self, paths: ClusterPaths, config: ClusterConfig, args: argparse.Namespace | None = None) -> None:
         self.paths, self.config = paths, config
+        self.args = args or argparse.Namespace(
+            operator_image=None, policy=None, tasks=None, load_image=[])
         self.stop_requested = threading.Event()
         self.plane: ControlPlane | None = None
         self.children: dict[str, tuple[subprocess.Popen[bytes], IO[bytes]]] = {}
@@ -64,6 +77,8 @@ class Supervisor:
             kubeconfig=str(paths.kubeconfig), node_name=config.node_name, node_ip=config.node_ip,
         )
         self._lock_file: IO[str] | None = None
+        self.dns: DnsServer | None = None
+        self._dns_client: KubeClient | None = None
 
     def save(self) -> None:
         self.state.write(self.paths.state)
@@ -112,6 +127,7 @@ class Supervisor:
         os.chmod(self.paths.kubeconfig, 0o600)
         self.state.server_url = self.plane.server_url
         self._grant_apiserver_kubelet_access()
+        self._start_dns()
         self.save()
 
         self._start_containerd(node_bins)
@@ -141,6 +157,12 @@ class Supervisor:
         proxy_conf.write_text(kube_proxy_config(self.config, proxy_kc, free_port(), free_port()))
         self._spawn("kube-proxy", [str(node_bins.kube_proxy), f"--config={proxy_conf}"])
         self._wait_node_ready()
+        for archive in self.args.load_image:
+            containerd.import_image(self.paths, Path(archive))
+        if self.args.policy:
+            self._start_policy_server()
+        if self.args.operator_image:
+            self._install_operator(Path(self.args.operator_image))
         self.state.status = "ready"
         self.state.message = f"node {self.config.node_name} Ready"
         self.save()
@@ -174,6 +196,23 @@ class Supervisor:
             signal.signal(sig, self._on_signal)
         for name, pid in self.plane.pids().items():
             self.state.components[name] = ComponentState(status="running", pid=pid, start_ticks=start_ticks(pid))
+
+    def _start_dns(self) -> None:
+        assert self.plane is not None
+        client = self._dns_client = self.plane.admin_client()
+
+        def cluster_ip(namespace: str, name: str) -> str | None:
+            try:
+                ip = client.get(SERVICES, name, namespace).get("spec", {}).get("clusterIP")
+            except NotFound:
+                return None
+            return ip if ip and ip != "None" else None
+
+        self.dns = DnsServer(self.config.node_ip, 53, self.config.cluster_domain, cluster_ip).start()
+        self.state.components["dns"] = ComponentState(
+            status="running", pid=os.getpid(), start_ticks=start_ticks(os.getpid()),
+            detail=f"{self.config.node_ip}:53 (in the supervisor)",
+        )
 
     def _grant_apiserver_kubelet_access(self) -> None:
         assert self.plane is not None
@@ -217,6 +256,68 @@ subjects:
             f"--root-dir={self.paths.kubelet_root}", "--v=1",
         ])
         self.state.components["kubelet"].detail = f"https://{self.config.node_ip}:{port}"
+
+    def _start_policy_server(self) -> None:
+        argv = [sys.executable, "-m", "swerollout.cli.main", "policy-server", "--policy", self.args.policy,
+                "--host", self.config.node_ip, "--port", str(POLICY_PORT)]
+        if self.args.tasks:
+            argv += ["--tasks", self.args.tasks]
+        popen = self._spawn("policy-server", argv)
+        url = f"http://{self.config.node_ip}:{POLICY_PORT}"
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if popen.poll() is not None:
+                raise ClusterStartFailed(f"the policy server exited; see {self.paths.logs}/policy-server.log")
+            try:
+                with socket.create_connection((self.config.node_ip, POLICY_PORT), timeout=1):
+                    break
+            except OSError:
+                time.sleep(0.3)
+        else:
+            raise ClusterStartFailed(f"the policy server did not listen on {url}")
+        self.state.components["policy-server"].detail = url
+        self.save()
+
+    def _install_operator(self, archive: Path) -> None:
+        """The chart, as a user installs it, with the operator image built from our Dockerfile."""
+        assert self.plane is not None
+        containerd.import_image(self.paths, archive)
+        # No storage provisioner runs here: a hostPath volume pre-bound to the chart's claim.
+        data = self.paths.root / "volumes" / "operator-data"
+        data.mkdir(parents=True, exist_ok=True)
+        os.chown(data, OPERATOR_UID, OPERATOR_UID)
+        volume = f"""apiVersion: v1
+kind: PersistentVolume
+metadata:
+  name: {RELEASE}-data
+spec:
+  capacity: {{storage: 20Gi}}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Retain
+  storageClassName: ""
+  claimRef: {{namespace: {RELEASE_NAMESPACE}, name: {RELEASE}-data}}
+  hostPath: {{path: "{data}", type: Directory}}
+"""
+        applied = self.plane.kubectl("apply", "-f", "-", input=volume)
+        if applied.returncode != 0:
+            raise ClusterStartFailed(f"could not create the operator's volume: {applied.stderr.strip()}")
+        repository, tag = IMAGE.rsplit(":", 1)
+        started = time.monotonic()
+        installed = self.plane.helm(
+            "upgrade", "--install", RELEASE, str(repo_root() / "helm" / "swerollout"),
+            "--namespace", RELEASE_NAMESPACE, "--create-namespace",
+            "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
+            "--set", "image.pullPolicy=IfNotPresent", "--set", "rbac.clusterWide=true",
+            "--wait", "--timeout", "6m", timeout=420,
+        )
+        if installed.returncode != 0:
+            pods = self.plane.kubectl("get", "pods", "-n", RELEASE_NAMESPACE, "-o", "wide").stdout
+            raise ClusterStartFailed(f"helm install failed: {installed.stderr.strip()[-1500:]}\n{pods}")
+        self.state.components["operator"] = ComponentState(
+            status="ready", detail=f"Deployment {RELEASE_NAMESPACE}/{RELEASE} from {IMAGE} "
+                                   f"(Ready in {time.monotonic() - started:.0f}s)",
+        )
+        self.save()
 
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
         log_path = self.paths.logs / f"{name}.log"
@@ -284,6 +385,10 @@ subjects:
                     # The containers and shims outlive containerd by design; end them now,
                     # before the control plane goes.
                     teardown.clean_node(self.config, self.paths)
+        if self.dns is not None:
+            self.dns.close()
+        if self._dns_client is not None:
+            self._dns_client.close()
         if self.plane is not None:
             self.plane.stop(delete_data=True)
         problems = teardown.clean_node(self.config, self.paths)
@@ -295,6 +400,10 @@ subjects:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="swerollout.dev.cluster.supervisor")
     parser.add_argument("--cluster-dir", required=True)
+    parser.add_argument("--operator-image", help="image archive to load and install the chart with")
+    parser.add_argument("--policy", choices=["oracle", "null", "tiny-lm"], help="start the bundled policy server")
+    parser.add_argument("--tasks", help="JSONL of tasks for the policy server (oracle)")
+    parser.add_argument("--load-image", action="append", default=[], help="image archive to load (repeatable)")
     args = parser.parse_args(argv)
     paths = ClusterPaths(root=Path(args.cluster_dir).resolve())
     paths.root.mkdir(parents=True, exist_ok=True)
@@ -303,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
         handlers=[logging.StreamHandler(sys.stderr)],
     )
-    sup = Supervisor(paths, ClusterConfig())
+    sup = Supervisor(paths, ClusterConfig(), args)
     try:
         sup.lock()
     except ClusterStartFailed as exc:

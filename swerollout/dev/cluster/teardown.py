@@ -20,7 +20,7 @@ from .config import ClusterConfig, ClusterPaths
 from .state import ClusterState
 
 # Reverse start order: nothing recreates what was just removed.
-STOP_ORDER = ("kube-proxy", "kubelet", "containerd", "kube-scheduler", "kube-controller-manager",
+STOP_ORDER = ("policy-server", "kube-proxy", "kubelet", "containerd", "kube-scheduler", "kube-controller-manager",
               "kube-apiserver", "etcd")
 
 

@@ -1,0 +1,78 @@
+"""Build the swerollout image from our Dockerfile with buildah, offline.
+
+No registry is reachable, so the Dockerfile's base comes from a local Debian root
+filesystem (mmdebstrap, see images.py) given as ``BASE_IMAGE``, and the swerex
+bundle relocates that base's own CPython (``BUNDLE_PYTHON=base``) instead of
+downloading python-build-standalone. The build still reaches PyPI and Debian's
+mirror (the project's own dependency sources) through the host's network.
+
+buildah keeps its storage under the image cache, apart from anyone's
+containers/storage, with the overlay driver (vfs copies the whole root filesystem
+at every step: tens of GB and many minutes for this Dockerfile).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from . import images
+
+BASE_PACKAGES = ("python3", "python3-venv", "python3-pytest", "git", "ca-certificates", "passwd", "patch")
+"""The Debian base: Python with venv (the Dockerfile's stages), pytest and git (task images)."""
+BASE_IMAGE = "swerollout.local/base-python:bookworm"
+IMAGE = "swerollout.local/swerollout:dev"
+
+
+HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+CA_ENV = ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE")
+
+
+def base_image_archive() -> Path:
+    """The Debian base as an image archive (cached next to its rootfs).
+
+    It carries this machine's CA bundle (and points pip and uv at it): where PyPI is
+    reached through a TLS-intercepting proxy, the build's RUN steps need the same
+    trust as the host. The bundle's hash is part of the archive's name.
+    """
+    rootfs = images.base_rootfs(BASE_PACKAGES)
+    ca = HOST_CA_BUNDLE.read_bytes() if HOST_CA_BUNDLE.is_file() else b""
+    archive = rootfs.with_name(f"{rootfs.stem}-image-{hashlib.sha256(ca).hexdigest()[:12]}.tar")
+    if not archive.is_file():
+        layers = [rootfs]
+        env = images.ImageConfig().env
+        with images.scratch_dir() as scratch:
+            if ca:
+                layers.append(images.bytes_layer({str(HOST_CA_BUNDLE).lstrip("/"): (ca, 0o644)},
+                                                 Path(scratch) / "ca.tar"))
+                env += tuple(f"{name}={HOST_CA_BUNDLE}" for name in CA_ENV)
+            images.docker_archive(BASE_IMAGE, layers, images.ImageConfig(env=env), archive)
+    return archive
+
+
+def _buildah(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess[str]:
+    cache = images.image_cache_dir() / "buildah"
+    argv = ["buildah", "--root", str(cache / "storage"), "--runroot", str(cache / "run"),
+            "--storage-driver", "overlay", *args]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=timeout,
+                          env=dict(os.environ, BUILDAH_ISOLATION="chroot"))
+    if proc.returncode != 0:
+        raise images.ImageBuildError(f"`buildah {' '.join(args)}` failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def build_image(repo: Path, *, tag: str = IMAGE, extra_args: Sequence[str] = ()) -> Path:
+    """Build ``tag`` from ``repo``/Dockerfile and write it as a docker-archive; returns the archive."""
+    _buildah("pull", f"docker-archive:{base_image_archive()}")
+    _buildah(
+        "bud", "--network=host", "--pull-never", "--layers",
+        "--build-arg", f"BASE_IMAGE={BASE_IMAGE}", "--build-arg", "BUNDLE_PYTHON=base",
+        *extra_args, "-t", tag, "-f", str(repo / "Dockerfile"), str(repo),
+    )
+    archive = images.image_cache_dir() / (tag.replace("/", "_").replace(":", "_") + ".tar")
+    archive.unlink(missing_ok=True)
+    _buildah("push", tag, f"docker-archive:{archive}:{tag}")
+    return archive

@@ -1,0 +1,50 @@
+"""One real single-node cluster for the whole run of tests/cluster.
+
+Started with `swerollout cluster up` (as a user does; root), stopped with
+`swerollout cluster down` at the end, which must leave nothing behind: the
+fixture's teardown fails the run otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from swerollout.dev.cluster.config import ClusterConfig, ClusterPaths
+from tests.support.realnode import RealNode, base_image_archive, leftovers, swerollout_cli
+
+
+@pytest.fixture(scope="session")
+def real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealNode]:
+    workdir = tmp_path_factory.mktemp("realnode")
+    up = swerollout_cli("cluster", "up", "--workdir", str(workdir), "--policy", "oracle", timeout=3600)
+    paths = ClusterPaths.under(workdir)
+    node = RealNode(workdir=workdir, paths=paths, config=ClusterConfig())
+    try:
+        assert up.returncode == 0, f"cluster up failed:\n{up.stdout}\n{up.stderr}"
+        node.import_image(base_image_archive())
+        yield node
+    finally:
+        down = swerollout_cli("cluster", "down", "--workdir", str(workdir))
+        assert down.returncode == 0, f"cluster down failed:\n{down.stdout}\n{down.stderr}"
+        left = leftovers(node.config, paths)
+        assert not left, "cluster down left things behind:\n" + "\n".join(left)
+
+
+@pytest.fixture
+def pod_namespace(real_node: RealNode, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A namespace of its own per test, deleted afterwards (the namespace controller runs here)."""
+    name = "t-" + request.node.name.lower().replace("_", "-")[:40].rstrip("-")
+    real_node.kubectl_ok("create", "namespace", name)
+    # The controller-manager creates the default ServiceAccount; pods need it to exist.
+    real_node.wait_for(f"ServiceAccount {name}/default",
+                       lambda: real_node.kubectl("get", "serviceaccount", "default", "-n", name).returncode == 0,
+                       timeout=120)
+    yield name
+    real_node.kubectl("delete", "namespace", name, "--wait=false")
+
+
+def kubelet_kubeconfig(node: RealNode) -> Path:
+    return node.paths.configs / "kubelet.kubeconfig"
