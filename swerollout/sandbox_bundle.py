@@ -79,7 +79,14 @@ def install(dest: Path, source: Path | None = None) -> Path:
     src = source if source is not None else Path(os.environ.get(BUNDLE_SOURCE_ENV, DEFAULT_BUNDLE_SOURCE))
     dest.mkdir(parents=True, exist_ok=True)
     if (src / "python" / "bin" / "python3").exists():
-        shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True)
+        # Entry by entry, not copytree(src, dest): dest is usually a volume's mount point
+        # owned by root (an emptyDir), and copying src's mode and times onto it fails
+        # with EPERM for the non-root init container.
+        for entry in src.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.copytree(entry, dest / entry.name, symlinks=True, dirs_exist_ok=True)
+            else:
+                shutil.copy2(entry, dest / entry.name, follow_symlinks=False)
         interpreter = str(dest / "python" / "bin" / "python3")
     else:
         interpreter = sys.executable
