@@ -17,8 +17,8 @@
 # so it runs on any task image's libc; BUNDLE_PYTHON=base relocates the base
 # image's own Debian CPython instead (offline; it needs glibc >= 2.36 and libz,
 # libexpat, libssl3, libffi8 in the task image).
-# Stage 2 installs swerollout itself from the pinned lock into a venv at
-# /opt/swerollout (a venv works on any base, whatever its Python's layout).
+# Stage 2 installs swerollout and its pinned lock into a venv at /opt/swerollout
+# (a venv works on any base, whatever its Python's layout).
 # Stage 3 is the runtime image, non-root, with the bundle at /opt/swerex-bundle.
 
 ARG BASE_IMAGE=python:3.11-slim-bookworm
@@ -54,21 +54,24 @@ RUN exe="$(readlink -f "$(command -v python3)")" \
  && cp -a "$stdlib" /opt/swerex-bundle/python/lib/ \
  && /opt/swerex-bundle/python/bin/python3 -c "import sys; assert sys.prefix == '/opt/swerex-bundle/python', sys.prefix"
 
-FROM ${BASE_IMAGE} AS wheels
-WORKDIR /src
+FROM ${BASE_IMAGE} AS venv
 RUN python3 -m venv /opt/swerollout && /opt/swerollout/bin/pip install --no-cache-dir uv==0.13.8
+
+FROM venv AS wheels
+WORKDIR /src
 COPY pyproject.toml requirements.lock README.md ./
+# The runtime image needs neither torch (tiny-lm is a dev-mode policy) nor the
+# dev tools; everything else comes from the lock so builds are reproducible. The
+# dependencies go in before our sources, so a source change reuses this layer.
+RUN grep -vE '^(torch|nvidia-|cuda-|triton|pytest|mypy|moto|import-linter)' requirements.lock > /tmp/runtime.lock \
+ && /opt/swerollout/bin/uv pip install --python /opt/swerollout/bin/python --no-cache -r /tmp/runtime.lock
 COPY swerollout ./swerollout
 COPY agent_runner ./agent_runner
 COPY operator ./operator
-# The runtime image needs neither torch (tiny-lm is a dev-mode policy) nor the
-# dev tools; everything else comes from the lock so builds are reproducible.
-RUN grep -vE '^(torch|nvidia-|cuda-|triton|pytest|mypy|moto|import-linter)' requirements.lock > /tmp/runtime.lock \
- && /opt/swerollout/bin/uv pip install --python /opt/swerollout/bin/python --no-cache -r /tmp/runtime.lock \
- && /opt/swerollout/bin/uv pip install --python /opt/swerollout/bin/python --no-cache --no-deps .
+RUN /opt/swerollout/bin/uv pip install --python /opt/swerollout/bin/python --no-cache --no-deps .
 
 FROM bundle-python-${BUNDLE_PYTHON} AS bundle
-COPY --from=wheels /opt/swerollout /opt/swerollout
+COPY --from=venv /opt/swerollout /opt/swerollout
 COPY requirements.lock /tmp/requirements.lock
 # Only swe-rex's runtime closure goes into the bundle (not torch, not kopf), into the
 # bundle interpreter's own site directory.
