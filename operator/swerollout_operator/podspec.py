@@ -25,6 +25,7 @@ from .settings import OperatorSettings
 
 SECRET_INGEST_KEY = "ingest-token"
 SECRET_SWEREX_KEY = "swerex-token"
+SANDBOX_DROPPED_CAPABILITIES = ("NET_RAW", "MKNOD", "SYS_CHROOT", "SETFCAP", "SETPCAP", "AUDIT_WRITE", "NET_BIND_SERVICE")
 BUNDLE_MOUNT = "/swerex"
 RUNNER_SECRET_DIR = "/var/run/secrets/swerollout"
 SANDBOX_CONTAINER = "sandbox"
@@ -188,8 +189,18 @@ def rollout_pod(
                     "timeoutSeconds": 5,
                     "failureThreshold": 3,
                 },
+                # Declared so the embedded node agent links the runner to it (its sandbox
+                # containers have a network namespace of their own).
+                "ports": [{"name": "swerex", "containerPort": settings.sandbox_port, "protocol": "TCP"}],
                 "resources": _resources(sandbox_resources),
-                "securityContext": {"allowPrivilegeEscalation": False},
+                # Task images may need root (chown, apt in tests), so the default set stays
+                # minus what a test suite never needs: raw sockets, device nodes, chroot,
+                # file capabilities, audit, privileged ports.
+                "securityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                    "capabilities": {"drop": list(SANDBOX_DROPPED_CAPABILITIES)},
+                },
             },
             {
                 "name": RUNNER_CONTAINER,

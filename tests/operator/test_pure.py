@@ -79,6 +79,17 @@ def test_only_the_runner_can_read_the_ingest_token() -> None:
     assert containers["sandbox"]["workingDir"] == "/testbed"
 
 
+def test_sandbox_container_is_restricted_and_declares_its_port() -> None:
+    settings = OperatorSettings()
+    pod = podspec.rollout_pod(rollout(), META, settings, attempt=1)
+    sandbox = next(c for c in pod["spec"]["containers"] if c["name"] == "sandbox")
+    ctx = sandbox["securityContext"]
+    assert ctx["allowPrivilegeEscalation"] is False and ctx["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert {"NET_RAW", "MKNOD", "SYS_CHROOT", "SETFCAP"} <= set(ctx["capabilities"]["drop"])
+    assert "privileged" not in ctx and "add" not in ctx["capabilities"]
+    assert sandbox["ports"] == [{"name": "swerex", "containerPort": settings.sandbox_port, "protocol": "TCP"}]
+
+
 def test_pod_takes_placement_and_resources_from_the_spec() -> None:
     settings = OperatorSettings(extra_tolerations=[{"key": "swerollout.io/local", "operator": "Exists"}])
     r = rollout(
