@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Debian packages the project uses when it can have them: git for task checkouts,
-# bubblewrap to isolate sandbox containers, chromium for the viewer's browser tests
-# (Playwright drives this system browser; browser downloads are not needed).
-# Missing bubblewrap is not fatal: pods then run unisolated and their status says so.
+# bubblewrap to isolate sandbox containers, iproute2 (ip) and util-linux (nsenter)
+# to give pods network namespaces of their own, chromium for the viewer's browser
+# tests (Playwright drives this system browser; browser downloads are not needed).
+# Missing bubblewrap/ip/nsenter is not fatal: pods then run unisolated (or on the
+# host network) and their status says so.
 set -uo pipefail
 need=()
 command -v git >/dev/null || need+=(git)
 command -v bwrap >/dev/null || need+=(bubblewrap)
 [ -x /usr/bin/chromium ] || need+=(chromium)
+command -v ip >/dev/null || need+=(iproute2)
+command -v nsenter >/dev/null || need+=(util-linux)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   echo "installing ${need[*]} with apt-get" >&2

@@ -84,6 +84,32 @@ def test_default_render_is_namespaced_least_privilege(helm_bin: Callable[..., An
     assert ports == {"metrics": 8080, "ingest": 8081}
 
 
+def test_rollout_pods_get_a_network_policy_reaching_only_the_operator_sglang_and_dns(
+    helm_bin: Callable[..., Any]
+) -> None:
+    from swerollout_operator import podspec
+
+    docs = render(helm_bin, "--set", "rbac.watchNamespaces={team-a}", "--set", "networkPolicy.sglang.ports={30000,30001}")
+    policies = {d["metadata"]["namespace"]: d["spec"] for d in by_kind(docs, "NetworkPolicy")}
+    assert set(policies) == {"swer-system", "team-a"}
+    spec = policies["team-a"]
+    # selects the pods the operator creates (labels from the operator's own pod builder)
+    from swerollout.api import v1alpha1 as api
+    labels = podspec._labels({"name": "r"}, "rollout")
+    assert all(labels.get(k) == v for k, v in spec["podSelector"]["matchLabels"].items())
+    (expr,) = spec["podSelector"]["matchExpressions"]
+    assert expr["key"] == api.LABEL_COMPONENT and set(expr["values"]) == {"rollout", "eval"}
+    assert spec["policyTypes"] == ["Ingress", "Egress"] and spec["ingress"] == []
+    operator_rule, sglang_rule, dns_rule = spec["egress"]
+    (peer,) = operator_rule["to"]
+    assert peer["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "swer-system"}
+    assert peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "operator"
+    assert operator_rule["ports"] == [{"protocol": "TCP", "port": 8081}]
+    assert [p["port"] for p in sglang_rule["ports"]] == [30000, 30001]
+    assert {p["port"] for p in dns_rule["ports"]} == {53}
+    assert "NetworkPolicy" not in {d["kind"] for d in render(helm_bin, "--set", "networkPolicy.enabled=false")}
+
+
 def test_operator_args_parse(helm_bin: Callable[..., Any]) -> None:
     """The args the chart renders are accepted by the operator's own parser."""
     from swerollout_operator.__main__ import parse_args

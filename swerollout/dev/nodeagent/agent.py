@@ -34,6 +34,7 @@ from swerollout.kube import CONFIGMAPS, EVENTS, NODES, PODS, SECRETS, AlreadyExi
 
 from .config import NodeAgentConfig
 from .errors import NodeAgentError
+from . import netns, podnet
 from .isolation import bwrap_works, find_bwrap
 from .layout import PodDir
 from .network import allocate_loopback
@@ -58,6 +59,7 @@ def reap_pod_dir(path: Path) -> int:
         if record is not None and ContainerProcess.adopt(record).alive():
             kill_tree(record.pid)
             killed += 1
+    podnet.teardown(PodDir(path))
     return killed
 
 
@@ -90,6 +92,15 @@ class NodeAgent:
                     raise NodeAgentError(f"isolation='bwrap' but bubblewrap cannot run here: {problem}")
                 log.warning("bubblewrap is installed but cannot run here (%s); pods will run unisolated", problem)
                 self.bwrap = None
+        self.network = False
+        if config.network != "host":
+            why = netns.unavailable()
+            if why is not None and config.network == "isolated":
+                raise NodeAgentError(f"network='isolated' but pods cannot get network namespaces: {why}")
+            if why is not None:
+                log.warning("pods will share the host network: %s", why)
+            self.network = why is None
+        self.egress = config.egress_addresses()
         self.workers: dict[str, _Worker] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self.ready = asyncio.Event()
@@ -112,8 +123,8 @@ class NodeAgent:
             asyncio.create_task(self._watch_pods(f"spec.nodeName={self.config.node_name}", self._on_pod)),
         ]
         self.ready.set()
-        log.info("node agent serving Node %s (isolation: %s)", self.config.node_name,
-                 "bubblewrap" if self.bwrap else "none")
+        log.info("node agent serving Node %s (isolation: %s, network: %s)", self.config.node_name,
+                 "bubblewrap" if self.bwrap else "none", "per pod" if self.network else "host")
         try:
             await asyncio.gather(*loops)
         finally:
@@ -302,7 +313,8 @@ class NodeAgent:
     def _start(self, pod: Pod, *, run: bool) -> _Worker:
         taken = {w.runtime.pod_ip for w in self.workers.values()}
         runtime = PodRuntime(pod, self.config, _Host(self), bwrap=self.bwrap,
-                             pod_ip=allocate_loopback(pod.metadata.uid, taken))
+                             pod_ip=allocate_loopback(pod.metadata.uid, taken),
+                             egress=self.egress if self.network else None)
         restored = runtime.restore()
         if not restored and pod.status.get("phase") == "Running":
             runtime.failure = (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import socket
 import sys
 from pathlib import Path
 from typing import Literal
@@ -38,6 +39,15 @@ class NodeAgentConfig(BaseModel):
     """Host paths no container may see under bubblewrap, besides ``root_dir`` (e.g. the dev
     directory holding the admin kubeconfig: pods get no Kubernetes credentials)."""
 
+    network: Literal["auto", "isolated", "host"] = "auto"
+    """auto: give each pod its own network namespaces when this agent can (root, ``ip``,
+    ``nsenter``), else share the host network and say so in the pod status.
+    isolated: require it. host: never (tests, debugging)."""
+
+    egress: tuple[str, ...] = ()
+    """host:port addresses on the host that pods' runner containers may reach (the
+    operator's ingest API, the policy server); nothing else is reachable from a pod."""
+
     taint: bool = True
     """Register the Node with taint swerollout.io/local=true:NoSchedule, so only pods
     that tolerate it are bound here."""
@@ -56,6 +66,16 @@ class NodeAgentConfig(BaseModel):
     def seccomp_file(self) -> Path:
         """The compiled seccomp filter every bubblewrap container loads (see seccomp.py)."""
         return self.root_dir / "seccomp.bpf"
+
+    def egress_addresses(self) -> list[tuple[str, int]]:
+        """``egress`` as (IPv4 address, port); names are resolved once, here."""
+        out = []
+        for item in self.egress:
+            host, sep, port = item.rpartition(":")
+            if not sep or not port.isdigit() or not host:
+                raise ValueError(f"egress {item!r}: expected HOST:PORT, e.g. 127.0.0.1:30000")
+            out.append((socket.gethostbyname(host.strip("[]")), int(port)))
+        return out
 
     def is_runner_image(self, image: str) -> bool:
         return any(fnmatch.fnmatchcase(image, pattern) for pattern in self.runner_images)

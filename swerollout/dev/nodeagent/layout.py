@@ -10,6 +10,10 @@
             exit                        exit code written by the shim
             tmp/                        the container's private /tmp (bubblewrap)
             root/                       mapped mountPaths when unisolated
+        network/
+            namespaces.json             the pod's network namespaces (deleted with the pod)
+            links.json, portal.log      the portal's links and output
+            process.json, exit          the portal process, as for a container
 """
 
 from __future__ import annotations
@@ -39,6 +43,10 @@ class PodDir:
 
     def container(self, container: str) -> Path:
         return self.path / "containers" / container
+
+    @property
+    def network(self) -> Path:
+        return self.path / "network"
 
     def log(self, container: str, restart_count: int) -> Path:
         return self.container(container) / f"{restart_count}.log"

@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
+from . import netns, podnet
 from .config import NodeAgentConfig
 from .env import container_env, expand, referenced_objects
 from .errors import ContainerConfigError, ReferenceNotFound
@@ -35,6 +36,7 @@ log = logging.getLogger("swerollout.dev.nodeagent")
 
 DEFAULT_TASK_WORKDIR = "/testbed"
 ISOLATION_CONDITION = "swerollout.io/Isolated"
+NETWORK_CONDITION = "swerollout.io/NetworkIsolated"
 _SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -88,7 +90,8 @@ class ContainerSlot:
 
 class PodRuntime:
     def __init__(
-        self, pod: Pod, config: NodeAgentConfig, host: PodHost, *, bwrap: str | None, pod_ip: str = HOST_IP
+        self, pod: Pod, config: NodeAgentConfig, host: PodHost, *, bwrap: str | None, pod_ip: str = HOST_IP,
+        egress: list[tuple[str, int]] | None = None,
     ) -> None:
         self.pod = pod
         self.pod_ip = pod_ip
@@ -96,7 +99,11 @@ class PodRuntime:
         self.config = config
         self.host = host
         self.bwrap = bwrap
+        self.egress = egress
+        """None: the pod shares the host network; else its own namespaces reaching only these host addresses."""
         self.dir = PodDir.of(config.root_dir, pod.metadata.namespace, pod.metadata.name, pod.metadata.uid)
+        self.net: podnet.PodNetwork | None = None
+        self._portal = podnet.Portal(self.dir)
         self.init_slots = [ContainerSlot(c, True) for c in pod.spec.init_containers]
         self.slots = [ContainerSlot(c, False) for c in pod.spec.containers]
         self.start_time: str | None = None
@@ -171,6 +178,14 @@ class PodRuntime:
             ))
         else:
             conditions.append(cond(ISOLATION_CONDITION, True, "Bubblewrap"))
+        if self.egress is None:
+            conditions.append(cond(
+                NETWORK_CONDITION, False, "HostNetwork",
+                "this node agent cannot create network namespaces (it needs root, ip and nsenter): the pod's "
+                "containers share the host network and can reach every service on it",
+            ))
+        else:
+            conditions.append(cond(NETWORK_CONDITION, True, "PodNetwork"))
         out: dict[str, Any] = {
             "phase": phase,
             "conditions": conditions,
@@ -295,6 +310,13 @@ class PodRuntime:
                 return
             if self.stopping:
                 return
+            if self.egress is not None:
+                try:
+                    await self._network()
+                except OSError as exc:
+                    self.failure = ("NetworkSetupFailed", str(exc))
+                    self._touch()
+                    return
             for slot in self.init_slots:
                 if slot.done and slot.state.get("terminated", {}).get("exitCode") == 0:
                     continue
@@ -360,6 +382,15 @@ class PodRuntime:
                 self._touch()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
+
+    async def _network(self) -> None:
+        """The pod's namespaces and portal (adopted when a previous agent set them up)."""
+        assert self.egress is not None
+        sandboxed = {s.spec.name for s in [*self.init_slots, *self.slots]
+                     if not isinstance(resolve_image(s.spec.image, self.config), PythonEnvImage)}
+        self.net = podnet.plan(self.pod, sandboxed)
+        links = podnet.links(self.pod, self.net, self.pod_ip, self.egress)
+        await self._portal.start(self.net, links, tuple(h for h, _ in self.egress))
 
     def _lookup(self, kind: str, name: str) -> Mapping[str, bytes] | None:
         return self._objects.get((kind, name))
@@ -481,11 +512,15 @@ class PodRuntime:
             cwd = ctr_dir
             launch = [*prefix, *argv]
         else:
+            prefix = []
             mount_root = ctr_dir / "root"
             host_workdir = map_unisolated(mount_root, mounts, workdir)
             full_env[MOUNT_ROOT_ENV] = str(mount_root)
             cwd = host_workdir or tmp
             launch = argv
+        if self.net is not None:
+            prefix = [*netns.enter_prefix(self.net.of(c.name)), *prefix]
+            launch = [*netns.enter_prefix(self.net.of(c.name)), *launch]
         slot.state = {"waiting": {"reason": "ContainerCreating"}}
         log = self.dir.log(c.name, slot.restart_count)
         proc = ContainerProcess.spawn(
@@ -494,7 +529,7 @@ class PodRuntime:
         proc.record.dump(ctr_dir / "process.json")
         slot.process = proc
         slot.state = {"running": {"startedAt": now_rfc3339()}}
-        self._probe_context[c.name] = (full_env, str(cwd), prefix if self.bwrap is not None else [])
+        self._probe_context[c.name] = (full_env, str(cwd), prefix)
         self._prune_logs(c.name, slot.restart_count)
         await self.host.event(self.pod, "Normal", "Started", f"Started container {c.name}")
         return proc
@@ -540,7 +575,8 @@ class PodRuntime:
             period = self.config.probe_period_seconds or probe.period_seconds
             while "running" in slot.state:
                 env, cwd, prefix = self._probe_context.get(slot.spec.name, ({}, "/", []))
-                ok = await probe_once(probe, slot.spec, env=env, cwd=cwd, exec_prefix=prefix, pod_ip=self.pod_ip)
+                ns = netns.path_of(self.net.of(slot.spec.name)) if self.net is not None else None
+                ok = await probe_once(probe, slot.spec, env=env, cwd=cwd, exec_prefix=prefix, pod_ip=self.pod_ip, netns=ns)
                 successes, failures = (successes + 1, 0) if ok else (0, failures + 1)
                 ready = slot.ready
                 if ok and successes >= probe.success_threshold:
@@ -572,6 +608,7 @@ class PodRuntime:
                     kill_tree(record.pid)
 
     def remove_files(self) -> None:
+        podnet.teardown(self.dir)
         shutil.rmtree(self.dir.path, ignore_errors=True)
 
 

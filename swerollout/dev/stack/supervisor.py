@@ -25,6 +25,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
@@ -108,6 +109,7 @@ class Supervisor:
         self.stop_requested = threading.Event()
         self.children: dict[str, Child] = {}
         self.plane: ControlPlane | None = None
+        self.ingest_port = 0
         self.state = DevState(
             supervisor=ComponentState(status="running", pid=os.getpid(), start_ticks=start_ticks(os.getpid())),
             kubeconfig=str(self.paths.kubeconfig),
@@ -140,6 +142,7 @@ class Supervisor:
         self._install_chart()
         if self.args.policy:
             self._start_policy_server()
+        self.ingest_port = free_port()  # chosen before the node agent, which lets pods reach it and nothing else
         self._start_node_agent()
         self._start_operator()
         self.state.status = "ready"
@@ -202,6 +205,8 @@ class Supervisor:
     def _start_node_agent(self) -> None:
         argv = [sys.executable, "-m", "swerollout.dev.nodeagent", "--kubeconfig", str(self.paths.kubeconfig),
                 "--root", str(self.paths.node), "--hide", str(self.paths.root), "--stop-pods-on-exit"]
+        for address in self._pod_egress():
+            argv += ["--egress", address]
         child = Child("node-agent", argv, self.paths.logs / "node-agent.log")
         self.children[child.name] = child
         log_offset = child.log.stat().st_size if child.log.exists() else 0
@@ -213,6 +218,15 @@ class Supervisor:
             comp.status = "failed"
             comp.detail = f"Node 'local' did not become Ready; see {child.log}"
             raise RuntimeError(comp.detail)
+
+    def _pod_egress(self) -> list[str]:
+        """What a rollout pod's runner may reach on the host: the ingest API and the policy server."""
+        out = [f"127.0.0.1:{self.ingest_port}"]
+        if self.state.sglang_url:
+            url = urllib.parse.urlsplit(self.state.sglang_url)
+            if url.hostname:
+                out.append(f"{url.hostname}:{url.port or (443 if url.scheme == 'https' else 80)}")
+        return out
 
     def _wait_node_ready(self, child: Child, log_offset: int, timeout: float) -> bool:
         """Node 'local' is Ready and this agent announced it serves (the Node may still be
@@ -256,7 +270,7 @@ class Supervisor:
         if not key.exists():
             key.write_bytes(secrets.token_bytes(32))
             os.chmod(key, 0o600)
-        ingest = free_port()
+        ingest = self.ingest_port
         toleration = {"key": TAINT_KEY, "operator": "Exists", "effect": TAINT_EFFECT}
         store = self.paths.root / "store"
         store.mkdir(exist_ok=True)

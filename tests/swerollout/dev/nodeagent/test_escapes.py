@@ -2,17 +2,27 @@
 
 The runner container beside it holds a token (in a mounted Secret and in its
 environment); the sandbox tries to read it, to open files by handle, to mount,
-to create device nodes, to use the kernel's keyring, bpf and ptrace.
+to create device nodes, to use the kernel's keyring, bpf and ptrace, and to reach
+a host service that the runner can reach (as it reaches the ingest API) and the
+admin routes of the policy server.
 """
 
 from __future__ import annotations
 
 import base64
+import http.server
 import json
 import secrets
 import shutil
 import subprocess
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+import pytest
+
+from swerollout.dev.controlplane import free_port
+from swerollout.dev.stack.supervisor import DEFAULT_POLICY_PORT
 
 from swerollout.dev.nodeagent.layout import container_logs, find_pod_dirs
 from swerollout.kube import PODS, SECRETS, KubeClient
@@ -33,20 +43,63 @@ def task_repo(path: Path) -> None:
     subprocess.run(["git", "-C", str(path), "commit", "-q", "-m", "task"], check=True, env=env)
 
 
+class _Ingest(http.server.BaseHTTPRequestHandler):
+    """Stands in for the host services a runner may reach (ingest API, policy server)."""
+
+    def do_POST(self) -> None:
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"host service")
+
+    do_GET = do_POST
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def host_service() -> Iterator[int]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Ingest)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+
+
 def test_escape_techniques_fail_inside_a_sandbox(
-    agent: AgentProcess, kube: KubeClient, namespace: str, tmp_path: Path
+    agent_factory: Callable[..., AgentProcess], kube: KubeClient, namespace: str, tmp_path: Path, host_service: int
 ) -> None:
+    agent = agent_factory("--egress", f"127.0.0.1:{host_service}")
     token = secrets.token_hex(16)
+    swerex_port = free_port()
+    runner_checks = (
+        "import os, socket, time, urllib.request\n"
+        f"def get(url):\n    return urllib.request.urlopen(url, timeout=10).read().decode()\n"
+        "deadline = time.time() + 60\n"
+        "while True:\n"
+        "    try:\n"
+        f"        sandbox = get('http://' + os.environ['SWEROLLOUT_POD_LOOPBACK'] + ':{swerex_port}/attempts.py')[:3]; break\n"
+        "    except OSError:\n"
+        "        if time.time() > deadline: raise\n"
+        "        time.sleep(0.2)\n"
+        f"print('runner reaches sandbox:', sandbox, '| host service:', get('http://127.0.0.1:{host_service}/'), flush=True)\n"
+        "open('/sync/up', 'w').close()\n"
+        "time.sleep(120)\n"
+    )
     task_repo(tmp_path / "task")
     kube.create(SECRETS, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "runner-token"},
                           "data": {"ingest-token": base64.b64encode(token.encode()).decode()}}, namespace)
     secret_dir = "/var/run/secrets/swerollout"
     kube.create(PODS, pod_manifest("escape", agent.node, [
         {"name": "sandbox", "image": f"file://{tmp_path / 'task'}", "workingDir": "/testbed",
-         "command": ["sh", "-c", 'while [ ! -e /sync/up ]; do sleep 0.1; done; exec python3 attempts.py "$0"', token[::-1]],
+         "command": ["sh", "-c", 'python3 -m http.server -b "$SWEROLLOUT_POD_LOOPBACK" "$1" >/dev/null 2>&1 & '
+                     'while [ ! -e /sync/up ]; do sleep 0.1; done; exec python3 attempts.py "$0" "$2" "$3" "$4"',
+                     token[::-1], str(swerex_port), f"127.0.0.1:{host_service}/ingest",
+                     f"127.0.0.1:{host_service}/abort_request", f"127.0.0.1:{DEFAULT_POLICY_PORT}/update_weights_from_disk"],
+         "ports": [{"containerPort": swerex_port, "name": "swerex"}],
          "volumeMounts": [{"name": "sync", "mountPath": "/sync", "readOnly": True}]},
         {"name": "runner", "image": RUNNER,
-         "command": ["sh", "-c", "touch /sync/up; sleep 120"],
+         "command": ["python", "-c", runner_checks],
          "env": [{"name": "INGEST_TOKEN", "value": token}],
          "volumeMounts": [{"name": "token", "mountPath": secret_dir, "readOnly": True},
                           {"name": "sync", "mountPath": "/sync"}]},
@@ -58,10 +111,14 @@ def test_escape_techniques_fail_inside_a_sandbox(
         wait_pod(kube, namespace, "escape", lambda p: p.get("status", {}).get("containerStatuses") is not None and any(
             c["name"] == "sandbox" and "terminated" in c["state"] for c in p["status"]["containerStatuses"]), timeout=90)
         [pod_dir] = find_pod_dirs(agent.root, namespace, "escape")
+        runner_out = container_logs(pod_dir, "runner")[-1].read_text()
+        # the pod's links work: the runner reaches its sandbox's declared port and the node's egress address
+        assert f"runner reaches sandbox: \"\"\" | host service: host service" in runner_out, runner_out
         out = container_logs(pod_dir, "sandbox")[-1].read_text()
         # the script gets the token reversed on its command line, so finding that is not finding the token
         report = json.loads(out.strip().splitlines()[-1])
-        assert set(report) >= {"open_by_handle_at", "proc_secret", "mount", "mknod", "syscalls", "capabilities"}, out
+        assert set(report) >= {"open_by_handle_at", "proc_secret", "mount", "mknod", "syscalls", "capabilities",
+                               f"reach 127.0.0.1:{host_service}/ingest"}, out
         assert {k: v for k, v in report.items() if v != "blocked"} == {}, out
     finally:
         kube.delete(PODS, "escape", namespace, grace_period_seconds=1)

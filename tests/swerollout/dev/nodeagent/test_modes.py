@@ -46,6 +46,8 @@ def test_rollout_shaped_pod_serves_swerex_from_the_bundle_in_the_checkout(
                  {"name": "SWEROLLOUT_BASE_COMMIT", "value": commit}],
          "volumeMounts": [{"name": "bundle", "mountPath": "/swerex", "readOnly": True},
                           {"name": "sandbox-credentials", "mountPath": secrets_dir, "readOnly": True}],
+         # declared: the sandbox has a network namespace of its own, reachable at the pod IP on its ports only
+         "ports": [{"name": "swerex", "containerPort": port}],
          "readinessProbe": {"tcpSocket": {"port": port}, "periodSeconds": 1}},
         {"name": "runner", "image": RUNNER, "command": ["python", "-c", "import time; time.sleep(120)"],
          "volumeMounts": [{"name": "runner-credentials", "mountPath": secrets_dir, "readOnly": True}]},

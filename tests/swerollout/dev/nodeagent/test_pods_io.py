@@ -171,6 +171,7 @@ def test_file_image_checks_out_the_base_commit_and_swerex_answers(
         "command": ["swerex-remote", "--host", "$(POD_IP)", "--port", str(port), "--auth-token", "tok"],
         "env": [{"name": "SWEROLLOUT_BASE_COMMIT", "value": repo.commits[0]},
                 {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+        "ports": [{"containerPort": port}],  # reachable from the host at the pod IP
         "readinessProbe": {"tcpSocket": {"port": port}, "periodSeconds": 1},
     }]), namespace)
     ready = wait_pod(kube, namespace, "swe", lambda p: bool(p) and any(
