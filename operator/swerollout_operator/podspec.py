@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from typing import Any
+from urllib.parse import urlsplit
 
 from swerollout.api import v1alpha1 as api
 from swerollout.wire.runner_env import RunnerEnv, RunnerRole
@@ -94,6 +95,21 @@ def runner_secret(meta: dict[str, Any], ingest_token: str, swerex_token: str) ->
         "type": "Opaque",
         "stringData": {SECRET_INGEST_KEY: ingest_token, SECRET_SWEREX_KEY: swerex_token},
     }
+
+
+def _host_port(url: str) -> str:
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    host = parts.hostname or ""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _egress(rollout: api.SWERollout, settings: OperatorSettings, role: str) -> str:
+    """What the runner must reach: the ingest API, and the policy server when it generates."""
+    needed = [_host_port(settings.ingest_url)]
+    if role == "rollout":
+        needed.append(_host_port(str(rollout.spec.inference.endpoint)))
+    return ",".join(dict.fromkeys(needed))
 
 
 def _resources(res: api.Resources | None) -> dict[str, Any]:
@@ -242,7 +258,7 @@ def rollout_pod(
             "name": name,
             "namespace": meta["namespace"],
             "labels": _labels(meta, role),
-            "annotations": {"swerollout.io/attempt": str(attempt)},
+            "annotations": {"swerollout.io/attempt": str(attempt), api.ANNOTATION_EGRESS: _egress(rollout, settings, role)},
             "ownerReferences": [owner_reference(meta)],
         },
         "spec": pod_spec,

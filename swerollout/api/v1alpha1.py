@@ -43,6 +43,9 @@ LABEL_BATCH = "swerollout.io/batch"
 LABEL_MEMBER = "swerollout.io/member"
 LABEL_ROLLOUT = "swerollout.io/rollout"
 LABEL_COMPONENT = "swerollout.io/component"
+# On a rollout/eval pod: the host:port addresses (comma-separated) its runner must
+# reach (the ingest API, the policy server); the embedded node agent links exactly these.
+ANNOTATION_EGRESS = "swerollout.io/egress"
 FINALIZER = "swerollout.io/cleanup"
 
 KiB = 1024

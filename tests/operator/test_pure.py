@@ -88,6 +88,14 @@ def test_sandbox_container_is_restricted_and_declares_its_port() -> None:
     assert {"NET_RAW", "MKNOD", "SYS_CHROOT", "SETFCAP"} <= set(ctx["capabilities"]["drop"])
     assert "privileged" not in ctx and "add" not in ctx["capabilities"]
     assert sandbox["ports"] == [{"name": "swerex", "containerPort": settings.sandbox_port, "protocol": "TCP"}]
+    # the runner's egress: the ingest API and the policy server of the spec; an eval pod needs no policy server
+    from swerollout.api import v1alpha1 as api
+    ingest = settings.ingest_url.split("//")[1].split("/")[0]
+    wanted = pod["metadata"]["annotations"][api.ANNOTATION_EGRESS].split(",")
+    assert wanted[0] == (ingest if ":" in ingest else ingest + ":80") and len(wanted) == 2
+    assert wanted[1] == "sglang:30000"
+    eval_pod = podspec.rollout_pod(rollout(), META, settings, attempt=1, role="eval")
+    assert eval_pod["metadata"]["annotations"][api.ANNOTATION_EGRESS] == wanted[0]
 
 
 def test_pod_takes_placement_and_resources_from_the_spec() -> None:
