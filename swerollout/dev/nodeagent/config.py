@@ -69,13 +69,21 @@ class NodeAgentConfig(BaseModel):
 
     def egress_addresses(self) -> list[tuple[str, int]]:
         """``egress`` as (IPv4 address, port); names are resolved once, here."""
-        out = []
-        for item in self.egress:
-            host, sep, port = item.rpartition(":")
-            if not sep or not port.isdigit() or not host:
-                raise ValueError(f"egress {item!r}: expected HOST:PORT, e.g. 127.0.0.1:30000")
-            out.append((socket.gethostbyname(host.strip("[]")), int(port)))
-        return out
+        return parse_egress(self.egress, "egress")
 
     def is_runner_image(self, image: str) -> bool:
         return any(fnmatch.fnmatchcase(image, pattern) for pattern in self.runner_images)
+
+
+def parse_egress(items: tuple[str, ...] | list[str], where: str) -> list[tuple[str, int]]:
+    """host:port strings as (IPv4 address, port), resolving names (blocking)."""
+    out = []
+    for item in items:
+        host, sep, port = item.strip().rpartition(":")
+        if not sep or not port.isdigit() or not host or not 0 < int(port) < 65536:
+            raise ValueError(f"{where}: {item!r} is not HOST:PORT (e.g. 127.0.0.1:30000)")
+        try:
+            out.append((socket.gethostbyname(host.strip("[]")), int(port)))
+        except OSError as exc:
+            raise ValueError(f"{where}: cannot resolve {host!r}: {exc}") from exc
+    return out

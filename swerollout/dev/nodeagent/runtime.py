@@ -20,7 +20,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
 from . import netns, podnet
-from .config import NodeAgentConfig
+from swerollout.api.v1alpha1 import ANNOTATION_EGRESS
+
+from .config import NodeAgentConfig, parse_egress
 from .env import container_env, expand, referenced_objects
 from .errors import ContainerConfigError, ReferenceNotFound
 from .images import BASE_COMMIT_ENV, PythonEnvImage, checkout, resolve_argv, resolve_image
@@ -389,8 +391,14 @@ class PodRuntime:
         sandboxed = {s.spec.name for s in [*self.init_slots, *self.slots]
                      if not isinstance(resolve_image(s.spec.image, self.config), PythonEnvImage)}
         self.net = podnet.plan(self.pod, sandboxed)
-        links = podnet.links(self.pod, self.net, self.pod_ip, self.egress)
-        await self._portal.start(self.net, links, tuple(h for h, _ in self.egress))
+        wanted = [a for a in self.pod.metadata.annotations.get(ANNOTATION_EGRESS, "").split(",") if a.strip()]
+        try:
+            own = await asyncio.to_thread(parse_egress, wanted, f"annotation {ANNOTATION_EGRESS}")
+        except ValueError as exc:
+            raise OSError(str(exc)) from exc
+        egress = list(dict.fromkeys([*self.egress, *own]))
+        links = podnet.links(self.pod, self.net, self.pod_ip, egress)
+        await self._portal.start(self.net, links, tuple(h for h, _ in egress))
 
     def _lookup(self, kind: str, name: str) -> Mapping[str, bytes] | None:
         return self._objects.get((kind, name))
