@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -33,6 +35,8 @@ from .tokens import TokenKey, TokenKind
 
 log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 _STORE_KIND = {
     wire.ObjectKind.TRAJECTORY: StoreKind.TRAJECTORY,
@@ -148,9 +152,13 @@ class IngestServer:
         role = request.headers.get("X-Swerollout-Role", "rollout")
         try:
             attempt = int(request.headers.get("X-Swerollout-Attempt", "1"))
-            wait = min(float(request.query.get("wait", "0")), wire.MAX_WAIT_SECONDS)
+            wait = float(request.query.get("wait", "0"))
         except ValueError:
             return _error(400, "Invalid", "X-Swerollout-Attempt and ?wait must be numbers")
+        if not math.isfinite(wait) or wait < 0:
+            # nan compares false with everything: a deadline of nan never passes
+            return _error(400, "Invalid", f"?wait must be a finite number of seconds >= 0 (got {request.query['wait']!r})")
+        wait = min(wait, wire.MAX_WAIT_SECONDS)
         after = request.query.get("after")
         deadline = asyncio.get_running_loop().time() + wait
         while True:
@@ -177,6 +185,8 @@ class IngestServer:
         if request.content_length is not None and request.content_length > wire.MAX_OBJECT_BYTES:
             raise web.HTTPRequestEntityTooLarge(max_size=wire.MAX_OBJECT_BYTES, actual_size=request.content_length)
         claimed = request.headers.get(wire.SHA256_HEADER) or None
+        if claimed is not None and not _SHA256_HEX.fullmatch(claimed):
+            return _error(400, "Invalid", f"{wire.SHA256_HEADER} must be 64 lowercase hex digits (the body's sha256)")
         owner = Owner(namespace=entry.namespace, uid=entry.uid)
         try:
             # Streamed and hashed off the event loop by the store; a body that does not
@@ -193,6 +203,8 @@ class IngestServer:
 
     async def _get_object(self, request: web.Request, entry: Tracked) -> web.StreamResponse:
         sha = request.match_info["sha256"]
+        if not _SHA256_HEX.fullmatch(sha):
+            return _error(400, "Invalid", "the object's sha256 must be 64 lowercase hex digits")
         # Only objects this rollout's status points at can be read back.
         status = entry.status
         candidates = [

@@ -73,6 +73,10 @@ def test_uploads_are_content_addressed_and_verified(
     url = _url(operator, namespace, "up", uid, "/objects/snapshot")
     data = b"snapshot-bytes" * 1000
     digest = hashlib.sha256(data).hexdigest()
+    for malformed in ("../../../etc/passwd", digest.upper(), digest[:-1], digest + "0"):
+        refused = httpx.put(url, content=data, headers={**auth, wire.SHA256_HEADER: malformed})
+        assert refused.status_code == 400 and wire.SHA256_HEADER in refused.json()["message"], malformed
+    assert httpx.get(url + "/..%2F..%2Fetc", headers=auth).status_code in (400, 404)
     corrupt = httpx.put(url, content=data[:-1], headers={**auth, wire.SHA256_HEADER: digest})
     assert corrupt.status_code == 400 and corrupt.json()["error"] == "DigestMismatch"
     first = httpx.put(url, content=data, headers={**auth, wire.SHA256_HEADER: digest})
@@ -95,6 +99,9 @@ def test_long_poll_returns_when_the_work_changes_and_events_are_idempotent(
     url = _url(operator, namespace, "lp", uid, "/assignment")
     first = httpx.get(url, headers=auth, params={"wait": "0"}).json()
     assert first["kind"] == "wait"
+    for wait in ("nan", "inf", "-1", "soon"):
+        refused = httpx.get(url, headers=auth, params={"wait": wait, "after": first["id"]}, timeout=30)
+        assert refused.status_code == 400 and "wait" in refused.json()["message"], wait
 
     answer: dict[str, Any] = {}
 
