@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -29,6 +30,11 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--abort-after-tokens", type=int, metavar="N", help="fault: abort each request after N tokens")
     parser.add_argument("--error-rate", type=float, default=0.0, metavar="R", help="fault: fraction of requests failing with 500")
     parser.add_argument("--fail-next", type=int, default=0, metavar="N", help="fault: fail the next N requests with 503")
+    parser.add_argument("--api-key", default=os.environ.get("SGLANG_API_KEY") or None,
+                        help="as SGLang's: every route but /health* needs 'Authorization: Bearer KEY' (env SGLANG_API_KEY)")
+    parser.add_argument("--admin-api-key", default=os.environ.get("SGLANG_ADMIN_API_KEY") or None,
+                        help="as SGLang's: admin routes (aborts, pause/continue, weight updates, flush_cache, faults) "
+                             "need 'Authorization: Bearer KEY' (env SGLANG_ADMIN_API_KEY)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                         help="one line per finished request, abort, pause and version change at INFO")
     parser.set_defaults(func=run)
@@ -44,6 +50,8 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
         weight_version=args.weight_version,
         seed=args.seed,
         context_length=args.context_length,
+        api_key=args.api_key,
+        admin_api_key=args.admin_api_key,
         faults=FaultSettings(
             delay_per_token=args.delay_per_token,
             abort_after_tokens=args.abort_after_tokens,

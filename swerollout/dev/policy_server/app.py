@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
+from swerollout.dev.policy_server import auth
 from swerollout.dev.policy_server.chat import chat_completion
 from swerollout.dev.policy_server.chat_format import ChatFormat
 from swerollout.dev.policy_server.engine import Engine
@@ -290,7 +291,8 @@ def build_engine(settings: ServerSettings) -> Engine:
 
 
 def create_app(settings: ServerSettings, engine: Engine | None = None) -> web.Application:
-    app = web.Application(middlewares=[_errors], client_max_size=64 * 1024 * 1024)
+    keys = auth.middleware(settings.api_key, settings.admin_api_key, frozenset({FAULTS_ROUTE}))
+    app = web.Application(middlewares=[keys, _errors], client_max_size=64 * 1024 * 1024)
     app[SETTINGS_KEY] = settings
     app[ENGINE_KEY] = engine or build_engine(settings)
     routes: list[tuple[str, str, Any]] = [

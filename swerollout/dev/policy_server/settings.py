@@ -34,6 +34,11 @@ class ServerSettings(BaseModel):
     max_chat_tokens: int = Field(default=4096, ge=1)
     """max_tokens of a chat completion that sets none (capped by the remaining context)."""
     faults: FaultSettings = Field(default_factory=FaultSettings)
+    api_key: str | None = Field(default=None, min_length=1)
+    """SGLang's --api-key: every route but /health* needs ``Authorization: Bearer <key>``."""
+    admin_api_key: str | None = Field(default=None, min_length=1)
+    """SGLang's --admin-api-key: the admin routes (aborts, pause/continue, weight updates,
+    flush_cache, fault injection) need ``Authorization: Bearer <key>`` (see auth.py)."""
 
     @field_validator("policy")
     @classmethod
