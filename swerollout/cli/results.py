@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -100,8 +101,29 @@ def _results(args: argparse.Namespace, client: RolloutClient) -> int:
     return EXIT_BATCH_FAILURES if failed else EXIT_OK
 
 
+def dev_store_url(args: argparse.Namespace) -> str | None:
+    """Against `swerollout dev up` (its kubeconfig in use), the result store needs no flag:
+    it is that environment's file store."""
+    if getattr(args, "store_url", None) or getattr(args, "results_url", None):
+        return None
+    kubeconfig = args.kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
+    if not kubeconfig:
+        return None
+    try:
+        from swerollout.dev.stack.paths import DevPaths
+    except ImportError:  # the trainer's bare install has no dev tooling
+        return None
+    paths = DevPaths.owning(kubeconfig)
+    return paths.store.as_uri() if paths is not None else None
+
+
+def _run(args: argparse.Namespace) -> int:
+    args.store_url = dev_store_url(args) or args.store_url
+    return run_client_command(_results)(args)
+
+
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", required=True, help="batch to export")
     parser.add_argument("--out", "-o", required=True, help="output file: .parquet or .jsonl")
     add_connection_args(parser, results=True)
-    parser.set_defaults(func=run_client_command(_results))
+    parser.set_defaults(func=_run)

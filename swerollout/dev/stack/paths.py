@@ -18,6 +18,18 @@ class DevPaths:
         base = Path(workdir) if workdir else Path.cwd()
         return cls((base / DEFAULT_DEV_DIR).resolve())
 
+    @classmethod
+    def owning(cls, kubeconfig: str | Path) -> DevPaths | None:
+        """The dev environment whose admin kubeconfig this is (None: not a dev environment's)."""
+        path = Path(kubeconfig).resolve()
+        paths = cls(path.parent)
+        return paths if path.name == "kubeconfig" and paths.state.is_file() else None
+
+    @property
+    def store(self) -> Path:
+        """The operator's result store (file://)."""
+        return self.root / "store"
+
     @property
     def kubeconfig(self) -> Path:
         """Admin kubeconfig for the user (kubectl, the client)."""

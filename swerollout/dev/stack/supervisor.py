@@ -272,7 +272,7 @@ class Supervisor:
             os.chmod(key, 0o600)
         ingest = self.ingest_port
         toleration = {"key": TAINT_KEY, "operator": "Exists", "effect": TAINT_EFFECT}
-        store = self.paths.root / "store"
+        store = self.paths.store
         store.mkdir(exist_ok=True)
         argv = [
             sys.executable, "-m", "swerollout_operator", "--cluster-wide", "--kubeconfig", str(kubeconfig),
