@@ -45,7 +45,7 @@ class KubeClient(BaseKubeClient):
 
     def __init__(self, config: KubeConfig, *, timeout: float = 30.0) -> None:
         super().__init__(config, timeout=timeout)
-        self._http = httpx.Client(base_url=config.server, verify=config.ssl_context(), timeout=timeout)
+        self._http = httpx.Client(base_url=config.server, timeout=timeout, **config.http_options())
 
     @classmethod
     def from_kubeconfig(cls, path: str | os.PathLike[str], context: str | None = None) -> KubeClient:
@@ -67,7 +67,8 @@ class KubeClient(BaseKubeClient):
     def _send(self, spec: RequestSpec) -> Object:
         try:
             resp = self._http.request(
-                spec.method, spec.path, params=spec.params, content=spec.body, headers=self._headers(spec)
+                spec.method, spec.path, params=spec.params, content=spec.body, headers=self._headers(spec),
+                extensions=self.config.request_extensions(),
             )
         except httpx.TransportError as exc:
             raise _transport_error(spec, exc) from exc
@@ -231,7 +232,8 @@ class KubeClient(BaseKubeClient):
         )
         try:
             with self._http.stream(
-                spec.method, spec.path, params=spec.params, headers=self._headers(spec), timeout=_WATCH_TIMEOUT
+                spec.method, spec.path, params=spec.params, headers=self._headers(spec), timeout=_WATCH_TIMEOUT,
+                extensions=self.config.request_extensions(),
             ) as resp:
                 if resp.status_code >= 400:
                     raise error_from_response(resp.status_code, resp.read())
@@ -305,7 +307,7 @@ class AsyncKubeClient(BaseKubeClient):
 
     def __init__(self, config: KubeConfig, *, timeout: float = 30.0) -> None:
         super().__init__(config, timeout=timeout)
-        self._http = httpx.AsyncClient(base_url=config.server, verify=config.ssl_context(), timeout=timeout)
+        self._http = httpx.AsyncClient(base_url=config.server, timeout=timeout, **config.http_options())
 
     @classmethod
     def from_kubeconfig(cls, path: str | os.PathLike[str], context: str | None = None) -> AsyncKubeClient:
@@ -327,7 +329,8 @@ class AsyncKubeClient(BaseKubeClient):
     async def _send(self, spec: RequestSpec) -> Object:
         try:
             resp = await self._http.request(
-                spec.method, spec.path, params=spec.params, content=spec.body, headers=self._headers(spec)
+                spec.method, spec.path, params=spec.params, content=spec.body, headers=self._headers(spec),
+                extensions=self.config.request_extensions(),
             )
         except httpx.TransportError as exc:
             raise _transport_error(spec, exc) from exc
@@ -489,7 +492,8 @@ class AsyncKubeClient(BaseKubeClient):
         )
         try:
             async with self._http.stream(
-                spec.method, spec.path, params=spec.params, headers=self._headers(spec), timeout=_WATCH_TIMEOUT
+                spec.method, spec.path, params=spec.params, headers=self._headers(spec), timeout=_WATCH_TIMEOUT,
+                extensions=self.config.request_extensions(),
             ) as resp:
                 if resp.status_code >= 400:
                     raise error_from_response(resp.status_code, await resp.aread())

@@ -1,8 +1,12 @@
 """How the client finds and proves itself to an API server.
 
-Two sources: a kubeconfig file (the admin file of our control plane, or any
-cluster's) and the in-cluster identity of a pod (token file + CA +
+Two sources: kubeconfig files and the in-cluster identity of a pod (token file + CA +
 ``KUBERNETES_SERVICE_HOST``). Both end as one :class:`KubeConfig`.
+
+Kubeconfigs are read by the official ``kubernetes`` package's loader, as kubectl reads
+them: exec credential plugins (EKS, GKE, AKS), several files in ``$KUBECONFIG`` merged,
+``tls-server-name``, ``proxy-url``, ``tokenFile``. Its credentials stay live: an exec
+plugin's token is fetched again by the same loader once it expires.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import os
 import ssl
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +50,22 @@ class KubeConfig(BaseModel):
     """File holding a bearer token that may be rotated (in-cluster); wins over token."""
     namespace: str = "default"
     """Default namespace of the context (or of the pod, in-cluster)."""
+    tls_server_name: str | None = None
+    """Name to verify the server certificate against (and send as SNI) instead of the URL's host."""
+    proxy_url: str | None = None
+    """HTTP(S) proxy the API server is reached through."""
 
     _token_cache: tuple[float, str] | None = PrivateAttr(default=None)
+    _token_source: Callable[[], str | None] | None = PrivateAttr(default=None)
+
+    def with_token_source(self, source: Callable[[], str | None]) -> KubeConfig:
+        """Tokens that expire (exec plugins): ``source`` is asked on every request and caches itself."""
+        self._token_source = source
+        return self
 
     def bearer_token(self) -> str | None:
+        if self._token_source is not None:
+            return self._token_source()
         if self.token_file is not None:
             now = time.monotonic()
             if self._token_cache is None or now - self._token_cache[0] > TOKEN_FILE_REFRESH_SECONDS:
@@ -59,6 +76,17 @@ class KubeConfig(BaseModel):
                 self._token_cache = (now, value)
             return self._token_cache[1]
         return self.token
+
+    def http_options(self) -> dict[str, Any]:
+        """Keyword arguments of the httpx client: TLS settings and the proxy."""
+        options: dict[str, Any] = {"verify": self.ssl_context()}
+        if self.proxy_url:
+            options["proxy"] = self.proxy_url
+        return options
+
+    def request_extensions(self) -> dict[str, Any]:
+        """Per-request httpx extensions: tls-server-name becomes the SNI and verified name."""
+        return {"sni_hostname": self.tls_server_name} if self.tls_server_name else {}
 
     def ssl_context(self) -> ssl.SSLContext:
         """TLS settings: trust the cluster CA, present the client cert if any."""
@@ -83,68 +111,102 @@ class KubeConfig(BaseModel):
         return ctx
 
 
-def _read_data_or_file(entry: dict[str, Any], data_key: str, file_key: str, base: Path) -> bytes | None:
-    if entry.get(data_key):
-        try:
-            return base64.b64decode(entry[data_key])
-        except ValueError as exc:
-            raise ConfigError(f"kubeconfig field {data_key} is not valid base64") from exc
-    if entry.get(file_key):
-        path = Path(entry[file_key])
-        if not path.is_absolute():
-            path = base / path
-        try:
-            return path.read_bytes()
-        except OSError as exc:
-            raise ConfigError(f"kubeconfig field {file_key}: cannot read {path}: {exc}") from exc
-    return None
-
-
-def _named(items: list[dict[str, Any]] | None, name: str, what: str, path: Path) -> dict[str, Any]:
-    for item in items or []:
-        if item.get("name") == name:
-            inner = item.get(what)
-            return inner if isinstance(inner, dict) else {}
-    raise ConfigError(f"kubeconfig {path} has no {what} named {name!r}")
+def _read(path: str | None, what: str) -> bytes | None:
+    if not path:
+        return None
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"kubeconfig {what}: cannot read {path}: {exc}") from exc
 
 
 def load_kubeconfig(path: str | os.PathLike[str], context: str | None = None) -> KubeConfig:
-    """Read a kubeconfig file; ``context`` defaults to its current-context."""
-    path = Path(path)
+    """Read a kubeconfig as kubectl does; ``path`` may list several files joined by os.pathsep
+    (merged, first wins); ``context`` defaults to the current-context."""
+    from kubernetes.client import Configuration
+    from kubernetes.config.config_exception import ConfigException
+    from kubernetes.config.kube_config import list_kube_config_contexts, load_kube_config
+
+    files = [p for p in str(path).split(os.pathsep) if p]
+    existing = [f for f in files if Path(f).expanduser().is_file()]
+    if not existing:
+        raise ConfigError(f"cannot read kubeconfig {path}: no such file")
+    joined = os.pathsep.join(existing)
+    configuration = Configuration()
     try:
-        doc = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
+        contexts, current = list_kube_config_contexts(joined)
+        chosen = next((c for c in contexts if c.get("name") == context), None) if context else current
+        if not chosen:
+            raise ConfigError(
+                f"kubeconfig {path} has no context named {context!r}" if context
+                else f"kubeconfig {path} has no current-context; pass context="
+            )
+        load_kube_config(joined, context=context, client_configuration=configuration, persist_config=False)
+    except ConfigException as exc:
+        raise ConfigError(f"kubeconfig {path}: {exc}") from exc
+    except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot read kubeconfig {path}: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise ConfigError(f"kubeconfig {path} is not a YAML mapping")
-    name = context or doc.get("current-context")
-    if not name:
-        raise ConfigError(f"kubeconfig {path} has no current-context; pass context=")
-    ctx = _named(doc.get("contexts"), name, "context", path)
-    cluster = _named(doc.get("clusters"), str(ctx.get("cluster")), "cluster", path)
-    user = _named(doc.get("users"), str(ctx.get("user")), "user", path) if ctx.get("user") else {}
-    if not cluster.get("server"):
-        raise ConfigError(f"kubeconfig {path}: cluster {ctx.get('cluster')!r} has no server")
-    base = path.parent
-    token_file = user.get("tokenFile")
-    has_credentials = any(
-        user.get(k) for k in ("token", "tokenFile", "client-certificate", "client-certificate-data")
+    user_name = (chosen.get("context") or {}).get("user")
+    user = _raw_entry(existing, "users", user_name)
+    # kubernetes 35's loader does not read proxy-url (later releases do); it is one plain field.
+    cluster = _raw_entry(existing, "clusters", (chosen.get("context") or {}).get("cluster")) or {}
+    if user is None:
+        raise ConfigError(f"kubeconfig {path} has no user named {user_name!r} (context {chosen.get('name')!r} uses it)")
+    config = KubeConfig(
+        server=str(configuration.host).rstrip("/"),
+        ca_pem=_read(configuration.ssl_ca_cert, "certificate-authority"),
+        insecure_skip_tls_verify=not configuration.verify_ssl,
+        client_cert_pem=_read(configuration.cert_file, "client-certificate"),
+        client_key_pem=_read(configuration.key_file, "client-key"),
+        namespace=str((chosen.get("context") or {}).get("namespace") or "default"),
+        tls_server_name=configuration.tls_server_name or None,
+        proxy_url=getattr(configuration, "proxy", None) or cluster.get("proxy-url") or None,
     )
-    if not has_credentials and (user.get("exec") or user.get("auth-provider")):
+    if _token_key(configuration) is not None:
+        return config.with_token_source(_live_token(configuration))
+    if user.get("exec") and config.client_cert_pem is None:
+        command = (user.get("exec") or {}).get("command")
         raise ConfigError(
-            f"kubeconfig {path}: user {ctx.get('user')!r} uses an exec/auth-provider plugin, which this "
-            f"client does not run; use a token or client-certificate kubeconfig"
+            f"kubeconfig {path}: the exec credential plugin {command!r} gave no credentials; run it by hand to see why "
+            "(is it installed and logged in?)"
         )
-    return KubeConfig(
-        server=str(cluster["server"]).rstrip("/"),
-        ca_pem=_read_data_or_file(cluster, "certificate-authority-data", "certificate-authority", base),
-        insecure_skip_tls_verify=bool(cluster.get("insecure-skip-tls-verify", False)),
-        client_cert_pem=_read_data_or_file(user, "client-certificate-data", "client-certificate", base),
-        client_key_pem=_read_data_or_file(user, "client-key-data", "client-key", base),
-        token=user.get("token"),
-        token_file=(base / token_file) if token_file else None,
-        namespace=str(ctx.get("namespace") or "default"),
-    )
+    return config
+
+
+def _raw_entry(files: list[str], kind: str, name: str | None) -> dict[str, Any] | None:
+    """The raw ``users``/``clusters`` entry called ``name`` (first file that defines it, as kubectl merges)."""
+    if not name:
+        return {}
+    inner = kind.rstrip("s")
+    for file in files:
+        try:
+            doc = yaml.safe_load(Path(file).expanduser().read_text()) or {}
+        except (OSError, yaml.YAMLError):
+            continue
+        for item in doc.get(kind) or []:
+            if isinstance(item, dict) and item.get("name") == name:
+                entry = item.get(inner)
+                return entry if isinstance(entry, dict) else {}
+    return None
+
+
+def _token_key(configuration: Any) -> str | None:
+    # kubernetes 35 files the token under "authorization", later releases under "BearerToken".
+    return next((k for k in ("authorization", "BearerToken") if k in configuration.api_key), None)
+
+
+def _live_token(configuration: Any) -> Callable[[], str | None]:
+    """The loader's token, refreshed through its own hook (an exec plugin runs again once expired)."""
+
+    def token() -> str | None:
+        hook = configuration.refresh_api_key_hook
+        if hook is not None:
+            hook(configuration)
+        key = _token_key(configuration)
+        value = str(configuration.api_key.get(key) or "") if key else ""
+        return value.removeprefix("Bearer ").strip() or None
+
+    return token
 
 
 def load_incluster(
@@ -181,14 +243,14 @@ def load_config(
     environ: dict[str, str] | None = None,
     incluster_dir: str | os.PathLike[str] = INCLUSTER_DIR,
 ) -> KubeConfig:
-    """The usual search, like kubectl's: ``kubeconfig`` if given, else the first file
-    in ``$KUBECONFIG``, else ~/.kube/config, else the in-cluster identity."""
+    """The usual search, like kubectl's: ``kubeconfig`` if given, else the files of
+    ``$KUBECONFIG`` merged, else ~/.kube/config, else the in-cluster identity."""
     env = os.environ if environ is None else environ
     if kubeconfig is not None:
         return load_kubeconfig(kubeconfig, context)
     from_env = [p for p in env.get("KUBECONFIG", "").split(os.pathsep) if p]
     if from_env:
-        return load_kubeconfig(from_env[0], context)
+        return load_kubeconfig(os.pathsep.join(from_env), context)
     home = Path(env.get("HOME") or Path.home()) / ".kube" / "config"
     if home.is_file():
         return load_kubeconfig(home, context)

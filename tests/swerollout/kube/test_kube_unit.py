@@ -80,8 +80,10 @@ def test_kubeconfig_errors_name_the_problem(tmp_path: Path) -> None:
         "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
         "current-context": "x",
     }
-    path.write_text(yaml.safe_dump({**base, "users": [{"name": "u", "user": {"exec": {"command": "aws"}}}]}))
-    with pytest.raises(ConfigError, match="exec"):
+    # A plugin that cannot run is named, with what to do.
+    path.write_text(yaml.safe_dump({**base, "users": [{"name": "u", "user": {"exec": {
+        "apiVersion": "client.authentication.k8s.io/v1", "command": str(tmp_path / "no-such-plugin")}}}]}))
+    with pytest.raises(ConfigError, match="exec credential plugin .*no-such-plugin.* gave no credentials"):
         load_kubeconfig(path)
     path.write_text(yaml.safe_dump({**base, "users": []}))
     with pytest.raises(ConfigError, match="no user named 'u'"):
