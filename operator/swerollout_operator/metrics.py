@@ -8,8 +8,17 @@ Labels are limited to small closed sets (phase, reason, code).
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
 
 from swerollout.api.v1alpha1 import Phase
+
+# Why a run was aborted, as the runner reports it: a suspension the trainer asked for, or
+# the inference server aborting the request. Anything else counts as `other`, so a new or
+# misspelled reason never adds a series.
+ABORT_REASONS = ("Suspended", "InferenceAborted")
+OTHER_REASON = "other"
 
 _STARTUP_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
 
@@ -18,6 +27,11 @@ class OperatorMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
+        # What every Prometheus client exports by default (process_*, python_info, python_gc_*),
+        # here on our own registry.
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        GCCollector(registry=r)
         self.rollouts = Gauge(
             "swerollout_rollouts", "SWERollouts currently known to the operator, by phase.", ["phase"], registry=r
         )
@@ -74,7 +88,12 @@ class OperatorMetrics:
             "swerollout_turn_tool_seconds", "Tool execution time per turn (runner-side).",
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 120), registry=r,
         )
-        self.aborts = Counter("swerollout_aborts_total", "Runs aborted mid-way, by reason.", ["reason"], registry=r)
+        self.aborts = Counter(
+            "swerollout_aborts_total", "Runs aborted mid-way, by reason (Suspended, InferenceAborted, other).",
+            ["reason"], registry=r,
+        )
+        for reason in (*ABORT_REASONS, OTHER_REASON):
+            self.aborts.labels(reason)
         self.resumes = Counter("swerollout_resumes_total", "Runs resumed from a snapshot.", registry=r)
         self.replays = Counter(
             "swerollout_replays_total", "Resumes into a fresh pod (the old one was gone).", registry=r
@@ -93,3 +112,8 @@ class OperatorMetrics:
             "swerollout_ingest_requests_total", "Ingest API requests, by route and HTTP status code.",
             ["route", "code"], registry=r,
         )
+
+
+def abort_reason_label(reason: str | None) -> str:
+    """The closed label value of an abort reason (unknown -> ``other``)."""
+    return reason if reason in ABORT_REASONS else OTHER_REASON

@@ -28,7 +28,7 @@ from swerollout.wire.ingest import Ack, EventKind, ProgressReport, RunnerEvent, 
 
 from . import phases, podspec
 from .events import post_event
-from .metrics import OperatorMetrics
+from .metrics import OperatorMetrics, abort_reason_label
 from .phases import Event, IllegalTransition
 from .podstatus import read_pod
 from .settings import OperatorSettings
@@ -596,7 +596,7 @@ class Reconciler:
                 extra={"partial": partial, "replay": False},
             )
             if applied:
-                self.metrics.aborts.labels(event.reason or "Suspended").inc()
+                self.metrics.aborts.labels(abort_reason_label(event.reason or "Suspended")).inc()
                 if not entry.spec.get("suspend"):
                     # An abort from the inference side (abort_all, pause_generation): record
                     # it as a suspension, so resuming is the same for every abort.
