@@ -51,3 +51,19 @@ def test_metrics_use_base_units_and_no_per_object_labels() -> None:
 def test_dashboard_ships_in_the_chart_configmap() -> None:
     template = (DASHBOARD.parents[1] / "templates" / "dashboard.yaml").read_text()
     assert 'Files.Get "dashboards/swerollout.json"' in template
+
+
+def test_every_query_is_scoped_to_the_chosen_namespace_and_job() -> None:
+    # Two installs scraped by one Prometheus must not be summed together.
+    dashboard = json.loads(DASHBOARD.read_text())
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert {"datasource", "namespace", "job"} <= set(variables)
+    assert "label_values(swerollout_rollouts, namespace)" in json.dumps(variables["namespace"])
+    assert "$namespace" in json.dumps(variables["job"])
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", []):
+            expr = target["expr"]
+            selectors = re.findall(r"\bswerollout_[a-z0-9_]+(\{[^}]*\})?", expr)
+            assert selectors and all(
+                'namespace=~"$namespace"' in s and 'job=~"$job"' in s for s in selectors
+            ), f"{panel['title']}: {expr}"
