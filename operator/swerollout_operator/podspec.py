@@ -28,6 +28,7 @@ SECRET_INGEST_KEY = "ingest-token"
 SECRET_SWEREX_KEY = "swerex-token"
 SANDBOX_DROPPED_CAPABILITIES = ("NET_RAW", "MKNOD", "SYS_CHROOT", "SETFCAP", "SETPCAP", "AUDIT_WRITE", "NET_BIND_SERVICE")
 BUNDLE_MOUNT = "/swerex"
+RUNNER_TMP_DIR = "/var/tmp/swerollout"
 RUNNER_SECRET_DIR = "/var/run/secrets/swerollout"
 SANDBOX_CONTAINER = "sandbox"
 RUNNER_CONTAINER = "runner"
@@ -153,9 +154,15 @@ def rollout_pod(
         "restartPolicy": "Never",
         "activeDeadlineSeconds": settings.pod_active_deadline_seconds,
         "terminationGracePeriodSeconds": 10,
-        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        # fsGroup: Secret files are root-owned (mode 0440); the group lets the runner
+        # (uid 10001) read its credentials under a real kubelet.
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}, "fsGroup": 10001},
         "volumes": [
             {"name": "swerex-bundle", "emptyDir": {}},
+            # The runner's root filesystem is read-only and grading writes a temp file:
+            # a scratch dir named by TMPDIR (not mounted over /tmp, which the local node
+            # agent replaces with a private /tmp of its own).
+            {"name": "runner-tmp", "emptyDir": {}},
             {
                 # Only the swerex key: the sandbox must never see the ingest token.
                 "name": "sandbox-credentials",
@@ -233,9 +240,10 @@ def rollout_pod(
                     ingest_token_file=f"{RUNNER_SECRET_DIR}/{SECRET_INGEST_KEY}",
                     swerex_url=swerex_url,
                     swerex_token_file=f"{RUNNER_SECRET_DIR}/{SECRET_SWEREX_KEY}",
-                ).to_env(),
+                ).to_env() + [{"name": "TMPDIR", "value": RUNNER_TMP_DIR}],
                 "volumeMounts": [
                     {"name": "runner-credentials", "mountPath": RUNNER_SECRET_DIR, "readOnly": True},
+                    {"name": "runner-tmp", "mountPath": RUNNER_TMP_DIR},
                 ],
                 "resources": settings.runner_resources,
                 "securityContext": {**restricted, "runAsNonRoot": True, "runAsUser": 10001, "readOnlyRootFilesystem": True},
