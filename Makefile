@@ -56,7 +56,8 @@ test: venv bins system-deps
 
 # Not yet part of `make test`: see docs/real-node.md for what it covers.
 test-cluster: venv bins system-deps cluster-deps cluster-bins
-	SWEROLLOUT_REAL_NODE_TESTS=1 $(BIN)/python -m pytest tests/cluster $(PYTEST_ARGS)
+	@# The session fixture builds the image and brings the node up: minutes cold, beyond the per-test timeout.
+	SWEROLLOUT_REAL_NODE_TESTS=1 $(BIN)/python -m pytest -o timeout=3600 tests/cluster $(PYTEST_ARGS)
 
 lint: venv
 	$(BIN)/lint-imports

@@ -16,9 +16,15 @@ from swerollout.dev.cluster.config import ClusterConfig, ClusterPaths
 from tests.support.realnode import RealNode, base_image_archive, leftovers, swerollout_cli
 
 
+# Not under pytest's tmp dirs: pytest renames old ones before deleting them, and a
+# renamed cluster dir hides its mounts from `cluster down`.
+WORKDIR = Path("/var/tmp/swerollout-realnode-tests")
+
+
 @pytest.fixture(scope="session")
-def real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealNode]:
-    workdir = tmp_path_factory.mktemp("realnode")
+def real_node() -> Iterator[RealNode]:
+    workdir = WORKDIR
+    workdir.mkdir(parents=True, exist_ok=True)
     up = swerollout_cli("cluster", "up", "--workdir", str(workdir), "--policy", "oracle", timeout=3600)
     paths = ClusterPaths.under(workdir)
     node = RealNode(workdir=workdir, paths=paths, config=ClusterConfig())
