@@ -4,67 +4,83 @@ The runner never re-tokenizes history. The token list of a conversation is
 
     prompt_ids + sampled_1 + delta_1 + sampled_2 + delta_2 + ... + sampled_n [+ delta_n]
 
-where ``prompt_ids`` is the tokenization of the template's rendering of the initial
+where ``prompt_ids`` is the encoding of the template's rendering of the initial
 messages (with the generation prompt), each ``sampled_k`` is exactly the ``output_ids``
 the server returned, and each ``delta_k`` is computed here, generically, from the
-tokenizer's own chat template (no model-name special cases):
+tokenizer's own chat template (no model-name special cases).
 
-1. Render the conversation so far with the last assistant turn replaced by a
-   sentinel content, followed by the new environment messages and the generation
-   prompt. Everything after the sentinel is the *tail*: what the template emits to
-   close an assistant turn (e.g. Qwen's ``<|im_end|>\\n``), the new messages, and the
-   opening of the next assistant turn. Earlier messages are rendered as short stubs
-   (same roles, placeholder content): templates decide how to render what follows
-   from the roles before it, not from their text. Long histories are further cut
-   to a window (the messages before the first assistant turn, the first exchange,
-   and the last few messages), so a delta costs the same at turn 5 and turn 500.
-   The window is checked against the full stubbed history whenever the history
-   length passes a power of two; if a template ever renders the tail differently,
-   windowing is switched off for it (exact again, at O(history) cost).
+**Content is text.** Only the template's own structure may produce special (added)
+tokens. Message content -- observations, files the agent reads, the problem
+statement, tool-call arguments -- is encoded as ordinary text even when it holds
+``<|im_end|>``, ``<think>`` or ``<tool_call>``. To know which characters of a
+rendering are content, the template is rendered twice: once with every content
+string replaced by a marker (a per-conversation random nonce plus an index, checked
+to be absent from all content), and once for real. The marker rendering gives the
+structure pieces; the real rendering is aligned against them, content by content
+(templates may trim content or JSON-escape arguments, so each content string is
+matched as one of a few named transforms of itself). The rendering is then encoded
+piece by piece: added tokens are recognized in structure pieces only, and each run
+of text between two structure added tokens -- structure text and content alike -- is
+encoded by the tokenizer's model with no added token at all. For content without
+special-token text this is exactly ``tokenizer.encode(rendering)``.
+
+How a delta is found:
+
+1. Render the conversation so far with the last assistant turn's content replaced by
+   a marker (its tool calls kept, their argument strings replaced by markers),
+   followed by the new environment messages and the generation prompt. Everything
+   after that turn's body is the *tail*: what the template emits to close an
+   assistant turn (e.g. Qwen's ``<|im_end|>\\n``), the new messages, and the opening of
+   the next assistant turn. Earlier messages are rendered as stubs: their roles,
+   tool calls (names, ids and argument keys), tool-message names and ids, and
+   whether content and reasoning were empty, with placeholder text. Templates decide
+   how to render what follows from those fields, never from the text, so the tail of
+   the stubbed history equals the tail of the real one. The whole stubbed history
+   is rendered every time (a window over it is not sound: some templates carry state
+   across many messages, e.g. "first tool output since the last user turn"); bench
+   ``runner_overhead`` measures the per-turn cost.
 2. If the model ended its turn with a special token (its end-of-turn/stop token) and
-   the tail begins with that token's text (after optional whitespace the model did
-   not produce), the tail is cut after it: that token is already in the list as a
-   sampled token. Otherwise -- a length cut, or a stop token the template does not
-   use to close this turn -- the whole tail is appended, so the turn is still closed
-   the way the template closes it.
-3. The tail text is tokenized on its own. Tails begin right after a special token
-   (or with one), so tokenizing them separately gives the same tokens as tokenizing
-   the whole rendering.
+   the template's closing of the turn contains that token's text (right after the
+   content, after optional whitespace; or after the tool calls' structure when the
+   turn has tool calls), the tail is cut after it: that token is already in the list
+   as a sampled token. If the turn has tool calls and ended otherwise, the longest
+   start of the closing that the sampled text already ends with is cut. Otherwise --
+   a length cut, or a stop token the template does not use to close this turn -- the
+   whole tail is appended, so the turn is still closed the way the template closes it.
+3. The tail is encoded on its own with the content-is-text rule. Tails begin right
+   after a special token (or with one), so encoding them separately gives the same
+   tokens as encoding the whole rendering.
 
-How the final token list relates to ``render(final messages)``: decoding it equals
-the template's rendering of the final messages whenever (a) each sampled turn is the
-text the template would render for that assistant message, ending with the
-template's end-of-turn token, and (b) the template renders history turns the same
-way it rendered them when they were the newest turn. Where a template legitimately
-differs, the token list keeps what was sampled (it is what the policy saw and
-produced): Qwen3 strips ``<think>`` from assistant turns before the last user
-message; GLM-4.5+ and DeepSeek V3.1 drop reasoning of earlier turns; DeepSeek V3's
-template opens tool outputs with ``<｜tool▁outputs▁begin｜>`` only once per
-conversation, and the delta reproduces that because it renders the real roles.
-tests/agent_runner/core/test_chat_template.py checks both the exact and the differing
-cases on real tokenizers.
+How the final token list relates to ``render(final messages)``: it equals the
+content-is-text encoding of the template's rendering of the final messages whenever
+(a) each sampled turn is the text the template would render for that assistant
+message, ending with the template's end-of-turn token, and (b) the template renders
+history turns the same way it rendered them when they were the newest turn. Where a
+template legitimately differs, the token list keeps what was sampled (it is what the
+policy saw and produced); docs/token-exactness.md names those quirks per family and
+tests/agent_runner/test_token_properties.py asserts them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import json
+import re
+import secrets
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agent_runner.errors import ChatTemplateError
 
 if TYPE_CHECKING:
+    from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerBase
 
 Message = Mapping[str, Any]
+Piece = tuple[str, bool]
+"""A span of a rendering: (text, is_content)."""
 
-# Content no real conversation contains; marks where the last assistant turn ends.
-_SENTINEL = "\u2063SWEROLLOUT-TURN-END\u2063"
-# Content of stubbed history messages (never empty: some templates skip empty turns).
+# Placeholder text of stubbed history content (non-empty content stays non-empty).
 _STUB = "."
-# Messages kept at the end of a windowed history (see the module docstring).
-_WINDOW = 8
-# Histories shorter than this are always rendered whole.
-_WINDOW_FROM = 24
 
 
 class ChatTemplate:
@@ -76,9 +92,9 @@ class ChatTemplate:
         *,
         tools: Sequence[Mapping[str, Any]] | None = None,
         template_kwargs: Mapping[str, Any] | None = None,
-        window: bool = True,
+        nonce: str | None = None,
     ) -> None:
-        """``window=False`` always renders the whole (stubbed) history for a delta."""
+        """``nonce`` fixes the content marker (tests); by default it is random per conversation."""
         if not getattr(tokenizer, "chat_template", None):
             raise ChatTemplateError(
                 f"tokenizer {getattr(tokenizer, 'name_or_path', '?')!r} has no chat template; "
@@ -87,21 +103,30 @@ class ChatTemplate:
         self.tokenizer = tokenizer
         self.tools: list[dict[Any, Any] | Callable[..., Any]] | None = [dict(t) for t in tools] if tools else None
         self.template_kwargs = dict(template_kwargs or {})
-        self._window_ok = window
-        self._window_checked: set[int] = set()
+        # Letters and digits only: markers survive tojson, trimming and escaping unchanged.
+        self.nonce = nonce or f"SWRX{secrets.token_hex(8).upper()}Q"
+        self._marker_re = re.compile(re.escape(self.nonce) + r"(\d+)Z")
         self._special_ids = frozenset(int(i) for i in tokenizer.all_special_ids) | frozenset(
             int(i) for i, tok in tokenizer.added_tokens_decoder.items() if tok.special
         )
+        self._added = {str(tok.content): int(i) for i, tok in tokenizer.added_tokens_decoder.items()}
+        self._added_re = re.compile("|".join(re.escape(t) for t in sorted(self._added, key=len, reverse=True)))
+        self._text_model = _text_only(tokenizer)
+        self._args_as_text = self._needs_text_arguments()
 
     @property
     def source(self) -> str:
         template = self.tokenizer.chat_template
         return template if isinstance(template, str) else str(template)
 
+    # --- rendering ---------------------------------------------------------------------
+
     def render(self, messages: Sequence[Message], *, add_generation_prompt: bool) -> str:
+        """The template's text for ``messages`` (tool-call arguments as the template wants them)."""
+        prepared = [self._template_message(m) for m in messages]
         try:
             text = self.tokenizer.apply_chat_template(
-                [dict(m) for m in messages],
+                prepared,
                 tools=self.tools,
                 tokenize=False,
                 add_generation_prompt=add_generation_prompt,
@@ -113,99 +138,341 @@ class ChatTemplate:
             raise ChatTemplateError(f"the chat template rendered {type(text).__name__}, not text")
         return text
 
+    def render_pieces(self, messages: Sequence[Message], *, add_generation_prompt: bool) -> list[Piece]:
+        """The rendering of ``messages`` split into structure and content pieces."""
+        values: list[str] = []
+        marked = [_mark(m, self._marker_for(values)) for m in messages]
+        self._check_markers_absent(values)
+        structure = self.render(marked, add_generation_prompt=add_generation_prompt)
+        real = self.render(messages, add_generation_prompt=add_generation_prompt)
+        return self._align(structure, real, values)
+
+    def _marker_for(self, values: list[str]) -> Callable[[str], str]:
+        def marker(value: str) -> str:
+            values.append(value)
+            return f"{self.nonce}{len(values) - 1}Z"
+
+        return marker
+
+    def _check_markers_absent(self, values: Sequence[str]) -> None:
+        for value in values:
+            if self.nonce in value:
+                # 2^64 nonces: only content that read this conversation's nonce can hold it.
+                raise ChatTemplateError("message content contains this conversation's content marker")
+
+    def _align(self, structure: str, real: str, values: Sequence[str]) -> list[Piece]:
+        """Split ``real`` as ``structure`` split at markers, each marker replaced by its content."""
+        parts = self._marker_re.split(structure)
+        fixed = parts[0::2]
+        indices = [int(i) for i in parts[1::2]]
+        if not real.startswith(fixed[0]):
+            raise ChatTemplateError("the chat template renders structure differently when content changes")
+        pieces: list[Piece] = [(fixed[0], False)]
+
+        def walk(at: int, k: int) -> bool:
+            if k == len(indices):
+                return at == len(real)
+            after = fixed[k + 1]
+            for candidate in _renderings(values[indices[k]]):
+                if real.startswith(candidate, at) and real.startswith(after, at + len(candidate)):
+                    pieces.append((candidate, True))
+                    pieces.append((after, False))
+                    if walk(at + len(candidate) + len(after), k + 1):
+                        return True
+                    del pieces[-2:]
+            return False
+
+        if not walk(len(fixed[0]), 0):
+            raise ChatTemplateError(
+                "the chat template transforms message content in a way the runner cannot separate "
+                "from its structure (content must render verbatim, trimmed or JSON-escaped)"
+            )
+        return pieces
+
+    def _template_message(self, message: Message) -> dict[str, Any]:
+        """The message as handed to the template: arguments as JSON text if it concatenates them."""
+        out = dict(message)
+        if self._args_as_text and out.get("tool_calls"):
+            calls = []
+            for call in out["tool_calls"]:
+                function = dict(call.get("function") or {})
+                if not isinstance(function.get("arguments"), str):
+                    function["arguments"] = json.dumps(function.get("arguments", {}), ensure_ascii=False)
+                calls.append({**call, "function": function})
+            out["tool_calls"] = calls
+        return out
+
+    def _needs_text_arguments(self) -> bool:
+        """Whether the template concatenates arguments as text (DeepSeek V3) instead of tojson."""
+        self._args_as_text = False
+        probe: list[dict[str, Any]] = [
+            {"role": "user", "content": "u"},
+            {"role": "assistant", "content": "a", "tool_calls": [
+                {"id": "c0", "type": "function", "function": {"name": "bash", "arguments": {"command": "ls"}}}
+            ]},
+            {"role": "tool", "tool_call_id": "c0", "content": "r"},
+        ]
+        try:
+            text = self.render(probe, add_generation_prompt=True)
+        except ChatTemplateError:
+            return True
+        return "{'command'" in text
+
+    # --- encoding ----------------------------------------------------------------------
+
     def encode(self, text: str) -> list[int]:
-        # The template text already holds BOS and role tokens: add nothing.
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
+        """Template text: added tokens recognized (the text is all structure)."""
+        return self.encode_pieces([(text, False)])
+
+    def encode_text(self, text: str) -> list[int]:
+        """Content: special-token text stays text."""
+        return list(self._text_model.encode(text, add_special_tokens=False).ids) if text else []
+
+    def encode_pieces(self, pieces: Sequence[Piece]) -> list[int]:
+        ids: list[int] = []
+        run: list[str] = []
+        for text, is_content in pieces:
+            if is_content:
+                run.append(text)
+                continue
+            at = 0
+            for match in self._added_re.finditer(text) if self._added else ():
+                run.append(text[at : match.start()])
+                ids.extend(self.encode_text("".join(run)))
+                run = []
+                ids.append(self._added[match.group()])
+                at = match.end()
+            run.append(text[at:])
+        ids.extend(self.encode_text("".join(run)))
+        return ids
+
+    def encode_messages(self, messages: Sequence[Message], *, add_generation_prompt: bool) -> list[int]:
+        """The content-is-text encoding of the template's rendering of ``messages``."""
+        return self.encode_pieces(self.render_pieces(messages, add_generation_prompt=add_generation_prompt))
 
     def prompt_ids(self, messages: Sequence[Message]) -> list[int]:
         """Tokens of the first request: the initial messages plus the generation prompt."""
-        return self.encode(self.render(messages, add_generation_prompt=True))
+        return self.encode_messages(messages, add_generation_prompt=True)
 
     def is_special(self, token_id: int) -> bool:
         return token_id in self._special_ids
 
-    def tail_text(self, history: Sequence[Message], new_messages: Sequence[Message]) -> str:
-        """Text the template emits after the last assistant turn of ``history``'s content.
+    def is_added(self, token_id: int) -> bool:
+        """Special tokens and other added tokens (``<tool_call>``, ``<think>``): what content must never become."""
+        return token_id in self._special_ids or token_id in self._added.values()
 
-        ``history`` must end with an assistant message; only its roles matter.
+    # --- deltas ------------------------------------------------------------------------
+
+    def tail_pieces(
+        self,
+        history: Sequence[Message],
+        new_messages: Sequence[Message],
+        last_sampled_id: int | None = None,
+        sampled_text: str | None = None,
+    ) -> list[Piece]:
+        """What to append after the sampled tokens so the list ends with a generation prompt.
+
+        ``history`` must end with the assistant turn just sampled; ``sampled_text`` is
+        its decoded tokens (special tokens included).
         """
         if not history or history[-1].get("role") != "assistant":
             raise ChatTemplateError("an environment delta needs a history ending with an assistant turn")
-        earlier = history[:-1]
-        if not self._window_ok or len(earlier) < _WINDOW_FROM:
-            return self._tail(_stubs(earlier), new_messages)
-        tail = self._tail(_window(earlier), new_messages)
-        size_class = len(earlier).bit_length()
-        if size_class not in self._window_checked:
-            self._window_checked.add(size_class)
-            exact = self._tail(_stubs(earlier), new_messages)
-            if exact != tail:
-                self._window_ok = False
-                return exact
-        return tail
+        values: list[str] = []
+        marker = self._marker_for(values)
+        # The sampled turn's text is in the list already: placeholders stand in for it.
+        last = _stub(history[-1], lambda value: marker(_STUB))
+        last["content"] = marker(_STUB)
+        body_end = len(values)  # markers of the sampled turn: its content and argument strings
+        marked_new = [_mark(m, marker) for m in new_messages]
+        self._check_markers_absent(values)
+        earlier = [_stub(m) for m in history[:-1]]
+        structure = self.render([*earlier, last, *marked_new], add_generation_prompt=True)
+        real = self.render([*earlier, self._with_values(last, values), *new_messages], add_generation_prompt=True)
+        pieces = self._align(structure, real, values)
+        # Everything up to the last marker of the sampled turn is its body.
+        turn_markers = [f"{self.nonce}{i}Z" for i in range(body_end)]
+        last_body = max(structure.rfind(m) for m in turn_markers)
+        if last_body < 0:
+            raise ChatTemplateError("the chat template dropped the assistant turn's content; cannot locate the turn end")
+        end_of_marker = self._marker_re.match(structure, last_body)
+        assert end_of_marker is not None
+        cut_at = end_of_marker.end()
+        closing_len = len(self._marker_re.split(structure[cut_at:], maxsplit=1)[0])
+        skip = self._closing_skip(
+            structure[cut_at : cut_at + closing_len], bool(history[-1].get("tool_calls")), last_sampled_id, sampled_text
+        )
+        return _drop_prefix(pieces, self._real_offset(structure, pieces, cut_at) + skip)
 
-    def _tail(self, earlier: list[dict[str, Any]], new_messages: Sequence[Message]) -> str:
-        text = self.render([*earlier, {"role": "assistant", "content": _SENTINEL}, *new_messages], add_generation_prompt=True)
-        at = text.rfind(_SENTINEL)
-        if at < 0:
-            raise ChatTemplateError(
-                "the chat template dropped the assistant turn's content; cannot locate the turn end"
-            )
-        return text[at + len(_SENTINEL) :]
+    def _with_values(self, marked: Mapping[str, Any], values: Sequence[str]) -> dict[str, Any]:
+        """Undo the marking: every marker string back to its value."""
 
-    @property
-    def windowing(self) -> bool:
-        """False once the history window was found to change this template's tails."""
-        return self._window_ok
+        def back(text: str) -> str:
+            match = self._marker_re.fullmatch(text)
+            return values[int(match.group(1))] if match else text
+
+        out = dict(marked)
+        for key in ("content", "reasoning_content"):
+            if isinstance(out.get(key), str):
+                out[key] = back(out[key])
+        if out.get("tool_calls"):
+            out["tool_calls"] = [_map_arguments(call, back) for call in out["tool_calls"]]
+        return out
+
+    def _real_offset(self, structure: str, pieces: Sequence[Piece], structure_at: int) -> int:
+        """Offset in the real rendering of the point ``structure_at`` of the marker rendering,
+        which lies in a structure piece (content pieces differ in length between the two)."""
+        s_pos = r_pos = 0
+        for text, is_content in pieces:
+            if is_content:
+                # The marker rendering holds a marker where the real one holds the content.
+                match = self._marker_re.match(structure, s_pos)
+                assert match is not None
+                s_pos = match.end()
+                r_pos += len(text)
+                continue
+            if s_pos <= structure_at <= s_pos + len(text):
+                return r_pos + (structure_at - s_pos)
+            s_pos += len(text)
+            r_pos += len(text)
+        raise ChatTemplateError("the turn end lies outside the template's structure")
+
+    def _closing_skip(
+        self, closing: str, has_calls: bool, last_sampled_id: int | None, sampled_text: str | None
+    ) -> int:
+        """Characters of the turn's closing the policy already sampled."""
+        if last_sampled_id is not None and self.is_special(last_sampled_id):
+            stop_text = str(self.tokenizer.decode([last_sampled_id], skip_special_tokens=False))
+            at = closing.find(stop_text) if stop_text else -1
+            if at >= 0 and (has_calls or not closing[:at].strip()):
+                return at + len(stop_text)
+        if has_calls and sampled_text:
+            for k in range(len(closing), 0, -1):
+                if sampled_text.endswith(closing[:k]):
+                    return k
+        return 0
+
+    def delta_pieces(
+        self,
+        history: Sequence[Message],
+        new_messages: Sequence[Message],
+        last_sampled_id: int | None,
+        sampled_text: str | None = None,
+    ) -> list[Piece]:
+        return self.tail_pieces(history, new_messages, last_sampled_id, sampled_text)
 
     def delta_text(
         self,
         history: Sequence[Message],
         new_messages: Sequence[Message],
         last_sampled_id: int | None,
+        sampled_text: str | None = None,
     ) -> str:
-        """Text to append after the sampled tokens so the list ends with a generation prompt."""
-        tail = self.tail_text(history, new_messages)
-        if last_sampled_id is None or not self.is_special(last_sampled_id):
-            return tail
-        stop_text = str(self.tokenizer.decode([last_sampled_id], skip_special_tokens=False))
-        stripped = tail.lstrip()
-        if stop_text and stripped.startswith(stop_text):
-            return stripped[len(stop_text) :]
-        return tail
+        return "".join(t for t, _ in self.delta_pieces(history, new_messages, last_sampled_id, sampled_text))
 
     def delta_ids(
         self,
         history: Sequence[Message],
         new_messages: Sequence[Message],
         last_sampled_id: int | None,
+        sampled_text: str | None = None,
     ) -> list[int]:
-        return self.encode(self.delta_text(history, new_messages, last_sampled_id))
+        return self.encode_pieces(self.delta_pieces(history, new_messages, last_sampled_id, sampled_text))
 
 
-def _stubs(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    return [_stub(m) for m in messages]
+def _text_only(tokenizer: PreTrainedTokenizerBase) -> Tokenizer:
+    """The tokenizer's normalizer, pre-tokenizer and model with no added tokens at all."""
+    from tokenizers import Tokenizer
+
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        raise ChatTemplateError(
+            f"tokenizer {getattr(tokenizer, 'name_or_path', '?')!r} is not a fast tokenizer; "
+            "the runner needs tokenizer.json"
+        )
+    spec = json.loads(backend.to_str())
+    spec["added_tokens"] = []
+    spec["post_processor"] = None
+    spec["truncation"] = None
+    spec["padding"] = None
+    return Tokenizer.from_str(json.dumps(spec))
 
 
-def _window(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """Stubs of: everything before the first assistant turn, the first exchange, the last few."""
-    roles = [m.get("role") for m in messages]
-    if "assistant" not in roles:
-        return _stubs(messages)
-    first = roles.index("assistant")
-    second = next((i for i in range(first + 1, len(roles)) if roles[i] == "assistant"), len(roles))
-    start = len(roles) - _WINDOW
-    # Begin the window at an assistant turn so each kept exchange is whole.
-    while start < len(roles) and roles[start] != "assistant":
-        start += 1
-    if start <= second:
-        return _stubs(messages)
-    return _stubs([*messages[:second], *messages[start:]])
+def _renderings(value: str) -> Iterator[str]:
+    """The ways templates render a content string, most common first."""
+    seen: set[str] = set()
+    for candidate in (
+        value,
+        value.strip(),
+        value.strip("\n"),
+        value.lstrip("\n"),
+        value.rstrip("\n"),
+        value.lstrip(),
+        value.rstrip(),
+        json.dumps(value, ensure_ascii=False)[1:-1],
+        json.dumps(value)[1:-1],
+    ):
+        if candidate not in seen:
+            seen.add(candidate)
+            yield candidate
 
 
-def _stub(message: Message) -> dict[str, Any]:
-    stub: dict[str, Any] = {"role": message.get("role", "user"), "content": _STUB}
+def _mark(message: Message, marker: Callable[[str], str]) -> dict[str, Any]:
+    """``message`` with every non-empty content string replaced by a marker (order: content,
+    reasoning, tool-call argument strings)."""
+    out = dict(message)
+    for key in ("content", "reasoning_content"):
+        value = out.get(key)
+        if isinstance(value, str) and value:
+            out[key] = marker(value)
+    if out.get("tool_calls"):
+        out["tool_calls"] = [_map_arguments(call, marker) for call in out["tool_calls"]]
+    return out
+
+
+def _map_arguments(call: Mapping[str, Any], fn: Callable[[str], str]) -> dict[str, Any]:
+    function = dict(call.get("function") or {})
+    arguments = function.get("arguments")
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            arguments = {}
+    function["arguments"] = _map_strings(arguments if isinstance(arguments, dict) else {}, fn)
+    return {**call, "function": function}
+
+
+def _map_strings(value: Any, fn: Callable[[str], str]) -> Any:
+    if isinstance(value, str):
+        return fn(value) if value else value
+    if isinstance(value, dict):
+        return {k: _map_strings(v, fn) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_map_strings(v, fn) for v in value]
+    return value
+
+
+def _stub(message: Message, marker: Callable[[str], str] | None = None) -> dict[str, Any]:
+    """The fields templates decide structure from, with placeholder text (or markers)."""
+    placeholder = marker or (lambda value: _STUB)
+    stub: dict[str, Any] = {"role": message.get("role", "user")}
+    for key in ("content", "reasoning_content"):
+        if key in message:
+            value = message[key]
+            stub[key] = placeholder(value) if isinstance(value, str) and value else value
     for key in ("tool_call_id", "name"):
         if key in message:
             stub[key] = message[key]
+    if message.get("tool_calls"):
+        stub["tool_calls"] = [_map_arguments(call, placeholder) for call in message["tool_calls"]]
     return stub
+
+
+def _drop_prefix(pieces: Sequence[Piece], chars: int) -> list[Piece]:
+    out: list[Piece] = []
+    for text, is_content in pieces:
+        if chars >= len(text):
+            chars -= len(text)
+            continue
+        out.append((text[chars:], is_content))
+        chars = 0
+    return out

@@ -37,7 +37,6 @@ the buffer. The aborted ModelTurn reports ``new_tokens=0`` and the partial text.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -48,8 +47,9 @@ from agent_runner.errors import ContextBudgetError, ModelError
 from agent_runner.model import FinishReason, ModelTurn, ToolCall
 from agent_runner.sglang import ContextLimits, GenerateResult, SamplingParams, SGLangClient, make_rid
 from agent_runner.snapshot import ModelState, Snapshot, TurnRecord
+from agent_runner.text import clean_value
 from agent_runner.tokens import TokenBuffer
-from agent_runner.tool_calls import ToolCallParser, detect_parser
+from agent_runner.tool_calls import ToolCallParser, detect_parser, escape_markup
 from swerollout.wire.trajectory import Trajectory
 
 if TYPE_CHECKING:
@@ -94,6 +94,8 @@ class RLTokenModel:
         self.template = ChatTemplate(tokenizer, tools=tools, template_kwargs=template_kwargs)
         fmt = detect_parser(self.template.source) if tool_call_format == "auto" else tool_call_format
         self.parser = ToolCallParser(fmt, tools) if fmt else None
+        # Reasoning tags too: the parser splits at "</think>", which only a sampled tag may move.
+        self._markup = [*(str(t.content) for t in tokenizer.added_tokens_decoder.values()), "<think>", "</think>"]
         self.buffer = TokenBuffer()
         self.state = ModelState()
 
@@ -112,7 +114,11 @@ class RLTokenModel:
         for message in messages:
             if message.get("role") == "assistant":
                 raise ModelError("add_messages takes environment messages; assistant turns come from generate()")
-        self.state.pending.extend(dict(m) for m in messages)
+        for message in messages:
+            # Where environment text enters the token list: unencodable code points become U+FFFD.
+            cleaned, replaced = clean_value(dict(message))
+            self.state.replaced_code_points += replaced
+            self.state.pending.append(cleaned)
 
     async def generate(self, *, max_new_tokens: int | None = None) -> ModelTurn:
         self._prepare_request()
@@ -164,7 +170,7 @@ class RLTokenModel:
         parse_error: str | None = None
         content = text
         if self.parser is not None:
-            parsed = self.parser.parse(text, id_prefix=f"call_{turn}")
+            parsed = self.parser.parse(self._markup_text(result.output_ids), id_prefix=f"call_{turn}")
             tool_calls, parse_error = parsed.tool_calls, parsed.error
             content = parsed.content if parsed.error is None else text
         state.messages.append(_assistant_message(content, tool_calls))
@@ -250,7 +256,9 @@ class RLTokenModel:
                 raise ModelError("no messages: add the system/user prompt before generate()")
             self.buffer.set_prompt(self.template.prompt_ids(state.pending))
         else:
-            delta = self.template.delta_ids(state.messages, state.pending, state.last_sampled_id)
+            delta = self.template.delta_ids(
+                state.messages, state.pending, state.last_sampled_id, self._last_sampled_text()
+            )
             self.buffer.append_context(delta)
         state.messages.extend(state.pending)
         state.pending.clear()
@@ -287,6 +295,33 @@ class RLTokenModel:
                 )
             limits.append(left)
         return max(1, min(limits))
+
+    def _last_sampled_text(self) -> str:
+        """The last sampled turn as text, special tokens included (the run of mask-1 tokens at the end)."""
+        buf = self.buffer
+        start = len(buf)
+        while start > buf.prompt_length and buf.loss_mask[start - 1]:
+            start -= 1
+        return str(self.tokenizer.decode(buf.input_ids[start:], skip_special_tokens=False))
+
+    def _markup_text(self, output_ids: list[int]) -> str:
+        """The reply for the tool-call parser: markup only where the policy sampled markup tokens.
+
+        Text the policy spelled with ordinary tokens (``grep '</tool_call>'``) is escaped,
+        so it stays part of an argument or the content."""
+        ids = output_ids[:-1] if output_ids and self.template.is_special(output_ids[-1]) else output_ids
+        parts: list[str] = []
+        run: list[int] = []
+        for token in [*ids, None]:
+            if token is not None and not self.template.is_added(token):
+                run.append(token)
+                continue
+            if run:
+                parts.append(escape_markup(str(self.tokenizer.decode(run, skip_special_tokens=False)), self._markup))
+                run = []
+            if token is not None:
+                parts.append(str(self.tokenizer.decode([token], skip_special_tokens=False)))
+        return "".join(parts)
 
     def _decode_reply(self, output_ids: list[int]) -> str:
         """The reply's text without its final end-of-turn token."""
@@ -329,6 +364,8 @@ class RLTokenModel:
             **({"notes": list(self.state.notes)} if self.state.notes else {}),
             # Every /generate call in order, aborted ones included: where the viewer marks aborts and resumes.
             "turn_log": [t.model_dump() for t in self.state.turns],
+            "kept_tokens": buf.sampled_tokens,
+            "replaced_code_points": self.state.replaced_code_points,
             **(info or {}),
         }
         return Trajectory(
@@ -353,7 +390,9 @@ def _assistant_message(content: str, tool_calls: list[ToolCall]) -> dict[str, An
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if tool_calls:
         message["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+            # Arguments stay an object: templates that render them with tojson would
+            # otherwise encode a JSON string twice (ChatTemplate hands text to the others).
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": dict(c.arguments)}}
             for c in tool_calls
         ]
     return message

@@ -57,6 +57,8 @@ class ModelState(BaseModel):
     sampled_total: int = 0
     """Tokens the server generated, dropped ones included (the token budget spent)."""
     dropped_total: int = 0
+    replaced_code_points: int = 0
+    """Unencodable code points of environment text replaced with U+FFFD (agent_runner.text)."""
     turns: list[TurnRecord] = Field(default_factory=list)
     routed_experts: list[str] = Field(default_factory=list)
     """Base64 int32 routing rows of each kept turn, only the rows that turn added

@@ -71,6 +71,7 @@ class ToolCallParser:
             self._string_params[str(fn.get("name"))] = {k for k, v in props.items() if v.get("type") == "string"}
 
     def parse(self, text: str, *, id_prefix: str = "call") -> ParsedReply:
+        """Parse ``text``; markup in it escaped with ``escape_markup`` is text, not markup."""
         # Reasoning may quote tool-call markup ("I could use <tool_call>..."); only the
         # text after the last </think> holds real calls.
         thought, closed, answer = text.rpartition("</think>")
@@ -79,7 +80,39 @@ class ToolCallParser:
             reply.content = thought + closed + reply.content if reply.error is None else text
         for index, call in enumerate(reply.tool_calls):
             call.id = f"{id_prefix}_{index}"
+            call.arguments = _unescape_value(call.arguments)
+        reply.content = unescape_markup(reply.content)
+        if reply.error is not None:
+            reply.error = unescape_markup(reply.error)
         return reply
+
+
+# Inserted after the first character of markup text the policy sampled as ordinary
+# tokens (a `grep "</tool_call>"` argument), so the parser does not take it for markup.
+_ESCAPE = "\ue000"
+
+
+def escape_markup(text: str, markup: Sequence[str]) -> str:
+    """``text`` (decoded from non-markup tokens) with every occurrence of ``markup`` defused."""
+    text = text.replace(_ESCAPE, "")  # the escape character itself never survives as content
+    for mark in sorted(markup, key=len, reverse=True):
+        if len(mark) > 1 and mark in text:
+            text = text.replace(mark, mark[0] + _ESCAPE + mark[1:])
+    return text
+
+
+def unescape_markup(text: str) -> str:
+    return text.replace(_ESCAPE, "")
+
+
+def _unescape_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return unescape_markup(value)
+    if isinstance(value, dict):
+        return {unescape_markup(k): _unescape_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unescape_value(v) for v in value]
+    return value
 
 
 def _call(name: str, arguments: Any) -> ToolCall:
