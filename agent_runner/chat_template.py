@@ -58,7 +58,7 @@ message, ending with the template's end-of-turn token, and (b) the template rend
 history turns the same way it rendered them when they were the newest turn. Where a
 template legitimately differs, the token list keeps what was sampled (it is what the
 policy saw and produced); docs/token-exactness.md names those quirks per family and
-tests/agent_runner/test_token_properties.py asserts them.
+tests/agent_runner/core/test_token_properties.py asserts them.
 """
 
 from __future__ import annotations
@@ -380,7 +380,18 @@ class ChatTemplate:
 
 
 def _text_only(tokenizer: PreTrainedTokenizerBase) -> Tokenizer:
-    """The tokenizer's normalizer, pre-tokenizer and model with no added tokens at all."""
+    """The tokenizer's normalizer, pre-tokenizer and model with no added tokens at all.
+
+    Built once per tokenizer object (it copies the whole vocabulary: seconds, not ms)."""
+    cached = getattr(tokenizer, "_swerollout_text_only", None)
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
+    model = _build_text_only(tokenizer)
+    tokenizer._swerollout_text_only = model
+    return model
+
+
+def _build_text_only(tokenizer: PreTrainedTokenizerBase) -> Tokenizer:
     from tokenizers import Tokenizer
 
     backend = getattr(tokenizer, "backend_tokenizer", None)
@@ -400,6 +411,8 @@ def _text_only(tokenizer: PreTrainedTokenizerBase) -> Tokenizer:
 def _renderings(value: str) -> Iterator[str]:
     """The ways templates render a content string, most common first."""
     seen: set[str] = set()
+    # Reasoning-stripping templates render only what follows the last </think> of history turns.
+    answer = value.split("</think>")[-1]
     for candidate in (
         value,
         value.strip(),
@@ -410,6 +423,9 @@ def _renderings(value: str) -> Iterator[str]:
         value.rstrip(),
         json.dumps(value, ensure_ascii=False)[1:-1],
         json.dumps(value)[1:-1],
+        answer,
+        answer.lstrip("\n"),
+        answer.strip(),
     ):
         if candidate not in seen:
             seen.add(candidate)

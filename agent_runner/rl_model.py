@@ -10,8 +10,11 @@ Budgets: ``max_new_tokens`` of a request is the smallest of the caller's value, 
 sampling default, the room left in ``max_context_tokens``, the room the server's own
 limits leave (``server_limits``: SGLang refuses a prompt of ``len >= max_req_input_len``
 and caps output at ``max_req_len - len - 1``) and, when set, what is left of
-``max_sampled_tokens`` (counted across aborts and resumes, so a resumed run never
-gets a fresh budget). A full context raises ContextBudgetError.
+``max_sampled_tokens`` (spec.inference.maxSampledTokens: counted across aborts and
+resumes, dropped tokens included, so a resumed run never gets a fresh budget). A full
+context or a spent sampled-token budget raises ContextBudgetError (``exit_context``),
+the latter naming the field; the trajectory's info reports ``sampled_total``,
+``kept_tokens`` and ``dropped_total``.
 
 Weight versions: per token, from the response's ``weight_versions`` spans when the
 weights changed during the request. A server version of ``"default"`` (or none)
@@ -290,8 +293,9 @@ class RLTokenModel:
             left = self.max_sampled_tokens - self.state.sampled_total
             if left <= 0:
                 raise ContextBudgetError(
-                    f"{self.state.sampled_total} tokens sampled (aborted ones included), "
-                    f"max_sampled_tokens is {self.max_sampled_tokens}"
+                    f"sampled-token budget spent: {self.state.sampled_total} tokens sampled "
+                    f"({self.state.dropped_total} of them dropped by aborts), "
+                    f"spec.inference.maxSampledTokens is {self.max_sampled_tokens}"
                 )
             limits.append(left)
         return max(1, min(limits))

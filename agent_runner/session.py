@@ -215,6 +215,7 @@ class Runner:
                 skip_special_tokens=False,
             ),
             max_context_tokens=inference.max_context_tokens,
+            max_sampled_tokens=inference.max_sampled_tokens,
             run_uid=self.env.uid,
             tools=tool_schemas([t.value for t in config.tools.enabled]) if function_calling else None,
             weight_version=inference.weight_version,

@@ -508,6 +508,8 @@ class Inference(ApiModel):
     """Sampling parameters."""
     max_context_tokens: int = Field(default=32768, ge=256, le=4_194_304)
     """Prompt plus generated tokens may not exceed this; reaching it ends the run with `exit_context`. Counts tokens generated before an abort."""
+    max_sampled_tokens: int | None = Field(default=None, ge=1, le=1_073_741_824)
+    """Tokens the policy may sample in this rollout across all attempts, those dropped by aborts included; reaching it ends the run with `exit_context` and a message naming this field. Unset: no limit beyond maxContextTokens."""
     weight_version: Annotated[str, StringConstraints(max_length=128)] | None = None
     """Weight version the trainer expects; recorded per token when the server reports none."""
     request_timeout_seconds: int = Field(default=600, ge=1, le=86400)

@@ -45,6 +45,8 @@ SCHEMA = pa.schema(
         ("resolved", pa.bool_()),
         ("graded", pa.bool_()),
         ("turns", pa.int32()),
+        ("sampled_tokens", pa.int64()),
+        ("dropped_tokens", pa.int64()),
         ("prompt_ids", pa.list_(pa.int32())),
         ("response_ids", pa.list_(pa.int32())),
         ("loss_mask", pa.list_(pa.uint8())),

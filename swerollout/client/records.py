@@ -104,9 +104,13 @@ class RolloutRecord:
     """The runner's extras (Trajectory.info: rids, the turn log with aborted requests, ...)."""
     report: dict[str, Any] | None = None
     """The full eval report (every FAIL_TO_PASS / PASS_TO_PASS test and its outcome) when fetched."""
+    dropped_tokens: int = 0
+    """Tokens the policy sampled in requests that were aborted and dropped (not in the arrays);
+    with ``sampled_tokens`` (kept) they add up to what spec.inference.maxSampledTokens counts."""
 
     @property
     def sampled_tokens(self) -> int:
+        """Sampled tokens kept in the arrays (loss mask 1)."""
         return int(self.loss_mask.sum())
 
     def summary(self) -> dict[str, Any]:
@@ -116,6 +120,7 @@ class RolloutRecord:
             "instance_id": self.instance_id, "phase": self.phase.value, "status": self.status.value,
             "exit_status": self.exit_status, "reward": self.reward, "resolved": self.resolved,
             "graded": self.graded, "turns": self.turns,
+            "sampled_tokens": self.sampled_tokens, "dropped_tokens": self.dropped_tokens,
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -224,6 +229,7 @@ def build_record(
             "submission": trajectory.submission,
             "timings": trajectory.timings,
             "info": trajectory.info,
+            "dropped_tokens": int(trajectory.info.get("dropped_total", 0)),
         }
     inference = ((obj.get("spec") or {}).get("inference") or {})
     return RolloutRecord(

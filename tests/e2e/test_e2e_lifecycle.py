@@ -241,3 +241,22 @@ def test_cli_submit_watch_results_on_the_embedded_default(dev_stack: DevStack, n
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == len(dev_stack.instances)
     assert all(row["reward"] == 0.0 for row in rows)
+
+
+def test_max_sampled_tokens_ends_the_run_like_the_context_limit(dev_stack: DevStack, slow_policy: str) -> None:
+    from swerollout.client.records import build_record
+
+    # 24 tokens per turn: the budget of 40 is spent in the second turn, the third request is refused.
+    inference = {**SLOW_INFERENCE, "maxSampledTokens": 40}
+    dev_stack.rollout("budget", endpoint=slow_policy, agent=SLOW_AGENT, inference=inference)
+    done = dev_stack.wait_phase("budget", TERMINAL, timeout=240)
+    assert done["phase"] == "Succeeded", dump(done)
+    assert done["result"]["exitStatus"] == "exit_context" and done["result"]["truncated"] is True
+    trajectory = Trajectory.from_bytes(dev_stack.read_object(done["result"]["trajectory"]))
+    assert "spec.inference.maxSampledTokens is 40" in trajectory.info["error"]
+    assert trajectory.info["sampled_total"] == 40
+    assert trajectory.info["kept_tokens"] + trajectory.info["dropped_total"] == 40
+    assert trajectory.info["kept_tokens"] == sum(trajectory.loss_mask)
+    record = build_record(dev_stack.get("budget") or {}, trajectory)
+    assert record.sampled_tokens + record.dropped_tokens == 40
+    assert record.summary()["dropped_tokens"] == record.dropped_tokens

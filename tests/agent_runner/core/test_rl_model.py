@@ -161,7 +161,7 @@ async def test_budgets_cap_max_new_tokens(fake_sglang: FakeSGLang) -> None:
     await model.generate()
     assert fake_sglang.requests[-1]["sampling_params"]["max_new_tokens"] == 2
     model.add_messages([{"role": "user", "content": "again"}])
-    with pytest.raises(ContextBudgetError, match="max_sampled_tokens is 5"):
+    with pytest.raises(ContextBudgetError, match="maxSampledTokens is 5"):
         await model.generate()
     await model.client.aclose()
 
