@@ -240,7 +240,11 @@ def rollout_pod(
                     ingest_token_file=f"{RUNNER_SECRET_DIR}/{SECRET_INGEST_KEY}",
                     swerex_url=swerex_url,
                     swerex_token_file=f"{RUNNER_SECRET_DIR}/{SECRET_SWEREX_KEY}",
-                ).to_env() + [{"name": "TMPDIR", "value": RUNNER_TMP_DIR}],
+                ).to_env() + [
+                    {"name": "TMPDIR", "value": RUNNER_TMP_DIR},
+                    # The image user's home is on the read-only root; caches go to scratch.
+                    {"name": "HOME", "value": RUNNER_TMP_DIR},
+                ],
                 "volumeMounts": [
                     {"name": "runner-credentials", "mountPath": RUNNER_SECRET_DIR, "readOnly": True},
                     {"name": "runner-tmp", "mountPath": RUNNER_TMP_DIR},
