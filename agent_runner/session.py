@@ -39,6 +39,7 @@ from .config import ActionFormat, AgentConfig, ConfigError
 from .eval import EvalRequest, evaluate
 from .ingest_client import IngestClient
 from .loop import AgentLoop, LoopResult, LoopState, StepInfo, TaskInfo
+from .errors import ModelError
 from .model import FinishReason, Model, ModelTurn
 from .rl_model import RLTokenModel
 from .sandbox import Sandbox
@@ -79,6 +80,18 @@ async def _apply_server_limits(model: Model, client: SGLangClient) -> str:
     return "; ".join(notes)
 
 
+# An abort we did not ask for comes from the inference side (a trainer's
+# pause_generation / abort_request around a weight update). It is not a suspension:
+# the turn is re-sampled once the server accepts requests again (SGLang holds new
+# requests while paused, so the re-sent request simply waits). A suspension of ours
+# can race it (the trainer aborts the server first, then marks the rollouts), so
+# before re-sampling we give our own abort this long to arrive.
+OWN_ABORT_GRACE_SECONDS = 2.0
+# How long a run keeps re-sampling through inference-side aborts (counted from the
+# first abort of an unbroken series) before it ends as exit_api.
+INFERENCE_OUTAGE_BUDGET_SECONDS = 600.0
+
+
 class AbortableModel:
     """Wraps a Model so that an abort lands whether or not a request is in flight.
 
@@ -88,14 +101,27 @@ class AbortableModel:
     real failure: it could not be delivered, or it was delivered and the request did
     not end within a second (it raced the request's arrival, when the rid was not
     live yet). During an ``in_place`` pause SGLang answers aborts only after
-    /continue_generation; after 30 tries the local request is cancelled.
+    /continue_generation; after 30 tries the local request is cancelled. An abort
+    the runner did not request is ridden out here (see OWN_ABORT_GRACE_SECONDS): the
+    loop never sees it, and `inference_aborts` counts it.
     """
 
-    def __init__(self, inner: Model, abort_remote: Callable[[], Awaitable[object]] | None) -> None:
+    def __init__(
+        self,
+        inner: Model,
+        abort_remote: Callable[[], Awaitable[object]] | None,
+        *,
+        own_abort_grace: float = OWN_ABORT_GRACE_SECONDS,
+        outage_budget: float = INFERENCE_OUTAGE_BUDGET_SECONDS,
+    ) -> None:
         self.inner = inner
         self._abort_remote = abort_remote
         self.requested = asyncio.Event()
         self._task: asyncio.Task[ModelTurn] | None = None
+        self._own_abort_grace = own_abort_grace
+        self._outage_budget = outage_budget
+        self.inference_aborts = 0
+        """Inference-side aborts ridden out (re-sampled) in this run."""
         self.generation_seconds: list[float] = []
         """Wall time of each generate call, drained by the progress reporter."""
 
@@ -111,6 +137,28 @@ class AbortableModel:
         self.inner.add_messages(messages)
 
     async def generate(self, *, max_new_tokens: int | None = None) -> ModelTurn:
+        outage_started: float | None = None
+        while True:
+            turn = await self._generate_once(max_new_tokens)
+            if turn.finish_reason != FinishReason.ABORT or self.requested.is_set():
+                return turn
+            # Not ours: wait briefly for a suspension that may be on its way.
+            try:
+                await asyncio.wait_for(self.requested.wait(), timeout=self._own_abort_grace)
+                return turn
+            except asyncio.TimeoutError:
+                pass
+            now = time.monotonic()
+            outage_started = now if outage_started is None else outage_started
+            if now - outage_started > self._outage_budget:
+                raise ModelError(
+                    f"the inference server kept aborting this run's requests for {now - outage_started:.0f} s "
+                    f"(outage budget {self._outage_budget:.0f} s)"
+                )
+            self.inference_aborts += 1
+            log.info("inference-side abort (%d so far): re-sampling the turn", self.inference_aborts)
+
+    async def _generate_once(self, max_new_tokens: int | None) -> ModelTurn:
         if self.requested.is_set():
             return ModelTurn(text="", finish_reason=FinishReason.ABORT)
         self._task = asyncio.create_task(self.inner.generate(max_new_tokens=max_new_tokens))
@@ -256,6 +304,7 @@ class Runner:
                 return
         notice = await _apply_server_limits(inner, client) if client else ""
         abortable = AbortableModel(inner, client.abort_in_flight if client else None)
+        abortable.inference_aborts = int(agent_state.get("inference_aborts") or 0)
         await self.ingest.event(
             wire.RunnerEvent(
                 kind=wire.EventKind.STARTED, assignment_id=assignment.id,
@@ -275,7 +324,9 @@ class Runner:
             result = await (loop.resume(LoopState.model_validate(saved)) if saved else loop.run())
         finally:
             watcher.cancel()
-        await reporter.flush()
+        # The last progress goes out before the event that ends the run, so the
+        # status never shows fewer turns than the result.
+        await reporter.flush(final=True)
         elapsed = time.monotonic() - started
         if result.partial:
             await self._report_abort(assignment, inner, abortable, result, workdir, instance.base_commit)
@@ -332,6 +383,7 @@ class Runner:
         agent_state = {
             "loop": result.state.model_dump(mode="json"),
             "workdir_diff": await self._worktree_diff(workdir, base_commit),
+            "inference_aborts": abortable.inference_aborts,
         }
         if isinstance(inner, RLTokenModel):
             blob = inner.snapshot(agent_state=agent_state)
@@ -426,6 +478,7 @@ class _ProgressReporter:
         self.last_sent = 0.0
         self.last_step = time.monotonic()
         self.pending: StepInfo | None = None
+        self.last_turns: int | None = None
         self.tool_seconds: list[float] = []
         self._seen = 0
         self._sent_generation = 0
@@ -441,13 +494,17 @@ class _ProgressReporter:
         if now - self.last_sent >= 1.0:
             await self.flush()
 
-    async def flush(self) -> None:
-        if self.pending is None:
+    async def flush(self, *, final: bool = False) -> None:
+        """Send the pending progress; `final` sends it even when no step is pending."""
+        if self.pending is not None:
+            self.last_turns = self.pending.state.turns
+        elif not final or self.last_turns is None:
             return
         inner = self.model.inner
         generated = inner.state.sampled_total if isinstance(inner, RLTokenModel) else 0
         progress = wire.ProgressReport(
-            turns=self.pending.state.turns,
+            turns=self.last_turns,
+            inference_aborts=self.model.inference_aborts,
             context_tokens=self.model.context_tokens,
             generated_tokens=generated,
             generation_seconds=self.model.generation_seconds[self._sent_generation:][-1000:],

@@ -23,7 +23,8 @@ async def post_event(
     event = {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"name": f"{meta['name']}.{secrets.token_hex(8)}", "namespace": meta["namespace"]},
+        # Event names are bounded like any object name; a long rollout name is cut.
+        "metadata": {"name": f"{meta['name'][:230].rstrip('-.')}.{secrets.token_hex(8)}", "namespace": meta["namespace"]},
         "involvedObject": {
             "apiVersion": api.API_VERSION,
             "kind": api.KIND,

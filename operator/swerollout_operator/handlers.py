@@ -1,4 +1,8 @@
-"""kopf wiring: which events call which Reconciler method. No logic lives here."""
+"""kopf wiring: watch events feed the caches and the work queue. No logic lives here.
+
+kopf owns the watches (and the finalizer); the work is done by our keyed queue's
+workers (runtime.py), which read the caches that these handlers keep fresh.
+"""
 
 from __future__ import annotations
 
@@ -35,6 +39,8 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     settings.scanning.disabled = True
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
+    # Our handlers only note what changed; coalescing is the work queue's job.
+    settings.batching.batch_window = 0.01
     await _runtime(memo).start()
     memo.sweeper = asyncio.create_task(_sweep(memo))
 
@@ -58,37 +64,29 @@ def login(memo: Any, **kwargs: Any) -> kopf.ConnectionInfo | None:
 
 async def _sweep(memo: Any) -> None:
     """One task for all rollouts (not a kopf timer per object, which costs a task each):
-    deadlines, coalesced progress writes, and retries of reconciles that failed."""
+    deadlines and coalesced progress writes."""
     runtime = _runtime(memo)
     while True:
         await asyncio.sleep(1)
         try:
-            await runtime.reconciler.check_deadlines()
+            await runtime.reconciler.sweep()
         except Exception:  # noqa: BLE001 - the sweeper must survive any single failure
             runtime.metrics.reconcile_errors.labels("sweep").inc()
             log.exception("deadline sweep failed")
-        for uid in list(runtime.retry):
-            entry = runtime.reconciler.tracked.get(uid)
-            runtime.retry.discard(uid)
-            if entry is not None:
-                await _reconcile(runtime, entry.body)
-
-
-async def _reconcile(runtime: OperatorRuntime, body: dict[str, Any]) -> None:
-    try:
-        await runtime.reconciler.reconcile(body)
-    except Exception:
-        runtime.metrics.reconcile_errors.labels("rollout").inc()
-        runtime.retry.add(body["metadata"]["uid"])
-        log.exception("reconciling %s/%s failed; retrying", body["metadata"]["namespace"], body["metadata"]["name"])
 
 
 @kopf.on.event(*ROLLOUTS)
 async def rollout_event(event: kopf.RawEvent, memo: Any, **_: Any) -> None:
-    """Every change (and the initial listing after a restart) reconciles the rollout."""
+    """Every change (and the initial listing after a restart) queues the rollout,
+    except the echo of our own status write."""
+    runtime = _runtime(memo)
+    body: dict[str, Any] = dict(event["object"])
+    uid = str(body["metadata"]["uid"])
     if event["type"] == "DELETED":
+        runtime.forget(uid)
         return
-    await _reconcile(_runtime(memo), dict(event["object"]))
+    if runtime.reconciler.observe(body):
+        runtime.queue.add(uid)
 
 
 @kopf.on.delete(*ROLLOUTS)
@@ -99,13 +97,12 @@ async def rollout_deleted(body: kopf.Body, memo: Any, **_: Any) -> None:
     except Exception:
         runtime.metrics.reconcile_errors.labels("delete").inc()
         raise
+    runtime.forget(str(body.meta["uid"]))
 
 
 @kopf.on.event("", "v1", "pods", labels={api.LABEL_ROLLOUT: kopf.PRESENT})
 async def pod_changed(event: kopf.RawEvent, memo: Any, **_: Any) -> None:
     runtime = _runtime(memo)
-    try:
-        await runtime.reconciler.on_pod(dict(event["object"]), deleted=event["type"] == "DELETED")
-    except Exception:
-        runtime.metrics.reconcile_errors.labels("pod").inc()
-        log.exception("handling pod event failed")
+    uid = runtime.reconciler.observe_pod(dict(event["object"]), deleted=event["type"] == "DELETED")
+    if uid is not None:
+        runtime.queue.add(uid)

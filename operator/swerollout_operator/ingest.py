@@ -30,7 +30,8 @@ from swerollout.wire import ingest as wire
 
 from .assignments import assignment_for
 from .metrics import OperatorMetrics
-from .reconciler import Reconciler, Tracked
+from .cache import Tracked
+from .reconciler import Reconciler
 from .tokens import TokenKey, TokenKind
 
 log = logging.getLogger(__name__)
@@ -251,7 +252,7 @@ class IngestServer:
             return _error(503, "ApiUnavailable", f"could not check the caller: {exc}")
         if not access.get("allowed"):
             return _error(403, "Forbidden", f"{user.get('username')} may not get swerollouts in {ns}")
-        entry = next((e for e in self.reconciler.tracked.values() if e.namespace == ns and e.name == name), None)
+        entry = self.reconciler.rollouts.find(ns, name)
         if entry is None:
             return _error(404, "NotFound", f"rollout {ns}/{name} not found")
         status = entry.status

@@ -61,6 +61,17 @@ class OperatorMetrics:
         self.reconcile_errors = Counter(
             "swerollout_reconcile_errors_total", "Handler runs that raised, by handler.", ["handler"], registry=r
         )
+        self.reconciles = Counter(
+            "swerollout_reconciles_total", "Reconcile passes over a rollout (coalesced per rollout).", registry=r
+        )
+        self.api_requests = Counter(
+            "swerollout_api_requests_total",
+            "Requests the operator sent to the API server, by HTTP method (GET = reads), not counting watches.",
+            ["method"], registry=r,
+        )
+        self.work_queue = Gauge(
+            "swerollout_work_queue_depth", "Rollouts queued for or in a reconcile pass.", registry=r
+        )
         self.status_patches = Counter(
             "swerollout_status_patches_total", "Status patches written to SWERollouts.", registry=r
         )

@@ -50,6 +50,7 @@ class Event(str, Enum):
 _T: dict[tuple[Phase, Event], Phase] = {
     (Phase.PENDING, Event.POD_CREATED): Phase.STARTING,
     (Phase.PENDING, Event.FAILED): Phase.FAILED,
+    (Phase.PENDING, Event.STARTUP_FAILED): Phase.FAILED,
     (Phase.STARTING, Event.SANDBOX_READY): Phase.RUNNING,
     (Phase.STARTING, Event.STARTUP_FAILED): Phase.FAILED,
     (Phase.STARTING, Event.POD_LOST): Phase.FAILED,

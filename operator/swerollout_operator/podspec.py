@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from swerollout.api import v1alpha1 as api
+from swerollout.api.labels import rollout_label
 from swerollout.wire.runner_env import RunnerEnv, RunnerRole
 
 from .settings import OperatorSettings
@@ -73,7 +74,7 @@ def _labels(meta: dict[str, Any], component: str) -> dict[str, str]:
     labels = {
         "app.kubernetes.io/name": "swerollout",
         "app.kubernetes.io/managed-by": "swerollout-operator",
-        api.LABEL_ROLLOUT: meta["name"],
+        api.LABEL_ROLLOUT: rollout_label(meta["name"]),
         api.LABEL_COMPONENT: component,
     }
     for key in (api.LABEL_BATCH, api.LABEL_MEMBER):

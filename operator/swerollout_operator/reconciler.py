@@ -1,11 +1,11 @@
-"""What the operator does for each SWERollout, independent of kopf.
+"""The reconcile pass for one rollout, and the phase transitions it and the runners make.
 
-Everything here is level-triggered and idempotent: `reconcile` looks at the
-rollout and at what exists (deterministically named Secret and pods) and makes
-it so. A restart at any point, or the same event delivered twice, creates
-nothing twice and loses nothing. Runner reports (ingest API) enter through
-`on_runner_event`, which only ever applies phase-machine events — so a repeated
-report is refused by the machine, not applied twice.
+Level-triggered and idempotent: a pass looks at the rollout and its pods as the
+caches hold them and makes the world match; running it twice does nothing twice.
+It reads nothing from the API server in steady state (see cache.py), and the
+watch echo of its own status write does not start another pass. A pass that
+changed the phase asks for one more (the new phase may have work), so nothing
+waits for an event that will not come.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from pydantic import ValidationError
@@ -22,77 +21,28 @@ from pydantic import ValidationError
 from swerollout.api import v1alpha1 as api
 from swerollout.api.base import one_line
 from swerollout.api.v1alpha1 import Phase
-from swerollout.kube import PODS, SECRETS, SWEROLLOUTS, AlreadyExists, AsyncKubeClient, KubeError, NotFound
-from swerollout.exit_status import gate_exit_status, metric_label
-from swerollout.wire.ingest import Ack, EventKind, ProgressReport, RunnerEvent, StoredObjectRef
+from swerollout.exit_status import metric_label
+from swerollout.kube import SWEROLLOUTS, AsyncKubeClient, KubeError, NotFound
+from swerollout.wire.ingest import Ack, ProgressReport, RunnerEvent
 
 from . import phases, podspec
+from .cache import PodCache, RolloutCache, Tracked, controller_uid
+from .deadlines import keepalive_expired, parse_time, startup_overdue, utcnow
 from .events import post_event
-from .metrics import OperatorMetrics, abort_reason_label
+from .metrics import OperatorMetrics
+from .objects import Objects, Rejected
 from .phases import Event, IllegalTransition
-from .podstatus import read_pod
+from .podstatus import PodState, read_pod
+from .progress import ProgressCoalescer
+from .runner_events import apply_runner_event
 from .settings import OperatorSettings
-from .tokens import TokenKey, TokenKind
+from .tokens import TokenKey
 
 log = logging.getLogger(__name__)
 MAX_EVAL_ATTEMPTS = 2
 MAX_ROLLOUT_ATTEMPTS = 5
-
-
-@dataclass
-class Tracked:
-    """In-memory view of one rollout, rebuilt from the API after a restart."""
-
-    namespace: str
-    name: str
-    uid: str
-    body: dict[str, Any]
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
-    startup_deadline: float | None = None
-    pod_created_at: float | None = None
-    cleaned_up: bool = False
-    progress: ProgressReport | None = None
-    progress_dirty: bool = False
-    progress_written_at: float = 0.0
-    generated_reported: int = 0
-
-    @property
-    def phase(self) -> Phase:
-        return Phase((self.body.get("status") or {}).get("phase", Phase.PENDING.value))
-
-    @property
-    def meta(self) -> dict[str, Any]:
-        return {
-            "namespace": self.namespace,
-            "name": self.name,
-            "uid": self.uid,
-            "labels": (self.body.get("metadata") or {}).get("labels") or {},
-        }
-
-    @property
-    def status(self) -> dict[str, Any]:
-        return self.body.get("status") or {}
-
-    @property
-    def spec(self) -> dict[str, Any]:
-        return self.body.get("spec") or {}
-
-
-def _utcnow() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-def _parse_time(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
-
-
-def _object_ref(ref: StoredObjectRef | None) -> dict[str, Any] | None:
-    if ref is None:
-        return None
-    return {"ref": ref.ref, "sha256": ref.sha256, "bytes": ref.bytes}
+# Events are best effort and written in the background, at most this many at once.
+EVENT_WRITERS = 8
 
 
 class Reconciler:
@@ -101,48 +51,44 @@ class Reconciler:
     ) -> None:
         self.kube = kube
         self.settings = settings
-        self.token_key = token_key
         self.metrics = metrics
-        self.tracked: dict[str, Tracked] = {}
-        self.on_deleted_rollout: list[Any] = []
+        self.rollouts = RolloutCache()
+        self.pods = PodCache()
+        self.objects = Objects(kube, self.pods, settings, token_key, metrics)
+        self.progress = ProgressCoalescer(self.write_status, metrics, settings.status_coalesce_seconds)
+        self.requeue: Callable[[str], None] = lambda uid: None
+        """Ask for a pass over a rollout (set to the work queue's `add` by the runtime)."""
+        self.on_deleted_rollout: list[Callable[[str, str, str], Awaitable[None]]] = []
+        self._event_slots = asyncio.Semaphore(EVENT_WRITERS)
+        self._background: set[asyncio.Task[None]] = set()
 
-    # -- bookkeeping -------------------------------------------------------------
+    @property
+    def tracked(self) -> dict[str, Tracked]:
+        return self.rollouts.entries
 
-    def observe(self, body: dict[str, Any]) -> Tracked:
-        """Remember the latest state of a rollout (from a watch event or our own patch)."""
-        meta = body["metadata"]
-        entry = self.tracked.get(meta["uid"])
-        if entry is None:
-            entry = self.tracked[meta["uid"]] = Tracked(meta["namespace"], meta["name"], meta["uid"], body)
-        else:
-            # Watch events can arrive out of order with our own patch responses.
-            old_rv = int(entry.body.get("metadata", {}).get("resourceVersion") or 0)
-            new_rv = int(meta.get("resourceVersion") or 0)
-            if new_rv >= old_rv:
-                entry.body = body
-        self._refresh_phase_gauge()
-        return entry
+    # -- what the watches say ----------------------------------------------------
+
+    def observe(self, body: dict[str, Any]) -> bool:
+        """A rollout watch event; True when it is news that needs a pass."""
+        entry, news = self.rollouts.observe(body)
+        return news
+
+    def observe_pod(self, pod: dict[str, Any], *, deleted: bool) -> str | None:
+        """A pod watch event; returns the uid of the rollout to look at, if we track it."""
+        self.pods.update(pod, deleted=deleted)
+        uid = controller_uid(pod)
+        return uid if uid in self.rollouts.entries else None
+
+    def refresh_gauges(self) -> None:
+        for phase, n in self.rollouts.phase_counts().items():
+            self.metrics.rollouts.labels(phase.value).set(n)
 
     async def notify(self, entry: Tracked) -> None:
         async with entry.changed:
             entry.changed.notify_all()
 
-    def _refresh_phase_gauge(self) -> None:
-        counts = {p: 0 for p in Phase}
-        for entry in self.tracked.values():
-            counts[entry.phase] += 1
-        for p, n in counts.items():
-            self.metrics.rollouts.labels(p.value).set(n)
-
-    def forget(self, uid: str) -> None:
-        self.tracked.pop(uid, None)
-        self._refresh_phase_gauge()
-
     def lookup(self, namespace: str, name: str, uid: str) -> Tracked | None:
-        entry = self.tracked.get(uid)
-        if entry is None or entry.namespace != namespace or entry.name != name:
-            return None
-        return entry
+        return self.rollouts.lookup(namespace, name, uid)
 
     async def lookup_or_fetch(self, namespace: str, name: str, uid: str) -> Tracked | None:
         """The rollout, read from the API server when this process has not seen it yet
@@ -156,17 +102,38 @@ class Reconciler:
             return None
         if body["metadata"]["uid"] != uid or body["metadata"].get("deletionTimestamp"):
             return None
-        return self.observe(body)
+        if self.rollouts.observe(body)[1]:
+            self.requeue(uid)
+        return self.lookup(namespace, name, uid)
 
     # -- status ------------------------------------------------------------------
 
-    async def _patch_status(self, entry: Tracked, patch: dict[str, Any]) -> None:
+    async def write_status(self, entry: Tracked, patch: dict[str, Any]) -> None:
         # A merge patch without resourceVersion: no 409 storms. The operator is the
         # only status writer and serializes its own writes per rollout (entry.lock).
-        body = await self.kube.patch_status(SWEROLLOUTS, entry.name, {"status": patch}, entry.namespace)
+        entry.writes_in_flight += 1
+        body: dict[str, Any] | None = None
+        try:
+            body = await self.kube.patch_status(SWEROLLOUTS, entry.name, {"status": patch}, entry.namespace)
+        finally:
+            if self.rollouts.observe_own(entry, body):
+                self.requeue(entry.uid)
         self.metrics.status_patches.inc()
-        self.observe(body)
         await self.notify(entry)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def post_event(self, entry: Tracked, *, reason: str, message: str, warning: bool = False) -> None:
+        meta = entry.meta
+
+        async def post() -> None:
+            async with self._event_slots:
+                await post_event(self.kube, meta, reason=reason, message=message, warning=warning)
+
+        self._spawn(post())
 
     async def transition(
         self,
@@ -181,32 +148,26 @@ class Reconciler:
         """Apply one phase-machine event (call with entry.lock held). False when it no longer applies."""
         try:
             change = phases.apply(
-                entry.status,
-                event,
-                reason=reason,
-                message=message,
-                generation=(entry.body.get("metadata") or {}).get("generation"),
-                extra=extra,
+                entry.status, event, reason=reason, message=message, generation=entry.generation, extra=extra,
             )
         except IllegalTransition as exc:
             log.debug("%s/%s: %s", entry.namespace, entry.name, exc)
             return False
-        await self._patch_status(entry, change.status_patch)
+        await self.write_status(entry, change.status_patch)
         if change.new != change.old:
             self.metrics.transitions.labels(change.new.value).inc()
             log.info("%s/%s: %s -> %s (%s)", entry.namespace, entry.name, change.old.value, change.new.value, reason)
-            await post_event(
-                self.kube, entry.meta, reason=reason, message=f"{change.old.value} -> {change.new.value}: {message}",
-                warning=warning,
+            self.post_event(
+                entry, reason=reason, message=f"{change.old.value} -> {change.new.value}: {message}", warning=warning
             )
             if change.new.is_terminal:
                 self._observe_completion(entry)
         return True
 
     def _observe_completion(self, entry: Tracked) -> None:
-        start = _parse_time(entry.status.get("startTime"))
+        start = parse_time(entry.status.get("startTime"))
         if start is not None:
-            self.metrics.rollout_duration.observe((_utcnow() - start).total_seconds())
+            self.metrics.rollout_duration.observe((utcnow() - start).total_seconds())
         reward = entry.status.get("reward") or {}
         if reward.get("graded"):
             self.metrics.rewards.observe(float(reward.get("value") or 0.0))
@@ -216,35 +177,60 @@ class Reconciler:
             self.metrics.turns.observe(int(result.get("turns") or 0))
             self.metrics.exit_statuses.labels(metric_label(str(result.get("exitStatus", "")))).inc()
 
-    # -- the level-triggered reconcile -------------------------------------------
+    # -- the pass ----------------------------------------------------------------
 
-    async def reconcile(self, body: dict[str, Any]) -> None:
-        entry = self.observe(body)
-        if body["metadata"].get("deletionTimestamp"):
+    async def reconcile(self, uid: str) -> None:
+        """One pass over a rollout, from the caches. Raises what should be retried later."""
+        entry = self.rollouts.entries.get(uid)
+        if entry is None or entry.body["metadata"].get("deletionTimestamp"):
             return
+        self.metrics.reconciles.inc()
         async with entry.lock:
-            phase = entry.phase
-            if phase.is_terminal:
-                await self._cleanup_pods(entry, terminal=True)
-                return
-            if not await self._spec_is_valid(entry):
-                return
-            await self._ensure_secret(entry)
-            if phase in (Phase.PENDING, Phase.STARTING):
-                await self._ensure_started(entry)
-            elif phase == Phase.ABORTED:
-                await self._reconcile_aborted(entry)
-            elif phase == Phase.RESUMING:
-                await self._ensure_resume_pod(entry)
-            elif phase == Phase.EVALUATING:
-                await self._ensure_eval_pod(entry)
+            log.debug(
+                "pass over %s/%s at resourceVersion %s", entry.namespace, entry.name,
+                entry.body["metadata"].get("resourceVersion"),
+            )
+            before = entry.phase
+            try:
+                await self._pass(entry)
+            except KubeError as exc:
+                entry.last_error = str(exc)
+                raise
+            except Rejected as exc:
+                await self.transition(entry, Event.FAILED, reason=exc.reason, message=str(exc), warning=True)
+            changed = entry.phase != before
         await self.notify(entry)
+        if changed:
+            self.requeue(uid)
+
+    async def _pass(self, entry: Tracked) -> None:
+        phase = entry.phase
+        if phase.is_terminal:
+            if not (phase == Phase.FAILED and self.settings.keep_failed_pods):
+                await self.objects.delete_pods(entry)
+            return
+        if not await self._spec_is_valid(entry):
+            return
+        if startup_overdue(entry):
+            await self._startup_timeout(entry)
+            return
+        await self.objects.ensure_secret(entry)
+        if phase in (Phase.PENDING, Phase.STARTING):
+            await self._ensure_started(entry)
+        elif phase == Phase.RUNNING:
+            await self._check_running(entry)
+        elif phase == Phase.ABORTED:
+            await self._reconcile_aborted(entry)
+        elif phase == Phase.RESUMING:
+            await self._ensure_resume_pod(entry)
+        elif phase == Phase.EVALUATING:
+            await self._ensure_eval_pod(entry)
 
     async def _spec_is_valid(self, entry: Tracked) -> bool:
         """The CRD cannot check everything the API model does (e.g. template variables): a
         spec the model refuses fails the rollout as InvalidSpec, before any pod exists."""
         try:
-            api.SWERolloutSpec.model_validate(entry.spec)
+            entry.rollout_spec
         except ValidationError as exc:
             await self.transition(
                 entry, Event.FAILED, reason="InvalidSpec",
@@ -253,435 +239,188 @@ class Reconciler:
             return False
         return True
 
+    async def _sandbox_pod(self, entry: Tracked) -> tuple[dict[str, Any] | None, PodState | None, bool]:
+        """The pod named in status.sandbox, its state, and whether it is gone (deleted, going, failed)."""
+        name = (entry.status.get("sandbox") or {}).get("podName")
+        pod = await self.objects.pod(entry, name) if name else None
+        if pod is None or not _owned(pod, entry.uid):
+            return None, None, True
+        state = read_pod(pod)
+        return pod, state, bool(pod["metadata"].get("deletionTimestamp")) or state.failed
+
     async def _ensure_started(self, entry: Tracked) -> None:
-        rollout = api.SWERollout.model_validate({"spec": entry.spec})
         attempt = max(1, int(entry.status.get("attempts") or 0))
-        pod = await self._ensure_pod(entry, rollout, attempt, role="rollout")
-        if entry.pod_created_at is None:
-            entry.pod_created_at = time.monotonic()
-        if entry.startup_deadline is None:
-            entry.startup_deadline = time.monotonic() + rollout.spec.sandbox.startup_timeout_seconds
         if entry.phase == Phase.PENDING:
+            pod = await self.objects.ensure_pod(entry, attempt, role="rollout")
+            entry.pod_created_at = time.monotonic()
+            handle = _sandbox(pod_name=pod["metadata"]["name"], pod_uid=pod["metadata"]["uid"])
             await self.transition(
-                entry,
-                Event.POD_CREATED,
-                reason="PodCreated",
+                entry, Event.POD_CREATED, reason="PodCreated",
                 message=f"pod {pod['metadata']['name']} created; waiting for the sandbox",
-                extra={"attempts": attempt, "sandbox": {"podName": pod["metadata"]["name"], "podUID": pod["metadata"]["uid"]}},
+                extra={"attempts": attempt, "sandbox": handle.to_patch()},
             )
-        await self._on_rollout_pod(entry, pod)
+        current, state, gone = await self._sandbox_pod(entry)
+        if current is None:
+            # Deleted before it was ready (the cache knew it, the server does not).
+            self.metrics.startup_failures.labels("PodDeleted").inc()
+            name = (entry.status.get("sandbox") or {}).get("podName")
+            await self.transition(
+                entry, Event.STARTUP_FAILED, reason="PodDeleted", message=f"pod {name} was deleted before it became ready",
+                warning=True,
+            )
+            return
+        assert state is not None
+        pod = current
+        if gone:
+            self.metrics.startup_failures.labels(state.reason).inc()
+            message = state.message or f"pod {pod['metadata']['name']} was deleted before it became ready"
+            await self.transition(entry, Event.STARTUP_FAILED, reason=state.reason or "PodDeleted", message=message,
+                                  warning=True)
+        elif state.ready:
+            if entry.pod_created_at is not None:
+                self.metrics.sandbox_startup.observe(time.monotonic() - entry.pod_created_at)
+            await self.transition(
+                entry, Event.SANDBOX_READY, reason="SandboxReady",
+                message=f"pod {pod['metadata']['name']} is ready on {state.node_name}",
+                extra={"sandbox": _handle(pod, state)},
+            )
+
+    async def _check_running(self, entry: Tracked) -> None:
+        pod, state, gone = await self._sandbox_pod(entry)
+        if gone:
+            detail = (state.message if state else "") or "the pod was deleted"
+            name = (entry.status.get("sandbox") or {}).get("podName")
+            await self.transition(
+                entry, Event.POD_LOST, reason="PodLost",
+                message=f"sandbox pod {name} lost while running ({detail}); no snapshot to resume from", warning=True,
+            )
 
     async def _reconcile_aborted(self, entry: Tracked) -> None:
         if not entry.spec.get("suspend"):
             await self.transition(entry, Event.RESUME_REQUESTED, reason="ResumeRequested", message="spec.suspend is false")
-            await self._ensure_resume_pod(entry)
             return
-        # Keep the live pod for a resume, but not forever.
-        partial = entry.status.get("partial") or {}
-        aborted_at = _parse_time(partial.get("abortedAt"))
-        keep = int((entry.spec.get("sandbox") or {}).get("keepAliveSecondsAfterAbort", 1800))
         sandbox = entry.status.get("sandbox") or {}
-        if aborted_at is None or sandbox.get("reclaimedAt"):
+        if sandbox.get("reclaimedAt"):
             return
-        if (_utcnow() - aborted_at).total_seconds() >= keep:
-            pod_name = sandbox.get("podName")
+        pod_name = sandbox.get("podName")
+        if keepalive_expired(entry):
+            keep = entry.rollout_spec.sandbox.keep_alive_seconds_after_abort
             if pod_name:
-                await self._delete_pod(entry.namespace, pod_name)
-            await self._patch_status(
-                entry,
-                {
-                    "sandbox": {**sandbox, "reclaimedAt": phases.now()},
-                    "message": f"pod {pod_name} reclaimed after keepAliveSecondsAfterAbort ({keep}s); "
-                    "a resume replays the recorded actions into a fresh pod",
-                },
+                await self.objects.delete_pod(entry.namespace, pod_name)
+            await self._mark_reclaimed(
+                entry, f"pod {pod_name} reclaimed after keepAliveSecondsAfterAbort ({keep}s); "
+                "a resume replays the recorded actions into a fresh pod",
             )
-            await post_event(self.kube, entry.meta, reason="SandboxReclaimed", message=f"pod {pod_name} deleted after {keep}s aborted")
+            self.post_event(entry, reason="SandboxReclaimed", message=f"pod {pod_name} deleted after {keep}s aborted")
+            return
+        _, _, gone = await self._sandbox_pod(entry)
+        if gone:
+            await self._mark_reclaimed(
+                entry, f"pod {pod_name} is gone; a resume replays the recorded actions into a fresh pod"
+            )
+
+    async def _mark_reclaimed(self, entry: Tracked, message: str) -> None:
+        handle = _sandbox(reclaimed_at=utcnow().replace(microsecond=0))
+        await self.write_status(entry, {"sandbox": handle.to_patch(), "message": message})
 
     async def _ensure_resume_pod(self, entry: Tracked) -> None:
         """Resume on the same pod when it is alive; otherwise replay into a fresh one."""
         sandbox = entry.status.get("sandbox") or {}
-        attempt = max(1, int(entry.status.get("attempts") or 1))
-        alive = False
-        pod_name = sandbox.get("podName")
-        if pod_name and not sandbox.get("reclaimedAt"):
-            try:
-                pod = await self.kube.get(PODS, pod_name, entry.namespace)
-                alive = _owned_by(pod, entry.uid) and not pod["metadata"].get("deletionTimestamp") and not read_pod(pod).failed
-            except NotFound:
-                alive = False
-        if alive:
+        current, state, gone = (None, None, True) if sandbox.get("reclaimedAt") else await self._sandbox_pod(entry)
+        if current is not None and state is not None and not gone:
+            if state.ready and sandbox.get("podIP") != state.pod_ip:
+                await self.write_status(entry, {"sandbox": _handle(current, state)})
             return
-        attempt += 1
+        attempt = max(1, int(entry.status.get("attempts") or 1)) + 1
         if attempt > MAX_ROLLOUT_ATTEMPTS:
             await self.transition(
                 entry, Event.FAILED, reason="TooManyAttempts",
                 message=f"the sandbox pod was lost {attempt - 1} times; giving up", warning=True,
             )
             return
-        rollout = api.SWERollout.model_validate({"spec": entry.spec})
-        pod = await self._ensure_pod(entry, rollout, attempt, role="rollout")
+        pod = await self.objects.ensure_pod(entry, attempt, role="rollout")
         self.metrics.replays.inc()
+        # A merge patch: explicit nulls clear what described the old pod.
+        handle = _sandbox(
+            pod_name=pod["metadata"]["name"], pod_uid=pod["metadata"]["uid"],
+            pod_ip=None, node_name=None, started_at=None, reclaimed_at=None,
+        )
         await self.transition(
-            entry,
-            Event.REPLAY_STARTED,
-            reason="ReplayStarted",
+            entry, Event.REPLAY_STARTED, reason="ReplayStarted",
             message=f"the sandbox pod was gone; replaying the recorded actions into {pod['metadata']['name']}",
-            extra={
-                "attempts": attempt,
-                "replay": True,
-                # A merge patch: null clears what described the old pod.
-                "sandbox": {
-                    "podName": pod["metadata"]["name"], "podUID": pod["metadata"]["uid"],
-                    "podIP": None, "nodeName": None, "startedAt": None, "reclaimedAt": None,
-                },
-            },
+            extra={"attempts": attempt, "replay": True, "sandbox": handle.to_patch()},
         )
 
     async def _ensure_eval_pod(self, entry: Tracked) -> None:
+        # The policy's sandbox is done: the eval pod never sees it.
+        for pod in self.pods.owned_by(entry.uid):
+            labels = pod["metadata"].get("labels") or {}
+            if labels.get(api.LABEL_COMPONENT) != "eval" and not pod["metadata"].get("deletionTimestamp"):
+                await self.objects.delete_pod(entry.namespace, pod["metadata"]["name"])
         evaluation = entry.status.get("evaluation") or {}
         attempt = int(evaluation.get("attempt") or 1)
-        rollout = api.SWERollout.model_validate({"spec": entry.spec})
-        pod = await self._ensure_pod(entry, rollout, attempt, role="eval")
-        if evaluation.get("podName") != pod["metadata"]["name"]:
-            await self._patch_status(
-                entry, {"evaluation": {"attempt": attempt, "podName": pod["metadata"]["name"], "startedAt": phases.now()}}
-            )
-
-    async def _ensure_secret(self, entry: Tracked) -> None:
-        name = podspec.secret_name(entry.name)
-        try:
-            existing = await self.kube.get(SECRETS, name, entry.namespace)
-        except NotFound:
-            pass
-        else:
-            if _owned_by(existing, entry.uid):
-                return
-            # A leftover of a deleted rollout with the same name: replace it.
-            await self.kube.delete(SECRETS, name, entry.namespace, uid=existing["metadata"]["uid"])
-        ident = (entry.namespace, entry.name, entry.uid)
-        secret = podspec.runner_secret(
-            entry.meta,
-            ingest_token=self.token_key.derive(TokenKind.INGEST, *ident),
-            swerex_token=self.token_key.derive(TokenKind.SWEREX, *ident),
-        )
-        try:
-            await self.kube.create(SECRETS, secret, entry.namespace)
-        except AlreadyExists:
-            pass
-
-    async def _ensure_pod(self, entry: Tracked, rollout: api.SWERollout, attempt: int, *, role: str) -> dict[str, Any]:
-        manifest = podspec.rollout_pod(rollout, entry.meta, self.settings, attempt=attempt, role=role)
-        name = manifest["metadata"]["name"]
-        for _ in range(3):
-            try:
-                existing = await self.kube.get(PODS, name, entry.namespace)
-            except NotFound:
-                try:
-                    created = await self.kube.create(PODS, manifest, entry.namespace)
-                except AlreadyExists:
-                    continue  # created concurrently; adopt it on the next pass
-                self.metrics.pods_created.labels(role).inc()
-                return created
-            if _owned_by(existing, entry.uid):
-                return existing  # adopt
-            log.warning("deleting pod %s/%s left over from an older rollout of the same name", entry.namespace, name)
-            await self.kube.delete(PODS, name, entry.namespace, uid=existing["metadata"]["uid"], grace_period_seconds=0)
-            await asyncio.sleep(0.5)
-        raise RuntimeError(f"could not create or adopt pod {entry.namespace}/{name}")
-
-    async def _delete_pod(self, namespace: str, name: str) -> None:
-        try:
-            await self.kube.delete(PODS, name, namespace)
-        except NotFound:
-            pass
-
-    async def _cleanup_pods(self, entry: Tracked, *, terminal: bool) -> None:
-        if entry.cleaned_up:
-            return
-        keep = terminal and entry.phase == Phase.FAILED and self.settings.keep_failed_pods
-        if not keep:
-            selector = f"{api.LABEL_ROLLOUT}={entry.name}"
-            async for pod in self.kube.iter_items(PODS, entry.namespace, label_selector=selector):
-                if _owned_by(pod, entry.uid) and not pod["metadata"].get("deletionTimestamp"):
-                    await self._delete_pod(entry.namespace, pod["metadata"]["name"])
-        entry.cleaned_up = True
-
-    # -- pods --------------------------------------------------------------------
-
-    async def on_pod(self, pod: dict[str, Any], *, deleted: bool = False) -> None:
-        """React to a rollout or eval pod's change (from a watch event)."""
-        owner = next(
-            (o for o in pod["metadata"].get("ownerReferences") or [] if o.get("kind") == api.KIND and o.get("controller")),
-            None,
-        )
-        if owner is None:
-            return
-        entry = self.tracked.get(owner["uid"])
-        if entry is None:
-            return
-        role = (pod["metadata"].get("labels") or {}).get(api.LABEL_COMPONENT, "rollout")
-        async with entry.lock:
-            if role == "eval":
-                await self._on_eval_pod(entry, pod, deleted=deleted)
+        if evaluation.get("podName"):
+            current = await self.objects.pod(entry, evaluation["podName"])
+            state = read_pod(current) if current is not None else None
+            going = current is not None and bool(current["metadata"].get("deletionTimestamp"))
+            if current is None or going or (state is not None and state.failed):
+                detail = f"{state.reason}: {state.message}" if state else "deleted"
+                if attempt >= MAX_EVAL_ATTEMPTS:
+                    await self.transition(
+                        entry, Event.FAILED, reason="EvalPodFailed",
+                        message=f"eval pod {evaluation['podName']} failed ({detail}) after {attempt} attempts",
+                        warning=True,
+                    )
+                    return
+                attempt += 1
             else:
-                await self._on_rollout_pod(entry, pod, deleted=deleted)
-
-    async def _on_rollout_pod(self, entry: Tracked, pod: dict[str, Any], *, deleted: bool = False) -> None:
-        sandbox = entry.status.get("sandbox") or {}
-        if pod["metadata"]["name"] != sandbox.get("podName"):
-            return  # an older attempt's pod
-        state = read_pod(pod)
-        phase = entry.phase
-        gone = deleted or bool(pod["metadata"].get("deletionTimestamp")) or state.failed
-        if phase == Phase.STARTING:
-            if state.ready and not gone:
-                if entry.pod_created_at is not None:
-                    self.metrics.sandbox_startup.observe(time.monotonic() - entry.pod_created_at)
-                await self.transition(
-                    entry,
-                    Event.SANDBOX_READY,
-                    reason="SandboxReady",
-                    message=f"pod {pod['metadata']['name']} is ready on {state.node_name}",
-                    extra={"sandbox": _handle(pod, state)},
-                )
-            elif gone:
-                reason = state.reason if state.failed else "PodDeleted"
-                self.metrics.startup_failures.labels(reason).inc()
-                message = state.message or f"pod {pod['metadata']['name']} was deleted before it became ready"
-                await self.transition(entry, Event.STARTUP_FAILED, reason=reason, message=message, warning=True)
-        elif phase == Phase.RUNNING and gone:
-            detail = state.message or "the pod was deleted"
-            await self.transition(
-                entry, Event.POD_LOST, reason="PodLost",
-                message=f"sandbox pod {pod['metadata']['name']} lost while running ({detail}); no snapshot to resume from",
-                warning=True,
-            )
-        elif phase == Phase.RESUMING:
-            if gone:
-                await self._ensure_resume_pod(entry)
-            elif state.ready and sandbox.get("podIP") != state.pod_ip:
-                await self._patch_status(entry, {"sandbox": {**sandbox, **_handle(pod, state)}})
-        elif phase == Phase.ABORTED and gone and not sandbox.get("reclaimedAt"):
-            await self._patch_status(
-                entry,
-                {
-                    "sandbox": {**sandbox, "reclaimedAt": phases.now()},
-                    "message": f"pod {pod['metadata']['name']} is gone; a resume replays the recorded actions into a fresh pod",
-                },
-            )
-
-    async def _on_eval_pod(self, entry: Tracked, pod: dict[str, Any], *, deleted: bool) -> None:
-        evaluation = entry.status.get("evaluation") or {}
-        if entry.phase != Phase.EVALUATING or pod["metadata"]["name"] != evaluation.get("podName"):
-            return
-        state = read_pod(pod)
-        if not (deleted or state.failed):
-            return
-        attempt = int(evaluation.get("attempt") or 1)
-        if attempt >= MAX_EVAL_ATTEMPTS:
-            await self.transition(
-                entry, Event.FAILED, reason="EvalPodFailed",
-                message=f"eval pod {pod['metadata']['name']} failed ({state.reason}: {state.message}) after {attempt} attempts",
-                warning=True,
-            )
-            return
-        await self._patch_status(entry, {"evaluation": {"attempt": attempt + 1}})
-        await self._ensure_eval_pod(entry)
-
-    async def check_deadlines(self) -> None:
-        """Startup timeouts and keep-alive expiry, for every rollout, in one pass."""
-        now = time.monotonic()
-        for entry in list(self.tracked.values()):
-            if entry.phase == Phase.STARTING and entry.startup_deadline is not None and now >= entry.startup_deadline:
-                async with entry.lock:
-                    await self._startup_timeout(entry)
-            elif entry.phase == Phase.ABORTED:
-                async with entry.lock:
-                    await self._reconcile_aborted(entry)
-            if entry.progress_dirty and now - entry.progress_written_at >= self.settings.status_coalesce_seconds:
-                await self.flush_progress(entry)
+                return
+        pod = await self.objects.ensure_pod(entry, attempt, role="eval")
+        state_patch = api.EvaluationState(
+            attempt=attempt, pod_name=pod["metadata"]["name"], started_at=utcnow().replace(microsecond=0)
+        )
+        await self.write_status(entry, {"evaluation": state_patch.to_patch()})
 
     async def _startup_timeout(self, entry: Tracked) -> None:
         pod_name = (entry.status.get("sandbox") or {}).get("podName") or podspec.rollout_pod_name(entry.name, 1)
-        detail = "the pod does not exist"
-        try:
-            state = read_pod(await self.kube.get(PODS, pod_name, entry.namespace))
+        pod = await self.objects.pod(entry, pod_name)
+        if pod is None:
+            detail = "the pod does not exist" + (f"; last error: {entry.last_error}" if entry.last_error else "")
+        else:
+            state = read_pod(pod)
             detail = f"{state.reason}: {state.message}" if state.message else state.reason
-        except NotFound:
-            pass
         self.metrics.startup_failures.labels("Timeout").inc()
         await self.transition(
-            entry,
-            Event.STARTUP_FAILED,
-            reason="StartupTimeout",
-            message=f"sandbox pod {pod_name} not ready within startupTimeoutSeconds ({detail})",
-            warning=True,
+            entry, Event.STARTUP_FAILED, reason="StartupTimeout",
+            message=f"sandbox pod {pod_name} not ready within startupTimeoutSeconds ({detail})", warning=True,
         )
+
+    # -- the sweep: deadlines and coalesced progress ------------------------------
+
+    async def sweep(self) -> None:
+        """Once a second: rollouts whose deadline passed get a pass; quiet progress is written."""
+        for uid, entry in list(self.rollouts.entries.items()):
+            if startup_overdue(entry) or keepalive_expired(entry):
+                self.requeue(uid)
+            if self.progress.due(entry):
+                async with entry.lock:
+                    await self.progress.flush(entry)
+        self.refresh_gauges()
 
     # -- runner reports (ingest API) ----------------------------------------------
 
     async def on_progress(self, entry: Tracked, progress: ProgressReport) -> None:
-        for seconds in progress.generation_seconds:
-            self.metrics.generation_seconds.observe(seconds)
-        for seconds in progress.tool_seconds:
-            self.metrics.tool_seconds.observe(seconds)
-        delta = progress.generated_tokens - entry.generated_reported
-        if delta > 0:
-            self.metrics.generated_tokens.inc(delta)
-            entry.generated_reported = progress.generated_tokens
-        entry.progress = progress
-        entry.progress_dirty = True
-        if time.monotonic() - entry.progress_written_at >= self.settings.status_coalesce_seconds:
-            await self.flush_progress(entry)
-
-    async def flush_progress(self, entry: Tracked) -> None:
-        progress = entry.progress
-        if progress is None or not entry.progress_dirty or entry.phase.is_terminal:
-            return
-        entry.progress_dirty = False
-        entry.progress_written_at = time.monotonic()
-        try:
-            await self._patch_status(
-                entry,
-                {
-                    "progress": {
-                        "turns": progress.turns,
-                        "tokens": progress.context_tokens,
-                        "generatedTokens": progress.generated_tokens,
-                        "updatedAt": phases.now(),
-                    }
-                },
-            )
-        except KubeError as exc:
-            entry.progress_dirty = True
-            log.warning("progress patch for %s/%s failed: %s", entry.namespace, entry.name, exc)
+        await self.progress.report(entry, progress)
 
     async def on_runner_event(self, entry: Tracked, event: RunnerEvent) -> Ack:
         async with entry.lock:
-            applied = await self._apply_runner_event(entry, event)
+            applied = await apply_runner_event(self, entry, event)
         await self.notify(entry)
+        if applied:
+            # The new phase may have work (resume an abort that a resume overtook, make
+            # the eval pod, delete pods): our own write's echo will not ask for it.
+            self.requeue(entry.uid)
         return Ack(ok=True, duplicate=not applied, phase=entry.phase.value)
-
-    async def _apply_runner_event(self, entry: Tracked, event: RunnerEvent) -> bool:
-        if event.kind == EventKind.STARTED:
-            # A runner notice: what it found out about the inference server (a smaller
-            # context than the spec asked, routing rows the server cannot return).
-            notice = event.message.strip()
-            if notice:
-                await post_event(self.kube, entry.meta, reason=event.reason or "RunnerNotice", message=notice, warning=True)
-            if entry.phase == Phase.RESUMING:
-                self.metrics.resumes.inc()
-                message = "the runner resumed from the snapshot" + (f"; {notice}" if notice else "")
-                return await self.transition(entry, Event.RESUMED, reason="Resumed", message=message)
-            if notice and entry.phase == Phase.RUNNING:
-                await self._patch_status(entry, {"message": notice})
-            return False
-        if event.kind == EventKind.ABORTED:
-            if event.snapshot is None:
-                return await self.transition(
-                    entry, Event.FAILED, reason="NoSnapshot", message="the runner aborted without a snapshot", warning=True
-                )
-            partial = {
-                "snapshot": _object_ref(event.snapshot),
-                "turns": event.turns,
-                "tokens": event.context_tokens,
-                "abortedAt": phases.now(),
-                "reason": event.reason or "Suspended",
-            }
-            if event.weight_version:
-                partial["weightVersion"] = event.weight_version
-            applied = await self.transition(
-                entry, Event.ABORTED, reason=event.reason or "Suspended",
-                message=event.message or f"aborted after {event.turns} turns; snapshot kept",
-                extra={"partial": partial, "replay": False},
-            )
-            if applied:
-                self.metrics.aborts.labels(abort_reason_label(event.reason or "Suspended")).inc()
-                if not entry.spec.get("suspend"):
-                    # An abort from the inference side (abort_all, pause_generation): record
-                    # it as a suspension, so resuming is the same for every abort.
-                    body = await self.kube.patch(SWEROLLOUTS, entry.name, {"spec": {"suspend": True}}, entry.namespace)
-                    self.observe(body)
-            return applied
-        if event.kind == EventKind.FINISHED:
-            return await self._finished(entry, event)
-        if event.kind == EventKind.EVALUATED:
-            reward = event.reward
-            if reward is None:
-                return False
-            patch = {
-                "reward": {
-                    "value": reward.reward,
-                    "resolved": reward.resolved,
-                    "graded": reward.graded,
-                    "failToPassPassed": reward.fail_to_pass_passed,
-                    "failToPassTotal": reward.fail_to_pass_total,
-                    "passToPassPassed": reward.pass_to_pass_passed,
-                    "passToPassTotal": reward.pass_to_pass_total,
-                    "message": reward.message[:1024],
-                    **({"report": _object_ref(event.report)} if event.report else {}),
-                }
-            }
-            started = _parse_time((entry.status.get("evaluation") or {}).get("startedAt"))
-            applied = await self.transition(
-                entry, Event.EVALUATED, reason="Evaluated",
-                message=f"reward {reward.reward} ({'resolved' if reward.resolved else 'not resolved'})", extra=patch,
-            )
-            if applied and started is not None:
-                self.metrics.eval_duration.observe((_utcnow() - started).total_seconds())
-            if applied:
-                await self._cleanup_pods(entry, terminal=True)
-            return applied
-        # FAILED
-        applied = await self.transition(
-            entry, Event.FAILED, reason=event.reason or "RunnerFailed", message=event.message or "the runner failed",
-            warning=True,
-        )
-        if applied:
-            await self._cleanup_pods(entry, terminal=True)
-        return applied
-
-    async def _finished(self, entry: Tracked, event: RunnerEvent) -> bool:
-        exit_status = event.exit_status or "exit_error"
-        result = {
-            "exitStatus": exit_status,
-            "turns": event.turns,
-            "promptTokens": event.prompt_tokens,
-            "responseTokens": event.response_tokens,
-            "truncated": event.truncated,
-            "hasPatch": event.patch is not None and event.patch.bytes > 0,
-            **({"trajectory": _object_ref(event.trajectory)} if event.trajectory else {}),
-            **({"patch": _object_ref(event.patch)} if event.patch else {}),
-        }
-        reward_spec = entry.spec.get("reward") or {}
-        mode = api.Mode(entry.spec.get("mode", "train"))
-        decision = gate_exit_status(exit_status, mode)
-        if not reward_spec.get("enabled", True):
-            applied = await self.transition(
-                entry, Event.FINISHED_UNGRADED, reason="Finished", message=f"{exit_status}; reward disabled",
-                extra={"result": result},
-            )
-        elif not decision.evaluate or not result["hasPatch"]:
-            why = decision.reason if not decision.evaluate else "no patch to evaluate"
-            applied = await self.transition(
-                entry, Event.FINISHED_UNGRADED, reason="NotGraded", message=f"{exit_status}: {why}",
-                extra={"result": result, "reward": {"value": 0.0, "resolved": False, "graded": False, "message": why[:1024]}},
-            )
-        else:
-            applied = await self.transition(
-                entry, Event.FINISHED, reason="Finished", message=f"{exit_status}; evaluating the patch in a fresh pod",
-                extra={"result": result, "evaluation": {"attempt": 1}},
-            )
-            if applied:
-                # The policy's sandbox is done: the eval pod never sees it.
-                sandbox = entry.status.get("sandbox") or {}
-                if sandbox.get("podName"):
-                    await self._delete_pod(entry.namespace, sandbox["podName"])
-                await self._ensure_eval_pod(entry)
-                return True
-        if applied:
-            await self._cleanup_pods(entry, terminal=True)
-        return applied
 
     # -- deletion ----------------------------------------------------------------
 
@@ -690,35 +429,31 @@ class Reconciler:
         cluster, but the finalizer makes it immediate and also works where no garbage
         collector runs (the embedded dev mode)."""
         meta = body["metadata"]
-        selector = f"{api.LABEL_ROLLOUT}={meta['name']}"
-        async for pod in self.kube.iter_items(PODS, meta["namespace"], label_selector=selector):
-            if _owned_by(pod, meta["uid"]):
-                await self._delete_pod(meta["namespace"], pod["metadata"]["name"])
-        try:
-            secret = await self.kube.get(SECRETS, podspec.secret_name(meta["name"]), meta["namespace"])
-            if _owned_by(secret, meta["uid"]):
-                await self.kube.delete(SECRETS, secret["metadata"]["name"], meta["namespace"], uid=secret["metadata"]["uid"])
-        except NotFound:
-            pass
+        await self.objects.delete_all(meta)
         for hook in self.on_deleted_rollout:
             await hook(meta["namespace"], meta["name"], meta["uid"])
-        entry = self.tracked.get(meta["uid"])
-        self.forget(meta["uid"])
+        entry = self.rollouts.forget(meta["uid"])
         if entry is not None:
             await self.notify(entry)
 
-
-def _handle(pod: dict[str, Any], state: Any) -> dict[str, Any]:
-    return {
-        "podName": pod["metadata"]["name"],
-        "podUID": pod["metadata"]["uid"],
-        "podIP": state.pod_ip,
-        "nodeName": state.node_name,
-        "startedAt": phases.now(),
-    }
+    async def aclose(self) -> None:
+        for task in list(self._background):
+            task.cancel()
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
 
 
-def _owned_by(obj: dict[str, Any], uid: str) -> bool:
+def _sandbox(**fields: Any) -> api.SandboxHandle:
+    """A SandboxHandle from the fields given (only those go into its patch)."""
+    return api.SandboxHandle.model_validate(fields)
+
+
+def _owned(obj: dict[str, Any], uid: str) -> bool:
     return any(o.get("uid") == uid for o in obj["metadata"].get("ownerReferences") or [])
 
 
+def _handle(pod: dict[str, Any], state: PodState) -> dict[str, Any]:
+    return _sandbox(
+        pod_name=pod["metadata"]["name"], pod_uid=pod["metadata"]["uid"], pod_ip=state.pod_ip,
+        node_name=state.node_name, started_at=utcnow().replace(microsecond=0),
+    ).to_patch()

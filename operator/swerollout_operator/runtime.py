@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from swerollout.kube import AsyncKubeClient
+from swerollout.kube._base import RequestSpec
 from swerollout.store import Owner, ResultStore, open_store
 
 from .http import HealthServer
@@ -13,6 +15,20 @@ from .metrics import OperatorMetrics
 from .reconciler import Reconciler
 from .settings import OperatorSettings
 from .tokens import TokenKey
+from .workqueue import KeyedBackoff, KeyedQueue
+
+log = logging.getLogger(__name__)
+
+
+class CountingKubeClient(AsyncKubeClient):
+    """The operator's API client, counting what it sends (reads are GETs) for /metrics."""
+
+    metrics: OperatorMetrics | None = None
+
+    async def _send(self, spec: RequestSpec) -> dict[str, object]:
+        if self.metrics is not None:
+            self.metrics.api_requests.labels(spec.method.upper()).inc()
+        return await super()._send(spec)
 
 
 class OperatorRuntime:
@@ -22,9 +38,9 @@ class OperatorRuntime:
         self.in_cluster = kubeconfig is None
         self.metrics = OperatorMetrics()
         self.token_key = TokenKey.from_file(settings.token_key_file) if settings.token_key_file else TokenKey.random()
-        self.retry: set[str] = set()
-        """Rollout uids whose last reconcile failed; the sweeper retries them."""
-        self._kube: AsyncKubeClient | None = None
+        self.backoff = KeyedBackoff()
+        self._queue: KeyedQueue | None = None
+        self._kube: CountingKubeClient | None = None
         self._store: ResultStore | None = None
         self._reconciler: Reconciler | None = None
         self._health: HealthServer | None = None
@@ -36,14 +52,46 @@ class OperatorRuntime:
             raise RuntimeError("the operator runtime is not started")
         return self._reconciler
 
+    @property
+    def queue(self) -> KeyedQueue:
+        if self._queue is None:
+            raise RuntimeError("the operator runtime is not started")
+        return self._queue
+
+    async def _work(self, uid: str) -> None:
+        """One pass over one rollout; a failure retries that rollout alone, with backoff."""
+        try:
+            await self.reconciler.reconcile(uid)
+        except Exception as exc:  # noqa: BLE001 - any failure is retried, none kills a worker
+            self.metrics.reconcile_errors.labels("rollout").inc()
+            delay = self.backoff.failed(uid, exc)
+            self.queue.add_after(uid, delay)
+            entry = self.reconciler.tracked.get(uid)
+            where = f"{entry.namespace}/{entry.name}" if entry else uid
+            log.warning("reconciling %s failed (%s: %s); retrying in %.1f s", where, type(exc).__name__, exc, delay)
+        else:
+            self.backoff.succeeded(uid)
+        self.metrics.work_queue.set(len(self.queue))
+
+    def forget(self, uid: str) -> None:
+        self.reconciler.rollouts.forget(uid)
+        self.queue.forget(uid)
+        self.backoff.succeeded(uid)
+
     async def start(self) -> None:
-        self._kube = (
-            AsyncKubeClient.from_kubeconfig(self.kubeconfig) if self.kubeconfig else AsyncKubeClient.in_cluster()
+        config_client = (
+            CountingKubeClient.from_kubeconfig(self.kubeconfig) if self.kubeconfig else CountingKubeClient.in_cluster()
         )
+        assert isinstance(config_client, CountingKubeClient)
+        config_client.metrics = self.metrics
+        self._kube = config_client
         options = {"endpoint_url": self.settings.s3_endpoint_url} if self.settings.s3_endpoint_url else {}
         self._store = open_store(self.settings.store_url, **options)
         await self._store.check()
         self._reconciler = Reconciler(self._kube, self.settings, self.token_key, self.metrics)
+        self._queue = KeyedQueue(self._work, workers=self.settings.workers)
+        self._reconciler.requeue = self._queue.add
+        self._queue.start()
         store = self._store
 
         async def delete_objects(namespace: str, name: str, uid: str) -> None:
@@ -64,6 +112,10 @@ class OperatorRuntime:
         for server in (self._ingest, self._health):
             if server:
                 await server.stop()
+        if self._queue:
+            await self._queue.stop()
+        if self._reconciler:
+            await self._reconciler.aclose()
         if self._store:
             await self._store.aclose()
         if self._kube:

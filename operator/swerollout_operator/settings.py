@@ -67,6 +67,8 @@ class OperatorSettings(BaseModel):
     s3_endpoint_url: str | None = None
     """Endpoint of an S3-compatible server (MinIO, Ceph); unset for AWS."""
 
+    workers: int = Field(default=16, ge=1, le=256)
+    """Reconcile passes that run at once (each rollout is worked on by one at a time)."""
     status_coalesce_seconds: float = Field(default=3.0, ge=0.0)
     """Minimum interval between progress status patches of one rollout (seconds)."""
     keep_failed_pods: bool = False

@@ -26,6 +26,11 @@ class ApiModel(BaseModel):
         """The object as the API server stores it: camelCase, unset fields left out."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
+    def to_patch(self) -> dict[str, Any]:
+        """A JSON merge patch of the fields that were set: camelCase, and an explicit
+        None kept as null, which clears that field on the server."""
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
 
 def cel(rule: str, message: str, *, reason: str | None = None, field_path: str | None = None) -> dict[str, Any]:
     """One ``x-kubernetes-validations`` entry (a CEL rule checked by the API server)."""

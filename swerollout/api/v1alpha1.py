@@ -776,6 +776,8 @@ class Progress(ApiModel):
     """Tokens in the context (prompt and generated)."""
     generated_tokens: int = Field(default=0, ge=0)
     """Tokens sampled by the policy so far."""
+    inference_aborts: int = Field(default=0, ge=0)
+    """Aborts from the inference side (a trainer's pause_generation or abort_request) that the run rode out: it waited for the server and re-sampled the turn. Not a suspension; only `spec.suspend` suspends."""
     updated_at: datetime | None = None
 
 

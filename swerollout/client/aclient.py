@@ -15,6 +15,7 @@ import asyncio
 import hashlib
 import inspect
 import json
+import logging
 import os
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import aclosing
@@ -88,6 +89,8 @@ InstanceLike = Instance | SWEBenchInstance | Mapping[str, Any]
 Object = dict[str, Any]
 ProgressCallback = Callable[[BatchProgress], None] | Callable[[BatchProgress], Awaitable[None]]
 
+log = logging.getLogger(__name__)
+
 # How long one watch request lasts before the server ends it and we re-watch from the
 # last resourceVersion (bookmarks keep that version fresh).
 WATCH_SECONDS = 60
@@ -95,6 +98,8 @@ WATCH_SECONDS = 60
 MAX_WATCH_RECONNECTS = 5
 # Parallel requests for submit/abort/resume/results (the API server throttles beyond this).
 PARALLEL_REQUESTS = 16
+# Parallel abort/resume marks: small patches, and a batch abort should land in seconds.
+MARK_PARALLEL_REQUESTS = 64
 # Optimistic-concurrency retries of one abort/resume patch before giving up.
 MAX_CONFLICT_RETRIES = 5
 
@@ -411,30 +416,73 @@ class AsyncRolloutClient:
 
     # --- abort / resume ---------------------------------------------------------------
 
-    async def abort(self, batch: str) -> list[str]:
-        """Ask every unfinished member to abort now (keeping its pod); returns the names patched."""
-        return await self._set_suspend(batch, True)
+    async def abort(self, batch: str, *, inference: bool = True) -> list[str]:
+        """Stop the batch's generation now and mark every unfinished member suspended
+        (keeping its pod); returns the names marked.
+
+        First the inference side, so the GPUs are free at once: one ``/abort_request``
+        (``abort_all``) per inference server the batch uses. SGLang matches abort rids
+        exactly, so a batch cannot be aborted by a rid prefix; rollouts of other batches
+        on the same server are not suspended by it: their runners re-sample the turn.
+        Then the objects are marked, concurrently; each runner also aborts its own
+        request by its exact rid when it sees the mark. ``inference=False`` only marks.
+        """
+        members = await self.members(batch)
+        if inference:
+            await self._abort_inference(members)
+        return await self._set_suspend(members, True)
 
     async def resume(self, batch: str) -> list[str]:
-        """Let every unfinished member continue on its pod; returns the names patched."""
-        return await self._set_suspend(batch, False)
+        """Let every unfinished member continue on its pod; returns the names unmarked.
 
-    async def _set_suspend(self, batch: str, suspend: bool) -> list[str]:
-        limit = asyncio.Semaphore(PARALLEL_REQUESTS)
+        The mirror image of :meth:`abort`: the marks are cleared concurrently. An
+        ``/abort_request`` leaves a server accepting requests, so there is nothing to
+        undo there (a trainer that paused a server with ``/pause_generation`` continues it)."""
+        return await self._set_suspend(await self.members(batch), False)
+
+    async def _abort_inference(self, members: list[Object]) -> None:
+        endpoints = sorted({
+            str(((o.get("spec") or {}).get("inference") or {}).get("endpoint") or "").rstrip("/")
+            for o in members if not parse_status(o).phase.is_terminal
+        } - {""})
+
+        async def one(endpoint: str) -> None:
+            try:
+                async with httpx.AsyncClient(timeout=10.0) as http:
+                    answer = await http.post(f"{endpoint}/abort_request", json={"rid": "", "abort_all": True})
+                answer.raise_for_status()
+            except httpx.HTTPError as exc:
+                # Best effort: each runner still aborts its own request when it sees its mark.
+                log.warning("abort_request to %s failed (%s); the runners abort their own requests", endpoint, exc)
+
+        await asyncio.gather(*(one(e) for e in endpoints))
+
+    async def _set_suspend(self, members: list[Object], suspend: bool) -> list[str]:
+        limit = asyncio.Semaphore(MARK_PARALLEL_REQUESTS)
 
         async def patch(obj: Object) -> str:
             name = str(obj["metadata"]["name"])
             async with limit:
                 for _ in range(MAX_CONFLICT_RETRIES):
-                    if parse_status(obj).phase.is_terminal or bool((obj.get("spec") or {}).get("suspend")) == suspend:
+                    phase = parse_status(obj).phase
+                    if phase.is_terminal or bool((obj.get("spec") or {}).get("suspend")) == suspend:
                         return ""
-                    # The resourceVersion makes the patch conditional: a member that finished
-                    # since we read it is re-read (and left alone) instead of being patched.
-                    body = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "spec": {"suspend": suspend}}
+                    # Conditional on the phase we read (not on the resourceVersion, which the
+                    # operator's progress writes move all the time): a member that finished
+                    # since we read it is re-read and left alone instead of being marked.
+                    if (obj.get("status") or {}).get("phase"):
+                        test: Object = {"op": "test", "path": "/status/phase", "value": phase.value}
+                    else:  # never reconciled yet: any change at all means read again
+                        rv = obj["metadata"]["resourceVersion"]
+                        test = {"op": "test", "path": "/metadata/resourceVersion", "value": rv}
+                    body: list[Object] = [test, {"op": "add", "path": "/spec/suspend", "value": suspend}]
                     try:
-                        await self.kube.patch(SWEROLLOUTS, name, body, self.namespace, field_manager=FIELD_MANAGER)
+                        await self.kube.patch(
+                            SWEROLLOUTS, name, body, self.namespace, patch_type="json", field_manager=FIELD_MANAGER
+                        )
                         return name
-                    except Conflict:
+                    except (Conflict, Invalid):
+                        # The phase moved (a failed `test` is 422): read it again.
                         try:
                             obj = await self.kube.get(SWEROLLOUTS, name, self.namespace)
                         except NotFound:
@@ -445,7 +493,7 @@ class AsyncRolloutClient:
                         raise _kube_error(exc, f"setting spec.suspend={suspend} on {name}") from exc
             raise KubeApiError(f"{name} kept changing while setting spec.suspend={suspend}; try again", retryable=True)
 
-        names = await asyncio.gather(*(patch(o) for o in await self.members(batch)))
+        names = await asyncio.gather(*(patch(o) for o in members))
         return sorted(n for n in names if n)
 
     # --- following a batch --------------------------------------------------------------

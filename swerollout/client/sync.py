@@ -132,8 +132,8 @@ class RolloutClient:
     ) -> BatchProgress:
         return self._run(self._inner.wait(batch, progress=progress, timeout=timeout))
 
-    def abort(self, batch: str) -> list[str]:
-        return self._run(self._inner.abort(batch))
+    def abort(self, batch: str, *, inference: bool = True) -> list[str]:
+        return self._run(self._inner.abort(batch, inference=inference))
 
     def resume(self, batch: str) -> list[str]:
         return self._run(self._inner.resume(batch))

@@ -91,6 +91,8 @@ class ProgressReport(WireModel):
     """Model time of each turn since the last report."""
     tool_seconds: list[float] = Field(default_factory=list, max_length=1000)
     """Tool execution time of each turn since the last report."""
+    inference_aborts: int = Field(default=0, ge=0)
+    """Aborts from the inference side (pause_generation, abort_request) that the run rode out by re-sampling."""
 
 
 class EventKind(str, Enum):

@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import threading
 import time
 from pathlib import Path
 from collections.abc import Iterator
+from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 
 from agent_runner.snapshot import Snapshot
 from swerollout.api import v1alpha1 as api
+from swerollout.client import RolloutClient
 from swerollout.kube import PODS, SECRETS, SWEROLLOUTS, KubeClient
 from swerollout.dev.policy_server.launch import launch
 from swerollout.wire.trajectory import Trajectory
@@ -119,19 +123,74 @@ def test_suspend_then_resume_on_the_same_pod(dev_stack: DevStack, slow_policy: s
     assert post and set(post) == {"v2"}, "tokens sampled after the resume carry the new weight version"
 
 
-def test_abort_from_the_inference_side_lands_in_aborted_and_resumes(dev_stack: DevStack, slow_policy: str) -> None:
+def _load(url: str) -> dict[str, Any]:
+    return dict(httpx.get(f"{url}/get_load", timeout=30).json()[0])
+
+
+def test_an_inference_side_abort_is_ridden_out_not_a_suspension(dev_stack: DevStack, slow_policy: str) -> None:
     _slow_rollout(dev_stack, "paused", slow_policy)
     post_json(f"{slow_policy}/pause_generation", {"mode": "abort"})
     try:
-        aborted = dev_stack.wait_phase("paused", {"Aborted"}, timeout=60)
-        assert aborted["partial"]["reason"] == "InferenceAborted"
-        # Recorded as a suspension, so resuming is the same for every abort.
-        assert dev_stack.get("paused")["spec"]["suspend"] is True
+        # The runner re-sends the aborted turn; the paused server holds it.
+        dev_stack.wait("the re-sampled request waiting at the paused server",
+                       lambda: _load(slow_policy)["num_waiting_reqs"] >= 1, timeout=60)
+        assert dev_stack.status("paused")["phase"] == "Running"
+        assert not dev_stack.get("paused")["spec"].get("suspend"), "only users write spec.suspend"
     finally:
         post_json(f"{slow_policy}/continue_generation", {})
-    dev_stack.set_suspend("paused", False)
     done = dev_stack.wait_phase("paused", TERMINAL, timeout=240)
     assert done["phase"] == "Succeeded", dump(done)
+    assert done["progress"]["inferenceAborts"] >= 1, dump(done)
+    assert "partial" not in done or not done["partial"], "an inference-side abort is not an abort of the rollout"
+    # Progress is final: it agrees with the result.
+    assert done["progress"]["turns"] == done["result"]["turns"], dump(done)
+
+
+def test_abort_resume_and_inference_aborts_in_random_order_converge(dev_stack: DevStack, slow_policy: str) -> None:
+    """The trainer's moves (abort, resume, pause/abort at the server, weight updates) in
+    random order and timing over a batch: every member ends Succeeded with its reward."""
+    batch = "races"
+    names = [f"race-{i}" for i in range(3)]
+    for name in names:
+        dev_stack.rollout(name, endpoint=slow_policy, batch=batch, agent=SLOW_AGENT, inference=SLOW_INFERENCE)
+    seed = int(os.environ.get("SWEROLLOUT_RACE_SEED") or random.randrange(1 << 32))
+    rng = random.Random(seed)
+    seed_note = f"(seed {seed}; SWEROLLOUT_RACE_SEED={seed} replays the moves)"
+    version = 10
+    with RolloutClient.connect(dev_stack.paths.kubeconfig, namespace="default") as client:
+        for _ in range(12):
+            move = rng.choice(["abort", "resume", "abort-resume", "server-abort", "server-pause", "weights"])
+            if move == "abort":
+                client.abort(batch)
+            elif move == "resume":
+                client.resume(batch)
+            elif move == "abort-resume":  # the README's trainer sequence, no wait between
+                client.abort(batch)
+                version += 1
+                post_json(f"{slow_policy}/update_weight_version", {"new_version": f"v{version}"})
+                client.resume(batch)
+            elif move == "server-abort":
+                post_json(f"{slow_policy}/abort_request", {"rid": "", "abort_all": True})
+            elif move == "server-pause":
+                post_json(f"{slow_policy}/pause_generation", {"mode": "abort"})
+                time.sleep(rng.uniform(0, 1.5))
+                post_json(f"{slow_policy}/continue_generation", {})
+            else:
+                version += 1
+                post_json(f"{slow_policy}/update_weight_version", {"new_version": f"v{version}", "abort_all_requests": True})
+            time.sleep(rng.uniform(0, 2.0))
+        client.resume(batch)
+    for name in names:
+        done = dev_stack.wait_phase(name, TERMINAL, timeout=400)
+        assert done["phase"] == "Succeeded", f"{name} {seed_note}: {dump(done)}"
+        assert done["reward"]["value"] is not None and done["result"]["turns"] >= 1, dump(done)
+        assert done["progress"]["turns"] == done["result"]["turns"], dump(done)
+        assert not dev_stack.get(name)["spec"].get("suspend"), f"{name}: the last intent was resume {seed_note}"
+        trajectory = Trajectory.from_bytes(dev_stack.read_object(done["result"]["trajectory"]))
+        assert len(trajectory.response_ids) == len(trajectory.loss_mask) == len(trajectory.logprobs)
+        assert len(trajectory.weight_versions) == len(trajectory.response_ids)
+        sampled = [v for v, m in zip(trajectory.weight_versions, trajectory.loss_mask) if m]
+        assert sampled and all(v is not None for v in sampled), "every sampled token carries its weight version"
 
 
 def test_pod_lost_while_aborted_is_replayed_into_a_fresh_pod(dev_stack: DevStack, slow_policy: str) -> None:

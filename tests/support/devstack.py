@@ -55,13 +55,13 @@ class DevStack:
         return self.paths.root / "store"
 
     def rollout(
-        self, name: str, *, endpoint: str, task: int = 0, namespace: str = "default", **spec: Any
+        self, name: str, *, endpoint: str, task: int = 0, namespace: str = "default", batch: str = "e2e", **spec: Any
     ) -> dict[str, Any]:
         instance = to_api_instance(self.instances[task])
         body: dict[str, Any] = {
             "apiVersion": api.API_VERSION,
             "kind": api.KIND,
-            "metadata": {"name": name, "namespace": namespace, "labels": {api.LABEL_BATCH: "e2e"}},
+            "metadata": {"name": name, "namespace": namespace, "labels": {api.LABEL_BATCH: batch}},
             "spec": {
                 "instance": instance.to_wire(),
                 "inference": {"endpoint": endpoint, "tokenizer": "qwen-2.5"},

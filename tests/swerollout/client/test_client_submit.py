@@ -129,7 +129,7 @@ async def test_a_member_that_finishes_during_abort_is_left_alone(
         raced = False
 
         async def patch(self, rt: ResourceType, name: str, patch: Any, namespace: str | None = None, **kw: Any) -> Any:
-            if name == "race-0-0" and kw.get("patch_type", "merge") == "merge" and not self.raced:
+            if name == "race-0-0" and kw.get("patch_type") == "json" and not self.raced:
                 self.raced = True
                 await finish(akube, store, namespace or "", name, trajectory=make_trajectory(9))
             return await super().patch(rt, name, patch, namespace, **kw)

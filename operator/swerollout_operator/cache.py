@@ -1,0 +1,208 @@
+"""Watch-fed caches: what the operator knows of its rollouts and their pods.
+
+Reconciles read these, never the API server: a watch event (or the response to
+one of our own writes) is the only way in. The rollout cache also knows which
+resourceVersions we wrote ourselves, so the watch echo of our own status write
+is recognised and does not cause another reconcile.
+
+No Secret cache: watching Secrets needs list/watch on every Secret of the
+namespace, which the chart deliberately does not grant. A rollout's Secret is
+deterministic, so "ensured once by this process" is all the state it needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from swerollout.api import v1alpha1 as api
+from swerollout.api.v1alpha1 import Phase
+from swerollout.wire.ingest import ProgressReport
+
+PodKey = tuple[str, str]
+
+
+def _rv(body: dict[str, Any]) -> int:
+    return int((body.get("metadata") or {}).get("resourceVersion") or 0)
+
+
+def _relevant(body: dict[str, Any]) -> tuple[Any, ...]:
+    """What a pass depends on. Annotation-only writes (kopf's own bookkeeping, kubectl's
+    last-applied) and managedFields change the resourceVersion and nothing else."""
+    meta = body.get("metadata") or {}
+    return (
+        body.get("spec"), body.get("status"), meta.get("labels"), meta.get("deletionTimestamp"),
+        meta.get("finalizers"), meta.get("generation"),
+    )
+
+
+@dataclass
+class Tracked:
+    """The operator's view of one rollout: the latest body, its spec parsed once, and
+    this process's bookkeeping (rebuilt from the API after a restart)."""
+
+    namespace: str
+    name: str
+    uid: str
+    body: dict[str, Any]
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+    own_versions: set[int] = field(default_factory=set)
+    """resourceVersions of our own status writes whose watch echo has not arrived yet."""
+    writes_in_flight: int = 0
+    held: set[int] = field(default_factory=set)
+    """resourceVersions of news that arrived while our write was in flight: the watch can
+    deliver our own write's echo before its response, so they are judged after it."""
+    secret_ready: bool = False
+    pod_created_at: float | None = None
+    last_error: str | None = None
+    """The last failure of a reconcile (retried with backoff), named if the startup deadline passes."""
+    progress: ProgressReport | None = None
+    progress_dirty: bool = False
+    progress_written_at: float = 0.0
+    generated_reported: int = 0
+    _parsed: tuple[int, api.SWERolloutSpec] | None = None
+
+    @property
+    def phase(self) -> Phase:
+        return Phase((self.body.get("status") or {}).get("phase", Phase.PENDING.value))
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "name": self.name,
+            "uid": self.uid,
+            "labels": (self.body.get("metadata") or {}).get("labels") or {},
+        }
+
+    @property
+    def status(self) -> dict[str, Any]:
+        return self.body.get("status") or {}
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        return self.body.get("spec") or {}
+
+    @property
+    def generation(self) -> int | None:
+        value = (self.body.get("metadata") or {}).get("generation")
+        return int(value) if value is not None else None
+
+    @property
+    def rollout_spec(self) -> api.SWERolloutSpec:
+        """The spec as the API model, parsed once per generation (status writes do not re-parse it)."""
+        generation = self.generation or 0
+        if self._parsed is None or self._parsed[0] != generation:
+            self._parsed = (generation, api.SWERolloutSpec.model_validate(self.spec))
+        return self._parsed[1]
+
+
+class RolloutCache:
+    def __init__(self) -> None:
+        self.entries: dict[str, Tracked] = {}
+
+    def observe(self, body: dict[str, Any]) -> tuple[Tracked, bool]:
+        """Take the latest state of a rollout; returns the entry and whether this body is
+        news (False for the watch echo of our own write, or anything older than we hold)."""
+        meta = body["metadata"]
+        entry = self.entries.get(meta["uid"])
+        if entry is None:
+            entry = self.entries[meta["uid"]] = Tracked(meta["namespace"], meta["name"], meta["uid"], body)
+            return entry, True
+        new_rv = _rv(body)
+        if new_rv in entry.own_versions:
+            entry.own_versions = {v for v in entry.own_versions if v > new_rv}
+            return entry, False
+        # Watch events can arrive out of order with our own patch responses.
+        if new_rv < _rv(entry.body):
+            return entry, False
+        news = _relevant(body) != _relevant(entry.body)
+        entry.body = body
+        if news and entry.writes_in_flight:
+            entry.held.add(new_rv)
+            return entry, False
+        return entry, news
+
+    def observe_own(self, entry: Tracked, body: dict[str, Any] | None) -> bool:
+        """The response to our own write (None: the write failed): the newest state, and an
+        echo to ignore later. True when news held during the write still needs a pass."""
+        entry.writes_in_flight -= 1
+        rv = _rv(body) if body is not None else -1
+        if body is not None:
+            if rv in entry.held:
+                entry.held.discard(rv)  # the echo came first
+            else:
+                entry.own_versions.add(rv)
+            if rv >= _rv(entry.body):
+                entry.body = body
+        if entry.writes_in_flight:
+            return False
+        news = bool(entry.held)
+        entry.held.clear()
+        return news
+
+    def forget(self, uid: str) -> Tracked | None:
+        return self.entries.pop(uid, None)
+
+    def lookup(self, namespace: str, name: str, uid: str) -> Tracked | None:
+        entry = self.entries.get(uid)
+        if entry is None or entry.namespace != namespace or entry.name != name:
+            return None
+        return entry
+
+    def find(self, namespace: str, name: str) -> Tracked | None:
+        return next((e for e in self.entries.values() if e.namespace == namespace and e.name == name), None)
+
+    def phase_counts(self) -> dict[Phase, int]:
+        counts = {p: 0 for p in Phase}
+        for entry in self.entries.values():
+            counts[entry.phase] += 1
+        return counts
+
+
+def controller_uid(pod: dict[str, Any]) -> str | None:
+    owner = next(
+        (o for o in pod["metadata"].get("ownerReferences") or [] if o.get("kind") == api.KIND and o.get("controller")),
+        None,
+    )
+    return str(owner["uid"]) if owner else None
+
+
+class PodCache:
+    """The pods of our rollouts (the operator watches pods by the rollout label)."""
+
+    def __init__(self) -> None:
+        self.pods: dict[PodKey, dict[str, Any]] = {}
+        self._by_owner: dict[str, set[PodKey]] = {}
+
+    def update(self, pod: dict[str, Any], *, deleted: bool = False) -> None:
+        key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+        owner = controller_uid(pod)
+        old = self.pods.get(key)
+        if deleted:
+            if old is not None and old["metadata"].get("uid") == pod["metadata"].get("uid"):
+                self._drop(key)
+            return
+        if old is not None and _rv(pod) < _rv(old) and old["metadata"].get("uid") == pod["metadata"].get("uid"):
+            return
+        if old is not None:
+            self._drop(key)
+        self.pods[key] = pod
+        if owner:
+            self._by_owner.setdefault(owner, set()).add(key)
+
+    def _drop(self, key: PodKey) -> None:
+        old = self.pods.pop(key, None)
+        owner = controller_uid(old) if old else None
+        if owner and owner in self._by_owner:
+            self._by_owner[owner].discard(key)
+            if not self._by_owner[owner]:
+                del self._by_owner[owner]
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.pods.get((namespace, name))
+
+    def owned_by(self, uid: str) -> list[dict[str, Any]]:
+        return [self.pods[k] for k in sorted(self._by_owner.get(uid, ()))]

@@ -1,0 +1,48 @@
+"""When a rollout has waited too long: the startup deadline and the keep-alive after an abort.
+
+Both count from times stored in the object (creationTimestamp, partial.abortedAt),
+so they survive operator restarts and hold whatever phase held the rollout up.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from swerollout.api.v1alpha1 import Phase
+
+from .cache import Tracked
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def startup_overdue(entry: Tracked) -> bool:
+    """Not running yet, and startupTimeoutSeconds have passed since the rollout was created
+    (a pod never created, or never ready: the deadline is the same)."""
+    if entry.phase not in (Phase.PENDING, Phase.STARTING):
+        return False
+    created = parse_time((entry.body.get("metadata") or {}).get("creationTimestamp"))
+    if created is None:
+        return False
+    timeout = int((entry.spec.get("sandbox") or {}).get("startupTimeoutSeconds", 600))
+    return (utcnow() - created).total_seconds() >= timeout
+
+
+def keepalive_expired(entry: Tracked) -> bool:
+    """Aborted, its pod still held, and keepAliveSecondsAfterAbort have passed."""
+    if entry.phase != Phase.ABORTED:
+        return False
+    if (entry.status.get("sandbox") or {}).get("reclaimedAt"):
+        return False
+    aborted_at = parse_time((entry.status.get("partial") or {}).get("abortedAt"))
+    if aborted_at is None:
+        return False
+    keep = int((entry.spec.get("sandbox") or {}).get("keepAliveSecondsAfterAbort", 1800))
+    return (utcnow() - aborted_at).total_seconds() >= keep

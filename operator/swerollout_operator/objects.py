@@ -1,0 +1,156 @@
+"""Ensuring a rollout's Secret and pods exist (create or adopt), and deleting them.
+
+Reads come from the pod cache; the API server is asked only on a cache miss for
+a pod that should exist (right after a restart, before the watch caught up), so
+a steady-state reconcile reads nothing. Names are deterministic, so a create that
+races another (or a restart) ends in AlreadyExists and adoption, never a second pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from swerollout.api import v1alpha1 as api
+from swerollout.api.labels import rollout_label
+from swerollout.kube import PODS, SECRETS, AlreadyExists, AsyncKubeClient, BadRequest, Invalid, KubeError, NotFound
+
+from . import podspec
+from .cache import PodCache, Tracked
+from .metrics import OperatorMetrics
+from .settings import OperatorSettings
+from .tokens import TokenKey, TokenKind
+
+log = logging.getLogger(__name__)
+
+
+class Rejected(Exception):
+    """The API server refused to create one of the rollout's objects, for good (400/422):
+    the same request can never succeed, so the rollout fails with the server's reason."""
+
+    def __init__(self, kind: str, name: str, exc: KubeError) -> None:
+        super().__init__(f"the API server rejected {kind} {name}: {exc.message or exc}")
+        self.reason = f"{kind}Rejected"
+
+
+def owned_by(obj: dict[str, Any], uid: str) -> bool:
+    return any(o.get("uid") == uid for o in obj["metadata"].get("ownerReferences") or [])
+
+
+class Objects:
+    def __init__(
+        self,
+        kube: AsyncKubeClient,
+        pods: PodCache,
+        settings: OperatorSettings,
+        token_key: TokenKey,
+        metrics: OperatorMetrics,
+    ) -> None:
+        self.kube = kube
+        self.pods = pods
+        self.settings = settings
+        self.token_key = token_key
+        self.metrics = metrics
+
+    async def ensure_secret(self, entry: Tracked) -> None:
+        if entry.secret_ready:
+            return
+        name = podspec.secret_name(entry.name)
+        ident = (entry.namespace, entry.name, entry.uid)
+        secret = podspec.runner_secret(
+            entry.meta,
+            ingest_token=self.token_key.derive(TokenKind.INGEST, *ident),
+            swerex_token=self.token_key.derive(TokenKind.SWEREX, *ident),
+        )
+        for _ in range(3):
+            try:
+                await self.kube.create(SECRETS, secret, entry.namespace)
+                entry.secret_ready = True
+                return
+            except AlreadyExists:
+                pass
+            except (Invalid, BadRequest) as exc:
+                raise Rejected("Secret", name, exc) from exc
+            try:
+                existing = await self.kube.get(SECRETS, name, entry.namespace)
+            except NotFound:
+                continue
+            if owned_by(existing, entry.uid):
+                entry.secret_ready = True
+                return
+            # A leftover of a deleted rollout with the same name: replace it.
+            await self.kube.delete(SECRETS, name, entry.namespace, uid=existing["metadata"]["uid"])
+        raise RuntimeError(f"could not create or adopt Secret {entry.namespace}/{name}")
+
+    async def pod(self, entry: Tracked, name: str) -> dict[str, Any] | None:
+        """The pod by name: from the cache, or (cache miss) from the API server."""
+        cached = self.pods.get(entry.namespace, name)
+        if cached is not None:
+            return cached
+        try:
+            pod = await self.kube.get(PODS, name, entry.namespace)
+        except NotFound:
+            return None
+        self.pods.update(pod)
+        return pod
+
+    async def ensure_pod(self, entry: Tracked, attempt: int, *, role: str) -> dict[str, Any]:
+        rollout = api.SWERollout.model_construct(spec=entry.rollout_spec)
+        manifest = podspec.rollout_pod(rollout, entry.meta, self.settings, attempt=attempt, role=role)
+        name = manifest["metadata"]["name"]
+        for _ in range(3):
+            existing = self.pods.get(entry.namespace, name)
+            if existing is None:
+                try:
+                    created = await self.kube.create(PODS, manifest, entry.namespace)
+                except AlreadyExists:
+                    # Made before this process saw it (a restart): adopt what is there.
+                    try:
+                        existing = await self.kube.get(PODS, name, entry.namespace)
+                    except NotFound:
+                        continue
+                    self.pods.update(existing)
+                except (Invalid, BadRequest) as exc:
+                    raise Rejected("Pod", name, exc) from exc
+                else:
+                    self.metrics.pods_created.labels(role).inc()
+                    self.pods.update(created)
+                    return created
+            if owned_by(existing, entry.uid):
+                return existing  # adopt
+            log.warning("deleting pod %s/%s left over from an older rollout of the same name", entry.namespace, name)
+            try:
+                await self.kube.delete(PODS, name, entry.namespace, uid=existing["metadata"]["uid"], grace_period_seconds=0)
+            except NotFound:
+                pass
+            self.pods.update(existing, deleted=True)
+            await asyncio.sleep(0.5)
+        raise RuntimeError(f"could not create or adopt pod {entry.namespace}/{name}")
+
+    async def delete_pod(self, namespace: str, name: str) -> None:
+        try:
+            await self.kube.delete(PODS, name, namespace)
+        except NotFound:
+            pass
+
+    async def delete_pods(self, entry: Tracked) -> None:
+        """Delete every pod of the rollout that the cache knows and that is not going already."""
+        for pod in self.pods.owned_by(entry.uid):
+            if not pod["metadata"].get("deletionTimestamp"):
+                await self.delete_pod(entry.namespace, pod["metadata"]["name"])
+
+    async def delete_all(self, meta: dict[str, Any]) -> None:
+        """Finalizer: everything the rollout made, listed from the API server (not the cache,
+        which may be cold after a restart). The selector is bounded (rollout_label), so it
+        is always valid, whatever the name's length."""
+        selector = f"{api.LABEL_ROLLOUT}={rollout_label(meta['name'])}"
+        async for pod in self.kube.iter_items(PODS, meta["namespace"], label_selector=selector):
+            if owned_by(pod, meta["uid"]):
+                await self.delete_pod(meta["namespace"], pod["metadata"]["name"])
+        try:
+            secret = await self.kube.get(SECRETS, podspec.secret_name(meta["name"]), meta["namespace"])
+            if owned_by(secret, meta["uid"]):
+                await self.kube.delete(SECRETS, secret["metadata"]["name"], meta["namespace"], uid=secret["metadata"]["uid"])
+        except NotFound:
+            pass

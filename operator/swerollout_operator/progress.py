@@ -1,0 +1,82 @@
+"""Progress coalescing: runners report often, status is written at most every few seconds.
+
+Fine-grained numbers go to metrics at once; the status gets the latest progress
+when the interval has passed (here, or from the sweep for the last report of a
+quiet spell). The event that ends a run carries its final progress in the same
+status write, so `status.progress` always agrees with `status.result`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timezone
+from typing import Any
+
+from swerollout.api import v1alpha1 as api
+from swerollout.kube import KubeError
+from swerollout.wire.ingest import ProgressReport, RunnerEvent
+
+from .cache import Tracked
+from .metrics import OperatorMetrics
+
+log = logging.getLogger(__name__)
+StatusWriter = Callable[[Tracked, dict[str, Any]], Awaitable[None]]
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc).replace(microsecond=0)
+
+
+class ProgressCoalescer:
+    def __init__(self, write_status: StatusWriter, metrics: OperatorMetrics, interval: float) -> None:
+        self.write_status = write_status
+        self.metrics = metrics
+        self.interval = interval
+
+    async def report(self, entry: Tracked, progress: ProgressReport) -> None:
+        for seconds in progress.generation_seconds:
+            self.metrics.generation_seconds.observe(seconds)
+        for seconds in progress.tool_seconds:
+            self.metrics.tool_seconds.observe(seconds)
+        delta = progress.generated_tokens - entry.generated_reported
+        if delta > 0:
+            self.metrics.generated_tokens.inc(delta)
+            entry.generated_reported = progress.generated_tokens
+        entry.progress = progress
+        entry.progress_dirty = True
+        if self.due(entry):
+            await self.flush(entry)
+
+    def due(self, entry: Tracked) -> bool:
+        return entry.progress_dirty and time.monotonic() - entry.progress_written_at >= self.interval
+
+    async def flush(self, entry: Tracked) -> None:
+        progress = entry.progress
+        if progress is None or not entry.progress_dirty or entry.phase.is_terminal:
+            return
+        entry.progress_dirty = False
+        entry.progress_written_at = time.monotonic()
+        status = api.Progress(
+            turns=progress.turns, tokens=progress.context_tokens, generated_tokens=progress.generated_tokens,
+            inference_aborts=progress.inference_aborts, updated_at=_now(),
+        )
+        try:
+            await self.write_status(entry, {"progress": status.to_patch()})
+        except KubeError as exc:
+            entry.progress_dirty = True
+            log.warning("progress patch for %s/%s failed: %s", entry.namespace, entry.name, exc)
+
+    @staticmethod
+    def final(entry: Tracked, event: RunnerEvent) -> api.Progress:
+        """Progress as of the event that ends a run (written with it, so they agree)."""
+        last = entry.progress
+        entry.progress_dirty = False
+        return api.Progress(
+            turns=event.turns,
+            tokens=event.context_tokens,
+            generated_tokens=last.generated_tokens if last else 0,
+            inference_aborts=last.inference_aborts if last else 0,
+            updated_at=_now(),
+        )

@@ -1,0 +1,133 @@
+"""What a runner's report (ingest API) does to its rollout.
+
+Every report is one phase-machine event, so a repeated report is refused by the
+machine, not applied twice. The status it writes is built from the API models,
+with the report's own numbers (no field-by-field copies of spellings).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from swerollout.api import v1alpha1 as api
+from swerollout.exit_status import gate_exit_status
+from swerollout.wire.ingest import EventKind, RunnerEvent, StoredObjectRef
+
+from .deadlines import parse_time, utcnow
+from .metrics import abort_reason_label
+from .phases import Event
+from .progress import ProgressCoalescer
+
+if TYPE_CHECKING:
+    from .cache import Tracked
+    from .reconciler import Reconciler
+
+
+def object_ref(ref: StoredObjectRef) -> api.ObjectRef:
+    return api.ObjectRef(ref=ref.ref, sha256=ref.sha256, bytes=ref.bytes)
+
+
+async def apply_runner_event(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
+    """Apply one report (entry.lock held); False when it no longer applies (a duplicate)."""
+    if event.kind == EventKind.STARTED:
+        # A runner notice: what it found out about the inference server (a smaller
+        # context than the spec asked, routing rows the server cannot return).
+        notice = event.message.strip()
+        if notice:
+            r.post_event(entry, reason=event.reason or "RunnerNotice", message=notice, warning=True)
+        if entry.phase == api.Phase.RESUMING:
+            r.metrics.resumes.inc()
+            message = "the runner resumed from the snapshot" + (f"; {notice}" if notice else "")
+            return await r.transition(entry, Event.RESUMED, reason="Resumed", message=message)
+        if notice and entry.phase == api.Phase.RUNNING:
+            await r.write_status(entry, {"message": notice})
+        return False
+    if event.kind == EventKind.ABORTED:
+        return await _aborted(r, entry, event)
+    if event.kind == EventKind.FINISHED:
+        return await _finished(r, entry, event)
+    if event.kind == EventKind.EVALUATED:
+        return await _evaluated(r, entry, event)
+    return await r.transition(
+        entry, Event.FAILED, reason=event.reason or "RunnerFailed", message=event.message or "the runner failed",
+        warning=True,
+    )
+
+
+async def _aborted(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
+    if event.snapshot is None:
+        return await r.transition(
+            entry, Event.FAILED, reason="NoSnapshot", message="the runner aborted without a snapshot", warning=True
+        )
+    reason = event.reason or "Suspended"
+    partial = api.Partial(
+        snapshot=object_ref(event.snapshot), turns=event.turns, tokens=event.context_tokens,
+        aborted_at=utcnow().replace(microsecond=0), reason=reason,
+    )
+    if event.weight_version:
+        partial.weight_version = event.weight_version
+    # spec is the user's: an abort that meets `suspend: false` (a resume that overtook
+    # it) is resumed by the next pass, never turned into a suspension.
+    applied = await r.transition(
+        entry, Event.ABORTED, reason=reason,
+        message=event.message or f"aborted after {event.turns} turns; snapshot kept",
+        extra={"partial": partial.to_patch(), "replay": False, "progress": ProgressCoalescer.final(entry, event).to_patch()},
+    )
+    if applied:
+        r.metrics.aborts.labels(abort_reason_label(reason)).inc()
+    return applied
+
+
+async def _finished(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
+    exit_status = event.exit_status or "exit_error"
+    result = api.Result(
+        exit_status=exit_status, turns=event.turns, prompt_tokens=event.prompt_tokens,
+        response_tokens=event.response_tokens, truncated=event.truncated,
+        has_patch=event.patch is not None and event.patch.bytes > 0,
+    )
+    if event.trajectory:
+        result.trajectory = object_ref(event.trajectory)
+    if event.patch:
+        result.patch = object_ref(event.patch)
+    extra = {"result": result.to_patch(), "progress": ProgressCoalescer.final(entry, event).to_patch()}
+    spec = entry.rollout_spec
+    decision = gate_exit_status(exit_status, spec.mode)
+    if not spec.reward.enabled:
+        return await r.transition(
+            entry, Event.FINISHED_UNGRADED, reason="Finished", message=f"{exit_status}; reward disabled", extra=extra,
+        )
+    if not decision.evaluate or not result.has_patch:
+        why = decision.reason if not decision.evaluate else "no patch to evaluate"
+        reward = api.RewardStatus(value=0.0, resolved=False, graded=False, message=why[:1024])
+        return await r.transition(
+            entry, Event.FINISHED_UNGRADED, reason="NotGraded", message=f"{exit_status}: {why}",
+            extra={**extra, "reward": reward.to_patch()},
+        )
+    # The next pass deletes the policy's pod (the eval pod never sees it) and makes the eval pod.
+    return await r.transition(
+        entry, Event.FINISHED, reason="Finished", message=f"{exit_status}; evaluating the patch in a fresh pod",
+        extra={**extra, "evaluation": api.EvaluationState(attempt=1).to_patch()},
+    )
+
+
+async def _evaluated(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
+    report = event.reward
+    if report is None:
+        return False
+    reward = api.RewardStatus(
+        value=report.reward, resolved=report.resolved, graded=report.graded,
+        fail_to_pass_passed=report.fail_to_pass_passed, fail_to_pass_total=report.fail_to_pass_total,
+        pass_to_pass_passed=report.pass_to_pass_passed, pass_to_pass_total=report.pass_to_pass_total,
+        message=report.message[:1024],
+    )
+    if event.report:
+        reward.report = object_ref(event.report)
+    started = parse_time((entry.status.get("evaluation") or {}).get("startedAt"))
+    applied = await r.transition(
+        entry, Event.EVALUATED, reason="Evaluated",
+        message=f"reward {report.reward} ({'resolved' if report.resolved else 'not resolved'})",
+        extra={"reward": reward.to_patch()},
+    )
+    if applied and started is not None:
+        r.metrics.eval_duration.observe((utcnow() - started).total_seconds())
+    return applied
