@@ -76,7 +76,7 @@ SUITES = {
     "abort": ("abort -> runner Aborted on the SGLang stand-in", _abort),
     "store": ("result store throughput", _store),
     "nodeagent": ("node agent: 200 pods", _nodeagent),
-    "lifecycle": ("operator overhead, 500 rollouts, abort fan-out", _lifecycle),
+    "lifecycle": ("operator at batch scale: 500 rollouts burst and 50/s, abort and resume fan-out, writes per rollout, 2,000 at rest", _lifecycle),
     "viewer": ("viewer: 2,000-rollout batch page, 32k-token rollout in headless Chromium", _viewer),
 }
 

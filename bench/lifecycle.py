@@ -1,28 +1,36 @@
-"""The operator's own overhead, measured against a bare client in the same run.
+"""The operator at batch scale, measured against a bare client in the same run.
 
-    python -m bench.lifecycle [--rollouts 500]
+    python -m bench.lifecycle [--rollouts 500] [--rate 50] [--active 2000] [--json]
 
 1. Ceiling: a bare async client makes, per rollout, the API writes the operator
-   makes (create the CR, look up and create the Secret, look up and create the pod,
-   patch the status), as fast as the API server takes them.
-2. Operator: the same number of SWERollouts created as fast as possible; the time
-   from each CR's creation to its pod's creation (watched), p50/p99 and throughput,
-   and the operator's peak RSS.
+   must make (create the CR, the Secret and the pod, one status write), as fast as
+   the API server takes them: in one burst, and at a steady rate.
+2. Operator, the same: CR created -> pod created (watched), p50/p99 and throughput,
+   burst and steady; printed as ratios to the ceiling.
 3. Abort fan-out: every rollout Running with a runner long-polling the ingest API;
-   `spec.suspend: true` is patched on all of them; the time until every runner has
-   received its abort assignment.
+   `AsyncRolloutClient.abort(batch)`; the time until every runner holds its abort,
+   and until every CR reads Aborted (the runners report their snapshot at once).
+   Resume fan-out likewise: `resume(batch)` until every runner holds its resume and
+   every CR reads Running again.
+4. API writes per rollout over that lifecycle (create -> Running -> Aborted ->
+   Running), from the API server's own request counters, by resource and verb, with
+   the bench's own writes (the CR, the kubelet's pod status, the trainer's marks)
+   taken out.
+5. Scale at rest: `--active` rollouts Running, each with a runner parked in a long
+   poll: the operator's RSS, and its CPU while nothing changes.
 
-No pods run (the tests play the kubelet by patching pod status), so this isolates
-the control side. End-to-end rollouts per minute on the embedded default are
-printed by `python -m bench.lifecycle --e2e N` (slow: real pods).
+No pods run (the bench plays the kubelet by patching pod status, and the runners
+over real HTTP), so this isolates the control side.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -31,18 +39,22 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from swerollout.api import v1alpha1 as api
+from swerollout.client import AsyncRolloutClient
 from swerollout.dev.controlplane import ControlPlane
 from swerollout.kube import NAMESPACES, PODS, SECRETS, SWEROLLOUTS, AsyncKubeClient, load_kubeconfig
 from swerollout.wire import ingest as wire
 
 ROOT = Path(__file__).resolve().parents[1]
 PARALLEL = 32
+BATCH = "bench"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _free_port() -> int:
@@ -60,7 +72,7 @@ def _rollout(name: str) -> dict[str, Any]:
     return {
         "apiVersion": api.API_VERSION,
         "kind": api.KIND,
-        "metadata": {"name": name},
+        "metadata": {"name": name, "labels": {api.LABEL_BATCH: BATCH}},
         "spec": {
             "instance": {
                 "instanceId": f"bench__{name}", "repo": "bench/repo", "baseCommit": "abcdef0",
@@ -83,13 +95,35 @@ async def _gather_limited(coros: list[Any], limit: int = PARALLEL) -> list[Any]:
     return list(await asyncio.gather(*(one(c) for c in coros)))
 
 
+async def _paced(n: int, rate: float | None, start_one: Any) -> None:
+    """Start `start_one(i)` for i < n: all at once (bounded), or `rate` per second."""
+    if rate is None:
+        await _gather_limited([start_one(i) for i in range(n)])
+        return
+    t0 = time.monotonic()
+    tasks = []
+    for i in range(n):
+        delay = t0 + i / rate - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(start_one(i)))
+    await asyncio.gather(*tasks)
+
+
 async def _ensure_namespace(kube: AsyncKubeClient, name: str) -> None:
     await kube.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
 
 
-async def bare_client(kube: AsyncKubeClient, n: int) -> dict[str, float]:
+def _summary(latencies: list[float], n: int, elapsed: float) -> dict[str, float]:
+    return {
+        "cr_to_pod_p50_s": statistics.median(latencies),
+        "cr_to_pod_p99_s": _pct(latencies, 0.99),
+        "rollouts_per_second": n / elapsed,
+    }
+
+
+async def bare_client(kube: AsyncKubeClient, n: int, ns: str, rate: float | None) -> dict[str, float]:
     """The same writes per rollout, without the operator: the ceiling."""
-    ns = "baseline"
     await _ensure_namespace(kube, ns)
     latencies: list[float] = []
 
@@ -98,50 +132,60 @@ async def bare_client(kube: AsyncKubeClient, n: int) -> dict[str, float]:
         start = time.monotonic()
         cr = await kube.create(SWEROLLOUTS, _rollout(name), ns)
         owner = {"apiVersion": api.API_VERSION, "kind": api.KIND, "name": name, "uid": cr["metadata"]["uid"], "controller": True}
-        writes: list[tuple[Any, dict[str, Any]]] = [
-            (SECRETS, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"{name}-runner", "ownerReferences": [owner]},
-                       "stringData": {"t": "x"}}),
-            (PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{name}-a1", "ownerReferences": [owner]},
-                    "spec": {"containers": [{"name": "c", "image": "x", "command": ["true"]}]}}),
-        ]
-        for rt, body in writes:
-            try:
-                await kube.get(rt, body["metadata"]["name"], ns)
-            except Exception:  # noqa: BLE001 - NotFound expected
-                pass
-            await kube.create(rt, body, ns)
+        await kube.create(SECRETS, {"apiVersion": "v1", "kind": "Secret", "metadata": {
+            "name": f"{name}-runner", "ownerReferences": [owner]}, "stringData": {"t": "x"}}, ns)
+        await kube.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{name}-a1", "ownerReferences": [owner]},
+                                 "spec": {"containers": [{"name": "c", "image": "x", "command": ["true"]}]}}, ns)
         latencies.append(time.monotonic() - start)
         await kube.patch_status(SWEROLLOUTS, name, {"status": {"phase": "Starting"}}, ns)
 
     started = time.monotonic()
-    await _gather_limited([one(i) for i in range(n)])
-    elapsed = time.monotonic() - started
-    return {
-        "cr_to_pod_p50_s": statistics.median(latencies),
-        "cr_to_pod_p99_s": _pct(latencies, 0.99),
-        "rollouts_per_second": n / elapsed,
-    }
+    await _paced(n, rate, one)
+    return _summary(latencies, n, time.monotonic() - started)
 
 
 class Operator:
-    def __init__(self, plane: ControlPlane, workdir: Path, namespace: str) -> None:
+    def __init__(self, plane: ControlPlane, workdir: Path, namespaces: list[str]) -> None:
         self.key = workdir / "key"
         self.key.write_bytes(secrets.token_bytes(32))
         self.ingest_port = _free_port()
+        self.metrics_port = _free_port()
         argv = [
             sys.executable, "-m", "swerollout_operator", "--kubeconfig", str(plane.kubeconfig_path),
-            "--namespaces", namespace, "--bind-host", "127.0.0.1", "--metrics-port", str(_free_port()),
+            "--namespaces", ",".join(namespaces), "--bind-host", "127.0.0.1", "--metrics-port", str(self.metrics_port),
             "--ingest-port", str(self.ingest_port), "--token-key-file", str(self.key),
             "--store-url", f"file://{workdir / 'store'}", "--log-level", "WARNING",
         ]
         self.log = open(workdir / "operator.log", "wb")
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
 
-    def peak_rss_mib(self) -> float:
+    async def ready(self) -> None:
+        async with httpx.AsyncClient() as http:
+            for _ in range(600):
+                try:
+                    if (await http.get(f"http://127.0.0.1:{self.metrics_port}/readyz")).status_code == 200:
+                        await asyncio.sleep(2)  # kopf's watches start right after
+                        return
+                except httpx.TransportError:
+                    pass
+                await asyncio.sleep(0.1)
+        raise RuntimeError("the operator did not become ready")
+
+    def _status(self, key: str) -> int:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-        return 0.0
+            if line.startswith(key):
+                return int(line.split()[1])
+        return 0
+
+    def rss_mib(self) -> float:
+        return self._status("VmRSS:") / 1024
+
+    def peak_rss_mib(self) -> float:
+        return self._status("VmHWM:") / 1024
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
     def stop(self) -> None:
         os.killpg(self.proc.pid, signal.SIGTERM)
@@ -152,94 +196,187 @@ class Operator:
         self.log.close()
 
 
-async def operator_run(plane: ControlPlane, kube: AsyncKubeClient, n: int, workdir: Path) -> dict[str, float]:
-    ns = "bench"
-    await _ensure_namespace(kube, ns)
-    operator = Operator(plane, workdir, ns)
-    try:
-        await asyncio.sleep(3)  # let kopf start watching
-        created_at: dict[str, float] = {}
-        pod_at: dict[str, float] = {}
-
-        async def watch_pods() -> None:
-            while len(pod_at) < n:
-                async for event in kube.watch(PODS, ns, timeout_seconds=60):
-                    if event.type == "ADDED":
-                        owner = event.object["metadata"]["labels"].get(api.LABEL_ROLLOUT, "")
-                        pod_at.setdefault(owner, time.monotonic())
-                    if len(pod_at) >= n:
-                        return
-
-        watcher = asyncio.create_task(watch_pods())
-
-        async def create(i: int) -> None:
-            name = f"r{i:04d}"
-            created_at[name] = time.monotonic()
-            await kube.create(SWEROLLOUTS, _rollout(name), ns)
-
-        started = time.monotonic()
-        await _gather_limited([create(i) for i in range(n)])
-        await asyncio.wait_for(watcher, timeout=600)
-        elapsed = max(pod_at.values()) - started
-        latencies = [pod_at[k] - created_at[k] for k in created_at]
-        result = {
-            "cr_to_pod_p50_s": statistics.median(latencies),
-            "cr_to_pod_p99_s": _pct(latencies, 0.99),
-            "rollouts_per_second": n / elapsed,
-        }
-        result.update(await abort_fan_out(kube, operator, ns, n))
-        result["operator_peak_rss_mib"] = operator.peak_rss_mib()
-        return result
-    finally:
-        operator.stop()
+async def _watch_pods(kube: AsyncKubeClient, ns: str, n: int, pod_at: dict[str, float]) -> None:
+    while len(pod_at) < n:
+        async for event in kube.watch(PODS, ns, timeout_seconds=60):
+            if event.type == "ADDED":
+                owner = event.object["metadata"]["labels"].get(api.LABEL_ROLLOUT, "")
+                pod_at.setdefault(owner, time.monotonic())
+            if len(pod_at) >= n:
+                return
 
 
-async def abort_fan_out(kube: AsyncKubeClient, operator: Operator, ns: str, n: int) -> dict[str, float]:
-    from swerollout_operator.tokens import TokenKey, TokenKind
+async def operator_creates(kube: AsyncKubeClient, ns: str, n: int, rate: float | None) -> dict[str, float]:
+    created_at: dict[str, float] = {}
+    pod_at: dict[str, float] = {}
+    watcher = asyncio.create_task(_watch_pods(kube, ns, n, pod_at))
+    await asyncio.sleep(0.5)
 
+    async def create(i: int) -> None:
+        name = f"r{i:04d}"
+        created_at[name] = time.monotonic()
+        await kube.create(SWEROLLOUTS, _rollout(name), ns)
+
+    started = time.monotonic()
+    await _paced(n, rate, create)
+    await asyncio.wait_for(watcher, timeout=1800)
+    latencies = [pod_at[k] - created_at[k] for k in created_at]
+    return _summary(latencies, n, max(pod_at.values()) - started)
+
+
+async def _phases(kube: AsyncKubeClient, ns: str) -> dict[str, str]:
+    items = (await kube.list(SWEROLLOUTS, ns))["items"]
+    return {o["metadata"]["name"]: (o.get("status") or {}).get("phase", "") for o in items}
+
+
+async def _all_running(kube: AsyncKubeClient, ns: str, n: int) -> dict[str, str]:
+    """Play the kubelet: every pod ready; returns name -> uid once every rollout is Running."""
     names = [f"r{i:04d}" for i in range(n)]
     ready = {"status": {"phase": "Running", "podIP": "10.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]}}
     await _gather_limited([kube.patch_status(PODS, f"{name}-a1", ready, ns) for name in names])
-    uids: dict[str, str] = {}
-    deadline = time.monotonic() + 600
-    while len(uids) < n:
-        assert time.monotonic() < deadline, "rollouts did not all reach Running"
+    deadline = time.monotonic() + 1800
+    while True:
         items = (await kube.list(SWEROLLOUTS, ns))["items"]
         uids = {o["metadata"]["name"]: o["metadata"]["uid"] for o in items if (o.get("status") or {}).get("phase") == "Running"}
+        if len(uids) >= n:
+            return uids
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {len(uids)} of {n} rollouts reached Running")
         await asyncio.sleep(1)
-    key = TokenKey.from_file(operator.key)
-    base = f"http://127.0.0.1:{operator.ingest_port}{wire.API_PREFIX}"
-    limits = httpx.Limits(max_connections=n + 10, max_keepalive_connections=n + 10)
-    aborted_at: dict[str, float] = {}
-    async with httpx.AsyncClient(limits=limits, timeout=120) as http:
 
-        async def runner(name: str) -> None:
-            headers = {"Authorization": f"Bearer {key.derive(TokenKind.INGEST, ns, name, uids[name])}"}
-            url = f"{base}/{ns}/{name}/{uids[name]}/assignment"
-            first = (await http.get(url, headers=headers, params={"wait": "0"})).json()
-            while True:
-                got = (await http.get(url, headers=headers, params={"wait": "60", "after": first["id"]})).json()
-                if got["kind"] == "abort":
-                    aborted_at[name] = time.monotonic()
-                    return
-                first = got
 
-        runners = [asyncio.create_task(runner(name)) for name in names]
-        await asyncio.sleep(2)  # every runner is now parked in its long poll
+async def _wait_phase(kube: AsyncKubeClient, ns: str, names: set[str], phase: str, since: float) -> float:
+    """Seconds from `since` until every named rollout reads `phase` (watched)."""
+    seen: set[str] = {k for k, v in (await _phases(kube, ns)).items() if v == phase and k in names}
+    while seen < names:
+        async for event in kube.watch(SWEROLLOUTS, ns, timeout_seconds=60):
+            obj = event.object
+            if (obj.get("status") or {}).get("phase") == phase and obj["metadata"]["name"] in names:
+                seen.add(obj["metadata"]["name"])
+            if seen >= names:
+                break
+    return time.monotonic() - since
+
+
+class Runners:
+    """One fake runner per rollout over real HTTP: long-polls, reports its abort with a
+    snapshot, then waits for its resume and reports it started."""
+
+    def __init__(self, operator: Operator, ns: str, uids: dict[str, str]) -> None:
+        from swerollout_operator.tokens import TokenKey, TokenKind
+
+        self.key = TokenKey.from_file(operator.key)
+        self.kind = TokenKind.INGEST
+        self.ns = ns
+        self.uids = uids
+        self.base = f"http://127.0.0.1:{operator.ingest_port}{wire.API_PREFIX}"
+        limits = httpx.Limits(max_connections=len(uids) + 10, max_keepalive_connections=len(uids) + 10)
+        self.http = httpx.AsyncClient(limits=limits, timeout=300)
+        self.got: dict[str, dict[str, float]] = {"abort": {}, "resume": {}}
+        self.parked = 0
+
+    async def _poll_until(self, name: str, url: str, headers: dict[str, str], after: str, kind: str) -> dict[str, Any]:
+        while True:
+            got = (await self.http.get(url, headers=headers, params={"wait": "60", "after": after})).json()
+            if got["kind"] == kind:
+                self.got[kind][name] = time.monotonic()
+                return dict(got)
+            after = got["id"]
+
+    async def run(self, name: str, lifecycle: bool) -> None:
+        uid = self.uids[name]
+        headers = {"Authorization": f"Bearer {self.key.derive(self.kind, self.ns, name, uid)}"}
+        base = f"{self.base}/{self.ns}/{name}/{uid}"
+        first = (await self.http.get(f"{base}/assignment", headers=headers, params={"wait": "0"})).json()
+        self.parked += 1
+        abort = await self._poll_until(name, f"{base}/assignment", headers, first["id"], "abort")
+        if not lifecycle:
+            return
+        blob = f"snapshot of {name}".encode()
+        put = await self.http.put(f"{base}/objects/snapshot", content=blob,
+                                  headers={**headers, wire.SHA256_HEADER: hashlib.sha256(blob).hexdigest()})
+        ref = wire.StoredObjectRef.model_validate_json(put.content)
+        event = wire.RunnerEvent(kind=wire.EventKind.ABORTED, assignment_id=abort["id"], reason="Suspended", snapshot=ref)
+        await self.http.post(f"{base}/events", content=event.model_dump_json(), headers=headers)
+        resume = await self._poll_until(name, f"{base}/assignment", headers, abort["id"], "resume")
+        started = wire.RunnerEvent(kind=wire.EventKind.STARTED, assignment_id=resume["id"])
+        await self.http.post(f"{base}/events", content=started.model_dump_json(), headers=headers)
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+
+async def abort_resume(kube: AsyncKubeClient, client: AsyncRolloutClient, operator: Operator, ns: str, n: int) -> dict[str, float]:
+    uids = await _all_running(kube, ns, n)
+    runners = Runners(operator, ns, uids)
+    try:
+        tasks = [asyncio.create_task(runners.run(name, lifecycle=True)) for name in uids]
+        while runners.parked < n:
+            await asyncio.sleep(0.2)
+        await asyncio.sleep(1)  # every runner is now parked in its long poll
         started = time.monotonic()
-        await _gather_limited([kube.patch(SWEROLLOUTS, name, {"spec": {"suspend": True}}, ns) for name in names])
-        patched = time.monotonic() - started
-        await asyncio.wait_for(asyncio.gather(*runners), timeout=600)
-    delays = [t - started for t in aborted_at.values()]
+        await client.abort(BATCH)
+        marked = time.monotonic() - started
+        aborted_all = await _wait_phase(kube, ns, set(uids), "Aborted", started)
+        held_abort = max(runners.got["abort"].values()) - started
+        started = time.monotonic()
+        await client.resume(BATCH)
+        unmarked = time.monotonic() - started
+        running_all = await _wait_phase(kube, ns, set(uids), "Running", started)
+        await asyncio.wait_for(asyncio.gather(*tasks), timeout=600)
+        held_resume = max(runners.got["resume"].values()) - started
+    finally:
+        await runners.aclose()
     return {
-        "abort_patch_seconds": patched,
-        "abort_fan_out_seconds": max(delays),
-        "abort_delivery_p50_s": statistics.median(delays),
-        "abort_delivery_p99_s": _pct(delays, 0.99),
+        "abort_call_seconds": marked, "abort_all_runners_seconds": held_abort, "abort_all_crs_seconds": aborted_all,
+        "resume_call_seconds": unmarked, "resume_all_runners_seconds": held_resume, "resume_all_crs_seconds": running_all,
     }
 
 
-async def _main(n: int) -> dict[str, Any]:
+async def at_rest(kube: AsyncKubeClient, operator: Operator, ns: str, n: int, window: float = 20.0) -> dict[str, float]:
+    """n rollouts Running, each runner parked in a long poll: RSS and CPU while nothing changes."""
+    await operator_creates(kube, ns, n, None)
+    uids = await _all_running(kube, ns, n)
+    runners = Runners(operator, ns, uids)
+    tasks = [asyncio.create_task(runners.run(name, lifecycle=False)) for name in uids]
+    try:
+        while runners.parked < n:
+            await asyncio.sleep(0.2)
+        await asyncio.sleep(5)  # the last status writes settle
+        cpu0, t0 = operator.cpu_seconds(), time.monotonic()
+        await asyncio.sleep(window)
+        idle = (operator.cpu_seconds() - cpu0) / (time.monotonic() - t0)
+        return {"active_rollouts": n, "rss_mib": operator.rss_mib(), "idle_cpu_fraction_of_core": idle}
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await runners.aclose()
+
+
+_REQUEST = re.compile(r'^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$')
+
+
+def _api_writes(plane: ControlPlane) -> Counter[str]:
+    """Mutating requests the API server answered, by `VERB resource[/subresource]`."""
+    raw = plane.kubectl("get", "--raw", "/metrics").stdout
+    out: Counter[str] = Counter()
+    for line in raw.splitlines():
+        m = _REQUEST.match(line)
+        if not m:
+            continue
+        labels = dict(kv.split("=", 1) for kv in re.findall(r'(\w+="[^"]*")', m.group(1)))
+        labels = {k: v.strip('"') for k, v in labels.items()}
+        if labels.get("verb") not in ("POST", "PATCH", "PUT", "DELETE", "CREATE", "UPDATE", "APPLY"):
+            continue
+        if labels.get("resource") not in ("swerollouts", "pods", "secrets", "events"):
+            continue  # the API server's own leases and the like
+        what = labels.get("resource", "") + (f"/{labels['subresource']}" if labels.get("subresource") else "")
+        out[f"{labels['verb']} {what}"] += int(float(m.group(2)))
+    return out
+
+
+async def _main(n: int, rate: float, active: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         plane = ControlPlane(Path(tmp) / "cp")
         plane.start()
@@ -249,49 +386,92 @@ async def _main(n: int) -> dict[str, Any]:
             plane.kubectl("wait", "--for=condition=Established", "crd/swerollouts.swerollout.io", "--timeout=60s")
             kube = AsyncKubeClient(load_kubeconfig(plane.kubeconfig_path))
             try:
-                baseline = await bare_client(kube, n)
-                ours = await operator_run(plane, kube, n, Path(tmp))
+                baseline = {
+                    "burst": await bare_client(kube, n, "base-burst", None),
+                    "steady": await bare_client(kube, n, "base-steady", rate),
+                }
+                for ns in ("bench", "steady", "rest"):
+                    await _ensure_namespace(kube, ns)
+                operator = Operator(plane, Path(tmp), ["bench", "steady", "rest"])
+                try:
+                    await operator.ready()
+                    before = _api_writes(plane)
+                    ours: dict[str, Any] = {"burst": await operator_creates(kube, "bench", n, None)}
+                    async with AsyncRolloutClient(kube, "bench") as client:
+                        ours["fan_out"] = await abort_resume(kube, client, operator, "bench", n)
+                    await asyncio.sleep(5)  # events are written in the background
+                    delta = _api_writes(plane) - before
+                    ours["steady"] = await operator_creates(kube, "steady", n, rate)
+                    ours["rest"] = await at_rest(kube, operator, "rest", active) if active else {}
+                    ours["peak_rss_mib"] = operator.peak_rss_mib()
+                finally:
+                    operator.stop()
             finally:
                 await kube.aclose()
         finally:
             plane.stop(delete_data=True)
-    return {
-        "rollouts": n,
-        "baseline": baseline,
-        "operator": ours,
-        "throughput_ratio_vs_baseline": ours["rollouts_per_second"] / baseline["rollouts_per_second"],
-        "p50_latency_ratio_vs_baseline": ours["cr_to_pod_p50_s"] / baseline["cr_to_pod_p50_s"],
-    }
+    # The bench's own writes in that window: the CR, the kubelet's pod status, the trainer's two marks.
+    own = Counter({"POST swerollouts": n, "PATCH pods/status": n, "PATCH swerollouts": 2 * n})
+    operator_writes = {k: v / n for k, v in sorted((delta - own).items()) if v > 0}
+    return {"rollouts": n, "rate": rate, "baseline": baseline, "operator": ours, "writes_per_rollout": operator_writes}
 
 
-def run(rollouts: int = 500) -> dict[str, Any]:
-    return asyncio.run(_main(rollouts))
+def run(rollouts: int = 500, rate: float = 50.0, active: int = 2000) -> dict[str, Any]:
+    return asyncio.run(_main(rollouts, rate, active))
+
+
+_WHY = {
+    "POST secrets": "the runner's Secret (its two tokens)",
+    "POST pods": "the rollout pod",
+    "PATCH swerollouts/status": "phase transitions: Starting, Running, Aborted, Resuming, Running",
+    "PATCH swerollouts": "kopf: the finalizer and its last-handled annotation",
+    "POST events": "one Event per phase transition (best effort, in the background)",
+}
 
 
 def report(result: dict[str, Any]) -> str:
-    b, o = result["baseline"], result["operator"]
-    lines = [
-        f"lifecycle: {result['rollouts']} SWERollouts, CR created -> pod created",
-        f"  bare client (ceiling): p50 {b['cr_to_pod_p50_s'] * 1000:.0f} ms  p99 {b['cr_to_pod_p99_s'] * 1000:.0f} ms  "
-        f"{b['rollouts_per_second']:.1f} rollouts/s",
-        f"  operator:              p50 {o['cr_to_pod_p50_s'] * 1000:.0f} ms  p99 {o['cr_to_pod_p99_s'] * 1000:.0f} ms  "
-        f"{o['rollouts_per_second']:.1f} rollouts/s = {o['rollouts_per_second'] * 60:.0f} rollouts/min",
-        f"  ratio operator/ceiling: throughput {result['throughput_ratio_vs_baseline']:.2f}  "
-        f"p50 latency {result['p50_latency_ratio_vs_baseline']:.1f}x",
-        f"  operator peak RSS {o['operator_peak_rss_mib']:.0f} MiB",
-        f"  abort fan-out to {result['rollouts']} running rollouts: all delivered in {o['abort_fan_out_seconds']:.2f} s "
-        f"(p50 {o['abort_delivery_p50_s']:.2f} s, p99 {o['abort_delivery_p99_s']:.2f} s; "
-        f"patching spec.suspend took {o['abort_patch_seconds']:.2f} s)",
-    ]
+    n, b, o = result["rollouts"], result["baseline"], result["operator"]
+    lines = [f"lifecycle: {n} SWERollouts, CR created -> pod created; operator / bare client in this run"]
+    for mode, title in (("burst", "one burst"), ("steady", f"steady {result['rate']:.0f} CR/s")):
+        bb, oo = b[mode], o[mode]
+        lines.append(
+            f"  {title}: throughput {oo['rollouts_per_second']:.1f}/s vs {bb['rollouts_per_second']:.1f}/s "
+            f"= {oo['rollouts_per_second'] / bb['rollouts_per_second']:.2f}x; "
+            f"p50 {oo['cr_to_pod_p50_s'] * 1000:.0f} ms vs {bb['cr_to_pod_p50_s'] * 1000:.0f} ms "
+            f"= {oo['cr_to_pod_p50_s'] / bb['cr_to_pod_p50_s']:.1f}x; "
+            f"p99 {oo['cr_to_pod_p99_s'] * 1000:.0f} ms vs {bb['cr_to_pod_p99_s'] * 1000:.0f} ms "
+            f"= {oo['cr_to_pod_p99_s'] / bb['cr_to_pod_p99_s']:.1f}x"
+        )
+    f = o["fan_out"]
+    lines.append(
+        f"  abort {n} running: every runner holds its abort in {f['abort_all_runners_seconds']:.2f} s, every CR "
+        f"Aborted in {f['abort_all_crs_seconds']:.2f} s (abort(batch) returned in {f['abort_call_seconds']:.2f} s)"
+    )
+    lines.append(
+        f"  resume {n}: every runner holds its resume in {f['resume_all_runners_seconds']:.2f} s, every CR "
+        f"Running in {f['resume_all_crs_seconds']:.2f} s (resume(batch) returned in {f['resume_call_seconds']:.2f} s)"
+    )
+    lines.append("  API writes per rollout by the operator (create -> Running -> Aborted -> Running):")
+    for what, per in result["writes_per_rollout"].items():
+        lines.append(f"    {per:5.2f}  {what:28s} {_WHY.get(what, '')}")
+    lines.append(f"    {sum(result['writes_per_rollout'].values()):5.2f}  total")
+    rest = o["rest"]
+    if rest:
+        lines.append(
+            f"  at rest with {rest['active_rollouts']} Running rollouts in long polls: RSS {rest['rss_mib']:.0f} MiB, "
+            f"idle CPU {rest['idle_cpu_fraction_of_core'] * 100:.1f}% of a core (peak RSS {o['peak_rss_mib']:.0f} MiB)"
+        )
     return "\n".join(lines)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rollouts", type=int, default=500)
+    parser.add_argument("--rate", type=float, default=50.0, help="CR/s of the steady run")
+    parser.add_argument("--active", type=int, default=2000, help="rollouts at rest for RSS and idle CPU (0: skip)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    result = run(args.rollouts)
+    result = run(args.rollouts, args.rate, args.active)
     print(json.dumps(result, indent=2) if args.json else report(result))
     return 0
 
