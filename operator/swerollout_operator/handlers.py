@@ -21,6 +21,20 @@ log = logging.getLogger(__name__)
 ROLLOUTS = (api.GROUP, api.VERSION, api.PLURAL)
 
 
+class _NoDiffBase(kopf.DiffBaseStorage):
+    """kopf keeps a copy of each object's spec (an annotation, written on every spec
+    change) to tell creations and updates apart for on.create/on.update handlers. We
+    have none (deletion is not a diff, and our reconciles are level-triggered), so the
+    object is always "as last handled" and kopf writes nothing: two API writes per
+    abort/resume cycle and one per creation saved."""
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        return self.build(body=body)
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        return None
+
+
 def _runtime(memo: Any) -> OperatorRuntime:
     runtime: OperatorRuntime = memo.runtime
     return runtime
@@ -31,9 +45,7 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     # kopf's handler bookkeeping goes to annotations: our status schema has no
     # place for it, and the API server would silently prune it.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="swerollout.io")
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix="swerollout.io", key="last-handled-configuration"
-    )
+    settings.persistence.diffbase_storage = _NoDiffBase()
     settings.persistence.finalizer = api.FINALIZER
     # No cluster-wide discovery: the namespaced Role is all the operator needs.
     settings.scanning.disabled = True

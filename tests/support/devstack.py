@@ -65,7 +65,8 @@ class DevStack:
             "spec": {
                 "instance": instance.to_wire(),
                 "inference": {"endpoint": endpoint, "tokenizer": "qwen-2.5"},
-                "sandbox": {"startupTimeoutSeconds": 180},
+                # Counted from creation: generous, a loaded 2-core machine starts 20 sandboxes slowly.
+                "sandbox": {"startupTimeoutSeconds": 900},
             },
         }
         for key, value in spec.items():
