@@ -124,7 +124,7 @@ def test_suspend_then_resume_on_the_same_pod(dev_stack: DevStack, slow_policy: s
 
 
 def _load(url: str) -> dict[str, Any]:
-    return dict(httpx.get(f"{url}/get_load", timeout=30).json()[0])
+    return dict(httpx.get(f"{url}/v1/loads", timeout=30).json()["loads"][0])
 
 
 def test_an_inference_side_abort_is_ridden_out_not_a_suspension(dev_stack: DevStack, slow_policy: str) -> None:
