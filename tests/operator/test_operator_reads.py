@@ -43,7 +43,7 @@ def test_own_status_write_causes_no_reads_and_no_pass(
     patches_before = _requests(operator, "PATCH")
 
     # The runner reports progress: the operator writes it into status (its own write).
-    progress = wire.Progress(turns=3, context_tokens=100, generated_tokens=50).model_dump_json()
+    progress = wire.ProgressReport(turns=3, context_tokens=100, generated_tokens=50).model_dump_json()
     answer = httpx.post(_url(operator, namespace, "quiet", uid, "/progress"), content=progress,
                         headers={"Authorization": f"Bearer {token}"}, timeout=30)
     assert answer.status_code == 200
