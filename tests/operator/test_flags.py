@@ -30,6 +30,7 @@ NON_DEFAULT: dict[str, tuple[list[str], object]] = {
     "extra_node_selector": (["--extra-node-selector", '{"pool": "rl"}'], {"pool": "rl"}),
     "store_url": (["--store-url", "s3://bucket/prefix"], "s3://bucket/prefix"),
     "s3_endpoint_url": (["--s3-endpoint-url", "http://minio:9000"], "http://minio:9000"),
+    "workers": (["--workers", "4"], 4),
     "status_coalesce_seconds": (["--status-coalesce-seconds", "0.5"], 0.5),
     "keep_failed_pods": (["--keep-failed-pods"], True),
 }
