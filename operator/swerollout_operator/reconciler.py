@@ -156,6 +156,7 @@ class Reconciler:
         await self.write_status(entry, change.status_patch)
         if change.new != change.old:
             self.metrics.transitions.labels(change.new.value).inc()
+            self.refresh_gauges()
             log.info("%s/%s: %s -> %s (%s)", entry.namespace, entry.name, change.old.value, change.new.value, reason)
             self.post_event(
                 entry, reason=reason, message=f"{change.old.value} -> {change.new.value}: {message}", warning=warning
