@@ -220,7 +220,9 @@ async def test_test_patch_touching_many_long_paths(
     """Resetting the test files works past one argument's 128 KiB, and removes the candidate's copies of new test files."""
     instance = api(bundled["confkit-equals"])
     folder = "tests/generated/" + "/".join(f"{'deeply_nested_fixture_directory_' * 2}{level}" for level in range(6))
-    generated = [f"{folder}/test_case_{i:05d}.py" for i in range(400)]
+    # Just past one argument's 128 KiB of paths, while the whole instance stays inside the
+    # API's 512 KiB bound on its texts.
+    generated = [f"{folder}/test_case_{i:05d}.py" for i in range(320)]
     assert sum(len(p) for p in generated) > 128 * 1024
     test_patch = instance.evaluation.test_patch + "".join(
         _new_file_diff(path, "def test_generated():\n    assert True\n") for path in generated
