@@ -117,7 +117,7 @@ def test_runner_logs_and_the_sandbox_cannot_read_the_runner_token(rollouts: Roll
     # another mount namespace and its processes in another PID namespace.
     sandbox = node.kubectl("exec", pod, "-c", "sandbox", "-n", ns, "--", "sh", "-c",
                            "ls /var/run/secrets/swerollout; cat /var/run/secrets/swerollout/ingest-token; "
-                           "grep -l agent_runner /proc/[0-9]*/cmdline")
+                           "grep -l 'agent_[r]unner' /proc/[0-9]*/cmdline")   # [r]: the grep must not find itself
     assert sandbox.stdout.split() == ["swerex-token"], sandbox.stdout
     assert "No such file" in sandbox.stderr
     rollouts.set_suspend("secrets", True)
