@@ -164,13 +164,20 @@ def down_command(args: argparse.Namespace) -> int:
     # that another directory runs is never touched.
     paths.runtime.mkdir(parents=True, exist_ok=True)
     with open(paths.lock, "a+") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.seek(0)
-            print(f"error: another cluster holds this machine ({lock.read().strip()}); not touching it",
-                  file=sys.stderr)
-            return 1
+        # Our supervisor may still be exiting (it holds the lock until its last moment):
+        # wait a little before concluding that another cluster holds the machine.
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    lock.seek(0)
+                    print(f"error: another cluster holds this machine ({lock.read().strip()}); not touching it",
+                          file=sys.stderr)
+                    return 1
+                time.sleep(0.5)
         teardown.stop_recorded(state)
         problems = teardown.clean_node(ClusterConfig(), paths)
     paths.state.unlink(missing_ok=True)
