@@ -58,7 +58,7 @@ async def test_every_kind_is_accepted_and_kinds_are_separate_objects(store: Resu
 
 
 async def test_unknown_kind_is_refused_naming_the_valid_ones(store: ResultStore) -> None:
-    with pytest.raises(InvalidRefError, match="unknown object kind 'logs'.*trajectory, snapshot, report, other"):
+    with pytest.raises(InvalidRefError, match="unknown object kind 'logs'.*trajectory, snapshot, report, patch, other"):
         await store.put(ROLLOUT, "logs", b"x")
     assert await store.usage() == StoreUsage(objects=0, bytes=0)
 
@@ -98,8 +98,9 @@ async def test_delete_owner_deletes_exactly_that_rollouts_objects(store: ResultS
         for owner in (longer_uid, other_namespace)
     }
 
-    assert await store.usage(victim) == StoreUsage(objects=4, bytes=sum(len(f"victim {k}") for k in ObjectKind))
-    assert await store.delete_owner(victim) == 4
+    kinds = len(ObjectKind)
+    assert await store.usage(victim) == StoreUsage(objects=kinds, bytes=sum(len(f"victim {k}") for k in ObjectKind))
+    assert await store.delete_owner(victim) == kinds
 
     for ref in victim_refs:
         assert not await store.exists(ref)
