@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -33,7 +33,9 @@ class ComponentState(BaseModel):
         return self.pid is not None and self.start_ticks is not None and start_ticks(self.pid) == self.start_ticks
 
 
-class DevState(BaseModel):
+class SupervisorState(BaseModel):
+    """What every supervisor (`dev up`, `cluster up`) records: its own process, its components, where to connect."""
+
     model_config = ConfigDict(extra="forbid")
 
     status: Literal["starting", "ready", "failed", "stopping"] = "starting"
@@ -41,7 +43,6 @@ class DevState(BaseModel):
     supervisor: ComponentState
     kubeconfig: str
     server_url: str = ""
-    sglang_url: str = ""
     components: dict[str, ComponentState] = Field(default_factory=dict)
 
     def write(self, path: Path) -> None:
@@ -50,8 +51,12 @@ class DevState(BaseModel):
         tmp.replace(path)
 
     @classmethod
-    def read(cls, path: Path) -> DevState | None:
+    def read(cls, path: Path) -> Self | None:
         try:
             return cls.model_validate(json.loads(path.read_text()))
         except (OSError, ValueError):
             return None
+
+
+class DevState(SupervisorState):
+    sglang_url: str = ""
