@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from . import netns, podnet
 from swerollout.api.v1alpha1 import ANNOTATION_EGRESS
+from swerollout.backoff import Backoff, Schedule
 
 from .config import NodeAgentConfig, parse_egress
 from .env import container_env, expand, referenced_objects
@@ -33,6 +34,17 @@ from .podspec import Container, Pod
 from .probes import probe_once
 from .process import ContainerProcess, ProcessRecord, kill_tree
 from .volumes import materialise
+
+# Waiting for a missing reference and restarting a container both back off like the
+# kubelet's CrashLoopBackOff, on the project's one backoff rule, and never give up: the
+# pod's own deadline or deletion ends the wait.
+_WAIT_RETRY = Backoff(first_seconds=0.5, max_seconds=10.0)
+
+
+def _pause(retry: Schedule) -> float:
+    delay = retry.next_delay()
+    assert delay is not None  # the policy has no bound
+    return delay
 
 log = logging.getLogger("swerollout.dev.nodeagent")
 
@@ -366,7 +378,7 @@ class PodRuntime:
             except ContainerConfigError as exc:
                 slot.state = {"waiting": {"reason": exc.reason, "message": str(exc)}}
                 raise
-        delay = 0.5
+        retry = _WAIT_RETRY.start()
         while True:
             try:
                 for kind, name in sorted(referenced_objects(self.pod)):
@@ -382,8 +394,7 @@ class PodRuntime:
                 for slot in [*self.init_slots, *self.slots]:
                     slot.state = {"waiting": {"reason": exc.reason, "message": str(exc)}}
                 self._touch()
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 10.0)
+                await asyncio.sleep(_pause(retry))
 
     async def _network(self) -> None:
         """The pod's namespaces and portal (adopted when a previous agent set them up)."""
@@ -417,7 +428,7 @@ class PodRuntime:
 
     async def _supervise(self, slot: ContainerSlot) -> int:
         """Run one container (adopting a live one), restarting it as restartPolicy says; return its last exit code."""
-        backoff = 0.5
+        retry = _WAIT_RETRY.start()
         while True:
             proc = self._adopt(slot)
             if proc is None:
@@ -427,8 +438,7 @@ class PodRuntime:
                     # Deleted since the pod started; the kubelet waits for it to come back.
                     slot.state = {"waiting": {"reason": exc.reason, "message": str(exc)}}
                     self._touch()
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, 10.0)
+                    await asyncio.sleep(_pause(retry))
                     for kind, name in list(self._objects):
                         self._objects[(kind, name)] = await self.host.fetch(self.pod.metadata.namespace, kind, name)
                     if self.stopping:
@@ -458,8 +468,7 @@ class PodRuntime:
             (self.dir.container(slot.spec.name) / "process.json").unlink(missing_ok=True)
             if not restart:
                 return code
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 10.0)
+            await asyncio.sleep(_pause(retry))
             if self.stopping or self.failure is not None:
                 slot.done = True
                 return code
