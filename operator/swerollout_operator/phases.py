@@ -20,7 +20,7 @@ from typing import Any
 from swerollout.api.v1alpha1 import ConditionStatus, ConditionType, Phase
 
 
-class Event(str, Enum):
+class Trigger(str, Enum):
     POD_CREATED = "PodCreated"
     """The rollout pod exists (created now or adopted after a restart)."""
     SANDBOX_READY = "SandboxReady"
@@ -47,31 +47,31 @@ class Event(str, Enum):
     """Anything that ends the rollout without a result."""
 
 
-_T: dict[tuple[Phase, Event], Phase] = {
-    (Phase.PENDING, Event.POD_CREATED): Phase.STARTING,
-    (Phase.PENDING, Event.FAILED): Phase.FAILED,
-    (Phase.PENDING, Event.STARTUP_FAILED): Phase.FAILED,
-    (Phase.STARTING, Event.SANDBOX_READY): Phase.RUNNING,
-    (Phase.STARTING, Event.STARTUP_FAILED): Phase.FAILED,
-    (Phase.STARTING, Event.POD_LOST): Phase.FAILED,
-    (Phase.STARTING, Event.FAILED): Phase.FAILED,
-    (Phase.RUNNING, Event.ABORTED): Phase.ABORTED,
-    (Phase.RUNNING, Event.FINISHED): Phase.EVALUATING,
-    (Phase.RUNNING, Event.FINISHED_UNGRADED): Phase.SUCCEEDED,
-    (Phase.RUNNING, Event.POD_LOST): Phase.FAILED,
-    (Phase.RUNNING, Event.FAILED): Phase.FAILED,
-    (Phase.ABORTED, Event.RESUME_REQUESTED): Phase.RESUMING,
-    (Phase.ABORTED, Event.POD_LOST): Phase.ABORTED,
-    (Phase.ABORTED, Event.FAILED): Phase.FAILED,
-    (Phase.RESUMING, Event.RESUMED): Phase.RUNNING,
-    (Phase.RESUMING, Event.REPLAY_STARTED): Phase.RESUMING,
-    (Phase.RESUMING, Event.ABORTED): Phase.ABORTED,
-    (Phase.RESUMING, Event.POD_LOST): Phase.RESUMING,
-    (Phase.RESUMING, Event.FINISHED): Phase.EVALUATING,
-    (Phase.RESUMING, Event.FINISHED_UNGRADED): Phase.SUCCEEDED,
-    (Phase.RESUMING, Event.FAILED): Phase.FAILED,
-    (Phase.EVALUATING, Event.EVALUATED): Phase.SUCCEEDED,
-    (Phase.EVALUATING, Event.FAILED): Phase.FAILED,
+_T: dict[tuple[Phase, Trigger], Phase] = {
+    (Phase.PENDING, Trigger.POD_CREATED): Phase.STARTING,
+    (Phase.PENDING, Trigger.FAILED): Phase.FAILED,
+    (Phase.PENDING, Trigger.STARTUP_FAILED): Phase.FAILED,
+    (Phase.STARTING, Trigger.SANDBOX_READY): Phase.RUNNING,
+    (Phase.STARTING, Trigger.STARTUP_FAILED): Phase.FAILED,
+    (Phase.STARTING, Trigger.POD_LOST): Phase.FAILED,
+    (Phase.STARTING, Trigger.FAILED): Phase.FAILED,
+    (Phase.RUNNING, Trigger.ABORTED): Phase.ABORTED,
+    (Phase.RUNNING, Trigger.FINISHED): Phase.EVALUATING,
+    (Phase.RUNNING, Trigger.FINISHED_UNGRADED): Phase.SUCCEEDED,
+    (Phase.RUNNING, Trigger.POD_LOST): Phase.FAILED,
+    (Phase.RUNNING, Trigger.FAILED): Phase.FAILED,
+    (Phase.ABORTED, Trigger.RESUME_REQUESTED): Phase.RESUMING,
+    (Phase.ABORTED, Trigger.POD_LOST): Phase.ABORTED,
+    (Phase.ABORTED, Trigger.FAILED): Phase.FAILED,
+    (Phase.RESUMING, Trigger.RESUMED): Phase.RUNNING,
+    (Phase.RESUMING, Trigger.REPLAY_STARTED): Phase.RESUMING,
+    (Phase.RESUMING, Trigger.ABORTED): Phase.ABORTED,
+    (Phase.RESUMING, Trigger.POD_LOST): Phase.RESUMING,
+    (Phase.RESUMING, Trigger.FINISHED): Phase.EVALUATING,
+    (Phase.RESUMING, Trigger.FINISHED_UNGRADED): Phase.SUCCEEDED,
+    (Phase.RESUMING, Trigger.FAILED): Phase.FAILED,
+    (Phase.EVALUATING, Trigger.EVALUATED): Phase.SUCCEEDED,
+    (Phase.EVALUATING, Trigger.FAILED): Phase.FAILED,
 }
 
 # Conditions that each phase implies; None = leave that condition as it is.
@@ -96,20 +96,20 @@ _CONDITIONS: dict[Phase, dict[ConditionType, ConditionStatus | None]] = {
 
 
 class IllegalTransition(Exception):
-    def __init__(self, phase: Phase, event: Event) -> None:
+    def __init__(self, phase: Phase, event: Trigger) -> None:
         super().__init__(f"event {event.value} is not allowed in phase {phase.value}")
         self.phase = phase
         self.event = event
 
 
-def next_phase(phase: Phase, event: Event) -> Phase:
+def next_phase(phase: Phase, event: Trigger) -> Phase:
     try:
         return _T[(phase, event)]
     except KeyError:
         raise IllegalTransition(phase, event) from None
 
 
-def allowed(phase: Phase, event: Event) -> bool:
+def allowed(phase: Phase, event: Trigger) -> bool:
     return (phase, event) in _T
 
 
@@ -147,13 +147,13 @@ def set_condition(
 class Transition:
     old: Phase
     new: Phase
-    event: Event
+    event: Trigger
     status_patch: dict[str, Any]
 
 
 def apply(
     status: dict[str, Any] | None,
-    event: Event,
+    event: Trigger,
     *,
     reason: str,
     message: str,

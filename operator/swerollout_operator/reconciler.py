@@ -31,7 +31,7 @@ from .deadlines import keepalive_expired, parse_time, startup_overdue, utcnow
 from .events import post_event
 from .metrics import OperatorMetrics
 from .objects import Objects, Rejected
-from .phases import Event, IllegalTransition
+from .phases import Trigger, IllegalTransition
 from .podstatus import PodState, read_pod
 from .progress import ProgressCoalescer
 from .runner_events import apply_runner_event
@@ -138,7 +138,7 @@ class Reconciler:
     async def transition(
         self,
         entry: Tracked,
-        event: Event,
+        event: Trigger,
         *,
         reason: str,
         message: str,
@@ -198,7 +198,7 @@ class Reconciler:
                 entry.last_error = str(exc)
                 raise
             except Rejected as exc:
-                await self.transition(entry, Event.FAILED, reason=exc.reason, message=str(exc), warning=True)
+                await self.transition(entry, Trigger.FAILED, reason=exc.reason, message=str(exc), warning=True)
             changed = entry.phase != before
         await self.notify(entry)
         if changed:
@@ -234,7 +234,7 @@ class Reconciler:
             entry.rollout_spec
         except ValidationError as exc:
             await self.transition(
-                entry, Event.FAILED, reason="InvalidSpec",
+                entry, Trigger.FAILED, reason="InvalidSpec",
                 message=f"{one_line(exc)}; fix it and create the rollout again", warning=True,
             )
             return False
@@ -256,7 +256,7 @@ class Reconciler:
             entry.pod_created_at = time.monotonic()
             handle = _sandbox(pod_name=pod["metadata"]["name"], pod_uid=pod["metadata"]["uid"])
             await self.transition(
-                entry, Event.POD_CREATED, reason="PodCreated",
+                entry, Trigger.POD_CREATED, reason="PodCreated",
                 message=f"pod {pod['metadata']['name']} created; waiting for the sandbox",
                 extra={"attempts": attempt, "sandbox": handle.to_patch()},
             )
@@ -266,7 +266,7 @@ class Reconciler:
             self.metrics.startup_failures.labels("PodDeleted").inc()
             name = (entry.status.get("sandbox") or {}).get("podName")
             await self.transition(
-                entry, Event.STARTUP_FAILED, reason="PodDeleted", message=f"pod {name} was deleted before it became ready",
+                entry, Trigger.STARTUP_FAILED, reason="PodDeleted", message=f"pod {name} was deleted before it became ready",
                 warning=True,
             )
             return
@@ -275,13 +275,13 @@ class Reconciler:
         if gone:
             self.metrics.startup_failures.labels(state.reason).inc()
             message = state.message or f"pod {pod['metadata']['name']} was deleted before it became ready"
-            await self.transition(entry, Event.STARTUP_FAILED, reason=state.reason or "PodDeleted", message=message,
+            await self.transition(entry, Trigger.STARTUP_FAILED, reason=state.reason or "PodDeleted", message=message,
                                   warning=True)
         elif state.ready:
             if entry.pod_created_at is not None:
                 self.metrics.sandbox_startup.observe(time.monotonic() - entry.pod_created_at)
             await self.transition(
-                entry, Event.SANDBOX_READY, reason="SandboxReady",
+                entry, Trigger.SANDBOX_READY, reason="SandboxReady",
                 message=f"pod {pod['metadata']['name']} is ready on {state.node_name}",
                 extra={"sandbox": _handle(pod, state)},
             )
@@ -292,13 +292,13 @@ class Reconciler:
             detail = (state.message if state else "") or "the pod was deleted"
             name = (entry.status.get("sandbox") or {}).get("podName")
             await self.transition(
-                entry, Event.POD_LOST, reason="PodLost",
+                entry, Trigger.POD_LOST, reason="PodLost",
                 message=f"sandbox pod {name} lost while running ({detail}); no snapshot to resume from", warning=True,
             )
 
     async def _reconcile_aborted(self, entry: Tracked) -> None:
         if not entry.spec.get("suspend"):
-            await self.transition(entry, Event.RESUME_REQUESTED, reason="ResumeRequested", message="spec.suspend is false")
+            await self.transition(entry, Trigger.RESUME_REQUESTED, reason="ResumeRequested", message="spec.suspend is false")
             return
         sandbox = entry.status.get("sandbox") or {}
         if sandbox.get("reclaimedAt"):
@@ -335,7 +335,7 @@ class Reconciler:
         attempt = max(1, int(entry.status.get("attempts") or 1)) + 1
         if attempt > MAX_ROLLOUT_ATTEMPTS:
             await self.transition(
-                entry, Event.FAILED, reason="TooManyAttempts",
+                entry, Trigger.FAILED, reason="TooManyAttempts",
                 message=f"the sandbox pod was lost {attempt - 1} times; giving up", warning=True,
             )
             return
@@ -347,7 +347,7 @@ class Reconciler:
             pod_ip=None, node_name=None, started_at=None, reclaimed_at=None,
         )
         await self.transition(
-            entry, Event.REPLAY_STARTED, reason="ReplayStarted",
+            entry, Trigger.REPLAY_STARTED, reason="ReplayStarted",
             message=f"the sandbox pod was gone; replaying the recorded actions into {pod['metadata']['name']}",
             extra={"attempts": attempt, "replay": True, "sandbox": handle.to_patch()},
         )
@@ -368,7 +368,7 @@ class Reconciler:
                 detail = f"{state.reason}: {state.message}" if state else "deleted"
                 if attempt >= MAX_EVAL_ATTEMPTS:
                     await self.transition(
-                        entry, Event.FAILED, reason="EvalPodFailed",
+                        entry, Trigger.FAILED, reason="EvalPodFailed",
                         message=f"eval pod {evaluation['podName']} failed ({detail}) after {attempt} attempts",
                         warning=True,
                     )
@@ -392,7 +392,7 @@ class Reconciler:
             detail = f"{state.reason}: {state.message}" if state.message else state.reason
         self.metrics.startup_failures.labels("Timeout").inc()
         await self.transition(
-            entry, Event.STARTUP_FAILED, reason="StartupTimeout",
+            entry, Trigger.STARTUP_FAILED, reason="StartupTimeout",
             message=f"sandbox pod {pod_name} not ready within startupTimeoutSeconds ({detail})", warning=True,
         )
 

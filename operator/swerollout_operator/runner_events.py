@@ -15,7 +15,7 @@ from swerollout.wire.ingest import EventKind, RunnerEvent, StoredObjectRef
 
 from .deadlines import parse_time, utcnow
 from .metrics import abort_reason_label
-from .phases import Event
+from .phases import Trigger
 from .progress import ProgressCoalescer
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ async def apply_runner_event(r: Reconciler, entry: Tracked, event: RunnerEvent) 
         if entry.phase == api.Phase.RESUMING:
             r.metrics.resumes.inc()
             message = "the runner resumed from the snapshot" + (f"; {notice}" if notice else "")
-            return await r.transition(entry, Event.RESUMED, reason="Resumed", message=message)
+            return await r.transition(entry, Trigger.RESUMED, reason="Resumed", message=message)
         if notice and entry.phase == api.Phase.RUNNING:
             await r.write_status(entry, {"message": notice})
         return False
@@ -49,7 +49,7 @@ async def apply_runner_event(r: Reconciler, entry: Tracked, event: RunnerEvent) 
     if event.kind == EventKind.EVALUATED:
         return await _evaluated(r, entry, event)
     return await r.transition(
-        entry, Event.FAILED, reason=event.reason or "RunnerFailed", message=event.message or "the runner failed",
+        entry, Trigger.FAILED, reason=event.reason or "RunnerFailed", message=event.message or "the runner failed",
         warning=True,
     )
 
@@ -57,7 +57,7 @@ async def apply_runner_event(r: Reconciler, entry: Tracked, event: RunnerEvent) 
 async def _aborted(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
     if event.snapshot is None:
         return await r.transition(
-            entry, Event.FAILED, reason="NoSnapshot", message="the runner aborted without a snapshot", warning=True
+            entry, Trigger.FAILED, reason="NoSnapshot", message="the runner aborted without a snapshot", warning=True
         )
     reason = event.reason or "Suspended"
     partial = api.Partial(
@@ -69,7 +69,7 @@ async def _aborted(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
     # spec is the user's: an abort that meets `suspend: false` (a resume that overtook
     # it) is resumed by the next pass, never turned into a suspension.
     applied = await r.transition(
-        entry, Event.ABORTED, reason=reason,
+        entry, Trigger.ABORTED, reason=reason,
         message=event.message or f"aborted after {event.turns} turns; snapshot kept",
         extra={"partial": partial.to_patch(), "replay": False, "progress": ProgressCoalescer.final(entry, event).to_patch()},
     )
@@ -94,18 +94,18 @@ async def _finished(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
     decision = gate_exit_status(exit_status, spec.mode)
     if not spec.reward.enabled:
         return await r.transition(
-            entry, Event.FINISHED_UNGRADED, reason="Finished", message=f"{exit_status}; reward disabled", extra=extra,
+            entry, Trigger.FINISHED_UNGRADED, reason="Finished", message=f"{exit_status}; reward disabled", extra=extra,
         )
     if not decision.evaluate or not result.has_patch:
         why = decision.reason if not decision.evaluate else "no patch to evaluate"
         reward = api.RewardStatus(value=0.0, resolved=False, graded=False, message=why[:1024])
         return await r.transition(
-            entry, Event.FINISHED_UNGRADED, reason="NotGraded", message=f"{exit_status}: {why}",
+            entry, Trigger.FINISHED_UNGRADED, reason="NotGraded", message=f"{exit_status}: {why}",
             extra={**extra, "reward": reward.to_patch()},
         )
     # The next pass deletes the policy's pod (the eval pod never sees it) and makes the eval pod.
     return await r.transition(
-        entry, Event.FINISHED, reason="Finished", message=f"{exit_status}; evaluating the patch in a fresh pod",
+        entry, Trigger.FINISHED, reason="Finished", message=f"{exit_status}; evaluating the patch in a fresh pod",
         extra={**extra, "evaluation": api.EvaluationState(attempt=1).to_patch()},
     )
 
@@ -124,7 +124,7 @@ async def _evaluated(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
         reward.report = object_ref(event.report)
     started = parse_time((entry.status.get("evaluation") or {}).get("startedAt"))
     applied = await r.transition(
-        entry, Event.EVALUATED, reason="Evaluated",
+        entry, Trigger.EVALUATED, reason="Evaluated",
         message=f"reward {report.reward} ({'resolved' if report.resolved else 'not resolved'})",
         extra={"reward": reward.to_patch()},
     )

@@ -10,7 +10,7 @@ import pytest
 from swerollout.api import v1alpha1 as api
 from swerollout.api.v1alpha1 import ConditionType, Phase
 from swerollout_operator import phases, podspec
-from swerollout_operator.phases import Event, IllegalTransition
+from swerollout_operator.phases import Trigger, IllegalTransition
 from swerollout_operator.podstatus import read_pod
 from swerollout_operator.settings import OperatorSettings
 from swerollout_operator.tokens import TokenKey, TokenKind
@@ -128,13 +128,13 @@ def test_long_names_stay_valid_and_distinct() -> None:
 def test_phase_machine_happy_path_sets_conditions() -> None:
     status: dict[str, Any] = {}
     path = [
-        (Event.POD_CREATED, Phase.STARTING),
-        (Event.SANDBOX_READY, Phase.RUNNING),
-        (Event.ABORTED, Phase.ABORTED),
-        (Event.RESUME_REQUESTED, Phase.RESUMING),
-        (Event.RESUMED, Phase.RUNNING),
-        (Event.FINISHED, Phase.EVALUATING),
-        (Event.EVALUATED, Phase.SUCCEEDED),
+        (Trigger.POD_CREATED, Phase.STARTING),
+        (Trigger.SANDBOX_READY, Phase.RUNNING),
+        (Trigger.ABORTED, Phase.ABORTED),
+        (Trigger.RESUME_REQUESTED, Phase.RESUMING),
+        (Trigger.RESUMED, Phase.RUNNING),
+        (Trigger.FINISHED, Phase.EVALUATING),
+        (Trigger.EVALUATED, Phase.SUCCEEDED),
     ]
     for event, expected in path:
         change = phases.apply(status, event, reason=event.value, message="m", generation=3)
@@ -149,9 +149,9 @@ def test_phase_machine_happy_path_sets_conditions() -> None:
 
 def test_phase_machine_refuses_what_does_not_apply() -> None:
     with pytest.raises(IllegalTransition):
-        phases.apply({"phase": "Succeeded"}, Event.SANDBOX_READY, reason="x", message="", generation=1)
+        phases.apply({"phase": "Succeeded"}, Trigger.SANDBOX_READY, reason="x", message="", generation=1)
     with pytest.raises(IllegalTransition):
-        phases.apply({"phase": "Pending"}, Event.EVALUATED, reason="x", message="", generation=1)
+        phases.apply({"phase": "Pending"}, Trigger.EVALUATED, reason="x", message="", generation=1)
 
 
 def test_condition_transition_time_moves_only_on_status_change() -> None:
