@@ -24,10 +24,11 @@ or the spec.
 
 Routed experts (MoE routing replay): each request asks only for the rows it adds
 (``routed_experts_start_len`` = rows stored so far), so the stored rows are one per
-token the model read: the trajectory's ``routed_experts`` is int32
-``[len(prompt_ids) + len(response_ids) - 1, layers * top_k]`` (the final sampled
-token was never read back). Rows of an aborted (dropped) request are dropped with
-its tokens. A server that returns none although asked gets a note.
+token the model read. The trajectory's ``routed_experts`` has one row per token: those
+rows, then zero filler from ``routed_experts_forwarded`` on (the final sampled token,
+never read back, and any delta appended after the last request); Trajectory's module
+doc is the one statement of that alignment. Rows of an aborted (dropped) request are
+dropped with its tokens. A server that returns none although asked gets a note.
 
 Abort policy: DROP. When the server aborts a request (weight update, suspend), the
 tokens it generated in that request are discarded and counted in ``dropped_total``
@@ -239,10 +240,15 @@ class RLTokenModel:
         state.routed_experts_rows += expected
 
     def routed_experts_bytes(self) -> bytes | None:
-        """The stored routing rows as one little-endian int32 block, None when there are none."""
-        if not self.state.routed_experts_width:
+        """One little-endian int32 routing row per token of the list, None when there are none:
+        the server's rows (``state.routed_experts_rows`` of them), then zero filler for the
+        tokens it never forwarded (the final sampled token, a trailing delta). The alignment
+        is Trajectory's (swerollout/wire/trajectory.py)."""
+        width = self.state.routed_experts_width
+        if not width:
             return None
-        return b"".join(base64.b64decode(chunk) for chunk in self.state.routed_experts)
+        filler = bytes(4 * width * (len(self.buffer) - self.state.routed_experts_rows))
+        return b"".join(base64.b64decode(chunk) for chunk in self.state.routed_experts) + filler
 
     def _prepare_request(self) -> None:
         """Turn pending messages into tokens so the list ends with a generation prompt."""
@@ -386,6 +392,9 @@ class RLTokenModel:
             timings=timings or {},
             routed_experts=self.routed_experts_bytes() if self.return_routed_experts else None,
             routed_experts_width=self.state.routed_experts_width or None if self.return_routed_experts else None,
+            routed_experts_forwarded=(
+                self.state.routed_experts_rows if self.return_routed_experts and self.state.routed_experts_width else None
+            ),
             info=extra,
         )
 

@@ -307,9 +307,35 @@ async def test_routed_experts_one_row_per_token_read(fake_sglang: FakeSGLang) ->
     traj = Trajectory.from_bytes(model.trajectory(exit_status="submitted").to_bytes())
     rows = traj.routed_experts_array()
     total = len(traj.prompt_ids) + len(traj.response_ids)
-    assert rows is not None and rows.shape == (total - 1, 4)
-    assert rows[:, 0].tolist() == [p * 10 for p in range(total - 1)]  # row p belongs to token p
+    # One row per token: the final sampled token was never forwarded, its row is zero filler.
+    assert rows is not None and rows.shape == (total, 4) and traj.routed_experts_forwarded == total - 1
+    assert rows[:-1, 0].tolist() == [p * 10 for p in range(total - 1)]  # row p belongs to token p
+    assert rows[-1].tolist() == [0, 0, 0, 0]
+    verl, slime = traj.routed_experts_for_verl(layers=2), traj.routed_experts_for_slime(layers=2)
+    assert verl is not None and verl.shape == (total, 2, 2)
+    assert slime is not None and slime.shape == (total - 1, 2, 2) and slime[5].tolist() == [[50, 51], [52, 53]]
     assert "notes" not in traj.info
+    await model.client.aclose()
+
+
+async def test_routed_experts_cover_a_trailing_delta_with_filler(fake_sglang: FakeSGLang) -> None:
+    """A run that ends with environment tokens the server never read (the context edge) still
+    stores one row per token; the forwarded count says where the server's rows end."""
+    fake_sglang.routed_width = 2
+    model = _model(fake_sglang.url, return_routed_experts=True, max_context_tokens=400)
+    model.add_messages(PROMPT)
+    tok = model.tokenizer
+    fake_sglang.default_output = [*tok.encode("look", add_special_tokens=False), tok.convert_tokens_to_ids("<|im_end|>")]
+    await model.generate()
+    read = len(model.buffer) - 1
+    model.add_messages([{"role": "user", "content": "x " * 400}])
+    with pytest.raises(ContextBudgetError):
+        await model.generate()
+    traj = Trajectory.from_bytes(model.trajectory(exit_status="exit_context").to_bytes())
+    rows = traj.routed_experts_array()
+    assert rows is not None and rows.shape[0] == len(traj.prompt_ids) + len(traj.response_ids) > read + 1
+    assert traj.routed_experts_forwarded == read
+    assert not rows[read:].any()
     await model.client.aclose()
 
 

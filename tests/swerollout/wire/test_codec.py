@@ -25,9 +25,10 @@ def _trajectory() -> Trajectory:
         submission="diff --git a/x b/x\n",
         turns=2,
         timings={"generation": 1.5},
-        # 11 tokens read -> 10 rows (the last sampled token is never read back) of 2 layers x 2 experts
-        routed_experts=np.arange(40, dtype="<i4").tobytes(),
+        # 11 tokens -> 11 rows of 2 layers x 2 experts; the last sampled token is never read back (filler)
+        routed_experts=np.concatenate([np.arange(40), np.zeros(4)]).astype("<i4").tobytes(),
         routed_experts_width=4,
+        routed_experts_forwarded=10,
         info={"rids": ["a.", "b."]},
     )
 
@@ -45,13 +46,35 @@ def test_trajectory_round_trip() -> None:
     assert Trajectory.from_bytes(original.to_bytes()) == original  # values are float32-exact here
 
 
-def test_trajectory_routed_experts_one_row_per_token_read() -> None:
+def test_trajectory_routed_experts_one_row_per_token() -> None:
     traj = Trajectory.from_bytes(_trajectory().to_bytes())
     rows = traj.routed_experts_array()
-    assert rows is not None and rows.shape == (len(traj.prompt_ids) + len(traj.response_ids) - 1, 4)
-    assert rows[3].tolist() == [12, 13, 14, 15]
-    with pytest.raises(ValueError, match="10 rows of routed_experts_width 4 int32 values need 160"):
-        Trajectory.model_validate({**_trajectory().model_dump(), "routed_experts": bytes(156)})
+    assert rows is not None and rows.shape == (len(traj.prompt_ids) + len(traj.response_ids), 4)
+    assert rows[3].tolist() == [12, 13, 14, 15] and traj.routed_experts_forwarded == 10
+    with pytest.raises(ValueError, match="11 rows \\(one per token\\) of routed_experts_width 4 int32 values need 176"):
+        Trajectory.model_validate({**_trajectory().model_dump(), "routed_experts": bytes(160)})
+    with pytest.raises(ValueError, match="routed_experts_forwarded is 11; with routed_experts it must be 0..10"):
+        Trajectory.model_validate({**_trajectory().model_dump(), "routed_experts_forwarded": 11})
+
+
+def test_trajectory_v2_routed_experts_read_as_one_row_per_token() -> None:
+    """A v2 blob stored only the forwarded rows (one fewer than tokens): read with a filler row."""
+    v3 = _trajectory()
+    meta = v3.model_dump(exclude={"prompt_ids", "response_ids", "loss_mask", "logprobs", "weight_versions", "routed_experts"})
+    meta.pop("routed_experts_forwarded")
+    table: list[str | None] = [None, "v1", "v2"]
+    blob = encode(
+        "trajectory",
+        {**meta, "schema_version": 2, "version_table": table},
+        {
+            "prompt_ids": v3.prompt_ids, "response_ids": v3.response_ids, "loss_mask": v3.loss_mask,
+            "logprobs": v3.logprobs, "version_index": np.array([table.index(v) for v in v3.weight_versions], dtype="<u2"),
+            "routed_experts": np.arange(40, dtype="<i4"),
+        },
+        dtypes={"prompt_ids": "<i4", "response_ids": "<i4", "loss_mask": "|u1", "logprobs": "<f4"},
+    )
+    got = Trajectory.from_bytes(blob)
+    assert got.routed_experts == v3.routed_experts and got.routed_experts_forwarded == 10
 
 
 def test_trajectory_rejects_misaligned_arrays() -> None:
