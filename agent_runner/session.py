@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from swerollout.api import v1alpha1 as api
 from swerollout.api.base import one_line
+from swerollout.backoff import Backoff, Schedule
 from swerollout.exit_status import is_truncated
 from swerollout.tokenizers import load_tokenizer
 from swerollout.wire import ingest as wire
@@ -39,7 +40,7 @@ from .config import ActionFormat, AgentConfig, ConfigError
 from .eval import EvalRequest, evaluate
 from .ingest_client import IngestClient
 from .loop import AgentLoop, LoopResult, LoopState, StepInfo, TaskInfo
-from .errors import ModelError
+from .errors import ModelError, ModelUnavailableError
 from .model import FinishReason, Model, ModelTurn
 from .rl_model import RLTokenModel
 from .sandbox import Sandbox
@@ -87,9 +88,13 @@ async def _apply_server_limits(model: Model, client: SGLangClient) -> str:
 # can race it (the trainer aborts the server first, then marks the rollouts), so
 # before re-sampling we give our own abort this long to arrive.
 OWN_ABORT_GRACE_SECONDS = 2.0
-# How long a run keeps re-sampling through inference-side aborts (counted from the
-# first abort of an unbroken series) before it ends as exit_api.
+# How long a run waits out an inference server that is down, failing (5xx, 429) or
+# aborting its requests, counted from the first failure of an unbroken series, before
+# it ends as exit_api: spec.inference.outageBudgetSeconds (this is its default).
 INFERENCE_OUTAGE_BUDGET_SECONDS = 600.0
+# The pauses between re-sends while the server is down (the client's own quick
+# retries come first); the budget bounds them.
+OUTAGE_BACKOFF = Backoff(first_seconds=1.0, max_seconds=15.0)
 
 
 class AbortableModel:
@@ -103,7 +108,10 @@ class AbortableModel:
     live yet). During an ``in_place`` pause SGLang answers aborts only after
     /continue_generation; after 30 tries the local request is cancelled. An abort
     the runner did not request is ridden out here (see OWN_ABORT_GRACE_SECONDS): the
-    loop never sees it, and `inference_aborts` counts it.
+    loop never sees it, and `inference_aborts` counts it. A server that cannot be
+    reached or keeps failing after the client's quick retries (ModelUnavailableError:
+    connection errors, 5xx, 429) is waited out the same way, with backoff: the turn
+    is sent again once it answers. Both share one budget per unbroken series.
     """
 
     def __init__(
@@ -122,6 +130,8 @@ class AbortableModel:
         self._outage_budget = outage_budget
         self.inference_aborts = 0
         """Inference-side aborts ridden out (re-sampled) in this run."""
+        self.outage_retries = 0
+        """Turns re-sent after the server was unreachable or failing, in this run."""
         self.generation_seconds: list[float] = []
         """Wall time of each generate call, drained by the progress reporter."""
 
@@ -137,26 +147,46 @@ class AbortableModel:
         self.inner.add_messages(messages)
 
     async def generate(self, *, max_new_tokens: int | None = None) -> ModelTurn:
-        outage_started: float | None = None
+        outage: Schedule | None = None
         while True:
-            turn = await self._generate_once(max_new_tokens)
+            try:
+                turn = await self._generate_once(max_new_tokens)
+            except ModelUnavailableError as exc:
+                if self.requested.is_set():
+                    return ModelTurn(text="", finish_reason=FinishReason.ABORT)
+                outage = outage or OUTAGE_BACKOFF.model_copy(update={"budget_seconds": self._outage_budget}).start()
+                delay = outage.next_delay()
+                if delay is None:
+                    raise ModelUnavailableError(
+                        f"the inference server stayed unavailable for {outage.elapsed:.0f} s, past "
+                        f"spec.inference.outageBudgetSeconds ({self._outage_budget:.0f} s); last error: {exc}"
+                    ) from exc
+                self.outage_retries += 1
+                log.warning("inference server unavailable (%s); sending the turn again in %.1f s", exc, delay)
+                if await self._suspended_within(delay):
+                    return ModelTurn(text="", finish_reason=FinishReason.ABORT)
+                continue
             if turn.finish_reason != FinishReason.ABORT or self.requested.is_set():
                 return turn
             # Not ours: wait briefly for a suspension that may be on its way.
-            try:
-                await asyncio.wait_for(self.requested.wait(), timeout=self._own_abort_grace)
+            if await self._suspended_within(self._own_abort_grace):
                 return turn
-            except asyncio.TimeoutError:
-                pass
-            now = time.monotonic()
-            outage_started = now if outage_started is None else outage_started
-            if now - outage_started > self._outage_budget:
+            outage = outage or OUTAGE_BACKOFF.model_copy(update={"budget_seconds": self._outage_budget}).start()
+            if outage.elapsed > self._outage_budget:
                 raise ModelError(
-                    f"the inference server kept aborting this run's requests for {now - outage_started:.0f} s "
-                    f"(outage budget {self._outage_budget:.0f} s)"
+                    f"the inference server kept aborting this run's requests for {outage.elapsed:.0f} s, past "
+                    f"spec.inference.outageBudgetSeconds ({self._outage_budget:.0f} s)"
                 )
             self.inference_aborts += 1
             log.info("inference-side abort (%d so far): re-sampling the turn", self.inference_aborts)
+
+    async def _suspended_within(self, seconds: float) -> bool:
+        """Wait up to ``seconds``; True as soon as our own abort is requested."""
+        try:
+            await asyncio.wait_for(self.requested.wait(), timeout=seconds)
+            return True
+        except asyncio.TimeoutError:
+            return False
 
     async def _generate_once(self, max_new_tokens: int | None) -> ModelTurn:
         if self.requested.is_set():
@@ -303,7 +333,10 @@ class Runner:
                 )
                 return
         notice = await _apply_server_limits(inner, client) if client else ""
-        abortable = AbortableModel(inner, client.abort_in_flight if client else None)
+        abortable = AbortableModel(
+            inner, client.abort_in_flight if client else None,
+            outage_budget=float(spec.inference.outage_budget_seconds),
+        )
         abortable.inference_aborts = int(agent_state.get("inference_aborts") or 0)
         await self.ingest.event(
             wire.RunnerEvent(

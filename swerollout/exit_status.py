@@ -26,6 +26,7 @@ __all__ = [
     "base_exit",
     "gate_exit_status",
     "is_autosubmission",
+    "is_failed_run",
     "is_infrastructure_failure",
     "is_truncated",
     "metric_label",
@@ -94,6 +95,15 @@ def is_infrastructure_failure(status: str | None) -> bool:
     if not status or not status.strip():
         return True
     return base_exit(status) in {s.value for s in INFRASTRUCTURE_EXITS}
+
+
+def is_failed_run(status: str | None, graded: bool) -> bool:
+    """A finished run that failed: an infrastructure exit with no grade to show for it.
+
+    The one rule behind the operator's phase (such a run ends Failed) and the trainer
+    status of the client's records (`failed`); a graded autosubmission (validate mode)
+    has a real reward and is not failed."""
+    return is_infrastructure_failure(status) and not graded
 
 
 def metric_label(status: str) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from swerollout.api import v1alpha1 as api
-from swerollout.exit_status import gate_exit_status
+from swerollout.exit_status import ExitStatus, base_exit, gate_exit_status, is_failed_run
 from swerollout.wire.ingest import EventKind, RunnerEvent, StoredObjectRef
 
 from .deadlines import parse_time, utcnow
@@ -21,6 +21,18 @@ from .progress import ProgressCoalescer
 if TYPE_CHECKING:
     from .cache import Tracked
     from .reconciler import Reconciler
+
+
+# The Event reason of a run that ended on an infrastructure exit (no reward to give).
+FAILURE_REASONS = {
+    ExitStatus.EXIT_API.value: "InferenceFailed",
+    ExitStatus.EXIT_ENVIRONMENT_ERROR.value: "SandboxFailed",
+    ExitStatus.EXIT_ERROR.value: "RunnerError",
+}
+
+
+def failure_reason(exit_status: str) -> str:
+    return FAILURE_REASONS.get(base_exit(exit_status), "RunnerError")
 
 
 def object_ref(ref: StoredObjectRef) -> api.ObjectRef:
@@ -92,6 +104,15 @@ async def _finished(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
     extra = {"result": result.to_patch(), "progress": ProgressCoalescer.final(entry, event).to_patch()}
     spec = entry.rollout_spec
     decision = gate_exit_status(exit_status, spec.mode)
+    graded = spec.reward.enabled and decision.evaluate and result.has_patch
+    if is_failed_run(exit_status, graded):
+        # The infrastructure ended this run, not the policy, and nothing will be
+        # graded: the rollout fails, naming the cause (the trajectory is kept).
+        cause = event.message.strip() or "the runner gave no detail"
+        return await r.transition(
+            entry, Trigger.FAILED, reason=failure_reason(exit_status),
+            message=f"{exit_status}: {cause}"[:4096], extra=extra, warning=True,
+        )
     if not spec.reward.enabled:
         return await r.transition(
             entry, Trigger.FINISHED_UNGRADED, reason="Finished", message=f"{exit_status}; reward disabled", extra=extra,
@@ -123,11 +144,20 @@ async def _evaluated(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
     if event.report:
         reward.report = object_ref(event.report)
     started = parse_time((entry.status.get("evaluation") or {}).get("startedAt"))
-    applied = await r.transition(
-        entry, Trigger.EVALUATED, reason="Evaluated",
-        message=f"reward {report.reward} ({'resolved' if report.resolved else 'not resolved'})",
-        extra={"reward": reward.to_patch()},
-    )
+    exit_status = str((entry.status.get("result") or {}).get("exitStatus") or "")
+    if is_failed_run(exit_status, report.graded):
+        # An autosubmission after an infrastructure exit that could not be graded either.
+        applied = await r.transition(
+            entry, Trigger.FAILED, reason=failure_reason(exit_status),
+            message=f"{exit_status}, and the autosubmitted patch could not be graded: {report.message}"[:4096],
+            extra={"reward": reward.to_patch()}, warning=True,
+        )
+    else:
+        applied = await r.transition(
+            entry, Trigger.EVALUATED, reason="Evaluated",
+            message=f"reward {report.reward} ({'resolved' if report.resolved else 'not resolved'})",
+            extra={"reward": reward.to_patch()},
+        )
     if applied and started is not None:
         r.metrics.eval_duration.observe((utcnow() - started).total_seconds())
     return applied

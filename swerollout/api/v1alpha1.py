@@ -514,6 +514,8 @@ class Inference(ApiModel):
     """Weight version the trainer expects; recorded per token when the server reports none."""
     request_timeout_seconds: int = Field(default=600, ge=1, le=86400)
     """Timeout of one generate request (seconds)."""
+    outage_budget_seconds: int = Field(default=600, ge=0, le=86400)
+    """How long the runner waits out an inference server that is unreachable, answers 5xx or 429, or keeps aborting this run's requests (a restart, a weight update), counted from the first failure of an unbroken series. The turn is re-sent once the server is back; past the budget the run ends `exit_api` and the rollout fails naming the cause. 0: give up after the client's few quick retries."""
     return_routed_experts: bool = False
     """Ask SGLang for MoE routing decisions and keep them in the trajectory."""
 

@@ -169,6 +169,7 @@ def _get(args: argparse.Namespace, client: RolloutClient) -> int:
         ("Mode", spec.get("mode", "")),
         ("Suspend", str(spec.get("suspend", False)).lower()),
         ("Phase", state.phase.value),
+        ("Trainer status", state.status.value if state.phase.is_terminal else ""),
         ("Message", status.get("message", "")),
         ("Turns", str(state.turns)),
         ("Generated tokens", str(state.generated_tokens)),

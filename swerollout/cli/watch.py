@@ -1,7 +1,9 @@
 """`swerollout watch --batch NAME`: live progress of a batch until every rollout finished.
 
 Shows rollouts per phase, generated tokens and tokens per second, rewards and
-resolved counts. Exits 0 when all succeeded, 1 when some failed.
+resolved counts. The final line counts the finished rollouts per trainer status
+(completed, truncated, failed), the same statuses `results` and the client's records
+give. Exits 0 when none failed, 1 when some failed.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from rich.table import Table
 
 from swerollout.api.v1alpha1 import Phase
 from swerollout.cli.rollouts import EXIT_BATCH_FAILURES, EXIT_OK, add_connection_args, run_client_command
-from swerollout.client import BatchProgress, RolloutClient
+from swerollout.client import BatchProgress, RolloutClient, TrainerStatus
 
 
 class RateMeter:
@@ -75,9 +77,10 @@ def _watch(args: argparse.Namespace, client: RolloutClient) -> int:
             live.update(Group(*parts), refresh=True)
 
         final = client.wait(args.batch, progress=show, timeout=args.timeout)
-    verdict = "all succeeded" if final.failed == 0 else f"{final.failed} failed"
+    counts = final.statuses
+    verdict = ", ".join(f"{counts[s.value]} {s.value}" for s in TrainerStatus if counts.get(s.value)) or "none"
     for member in final.members:
-        if member.phase is Phase.FAILED:
+        if member.status is TrainerStatus.FAILED:
             console.print(f"  failed: {member.name}: {member.message or member.exit_status or 'no message'}", highlight=False)
     console.print(f"batch {args.batch}: {final.finished}/{final.total} finished, {verdict}", highlight=False)
     return EXIT_OK if final.failed == 0 else EXIT_BATCH_FAILURES

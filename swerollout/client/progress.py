@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from swerollout.api.v1alpha1 import Phase
-from swerollout.client.records import parse_status
+from swerollout.client.records import TrainerStatus, parse_status, trainer_status
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,8 @@ class MemberState:
     suspend: bool
     message: str = ""
     """The operator's summary of the latest phase change (why it failed, for example)."""
+    status: TrainerStatus = TrainerStatus.ABORTED
+    """What the trainer's records say of this member (`results`, the client's records)."""
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,13 @@ class BatchProgress:
 
     @property
     def failed(self) -> int:
-        return sum(1 for m in self.members if m.phase is Phase.FAILED)
+        """Members whose trainer status is failed (the same rule as the client's records)."""
+        return sum(1 for m in self.members if m.status is TrainerStatus.FAILED)
+
+    @property
+    def statuses(self) -> dict[str, int]:
+        """Finished members per trainer status, e.g. {"completed": 4, "failed": 1}."""
+        return dict(Counter(m.status.value for m in self.members if m.phase.is_terminal))
 
     @property
     def done(self) -> bool:
@@ -92,4 +100,8 @@ def member_state(obj: dict[str, Any]) -> MemberState:
         exit_status=result.exit_status if result else None,
         suspend=bool((obj.get("spec") or {}).get("suspend", False)),
         message=status.message,
+        status=trainer_status(
+            status.phase, result.exit_status if result else None, bool(result and result.truncated),
+            bool(reward and reward.graded),
+        ),
     )

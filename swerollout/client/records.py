@@ -21,7 +21,7 @@ from swerollout.api.v1alpha1 import (
     SWERolloutStatus,
 )
 from swerollout.client.errors import ClientError
-from swerollout.exit_status import is_infrastructure_failure, is_truncated
+from swerollout.exit_status import is_failed_run, is_truncated
 from swerollout.wire.trajectory import Trajectory
 
 LABEL_SAMPLE = "swerollout.io/sample"
@@ -44,15 +44,23 @@ class TrainerStatus(StrEnum):
     """The rollout failed (phase Failed) or ended on an infrastructure error."""
 
 
-def trainer_status(phase: Phase, exit_status: str | None, truncated: bool = False) -> TrainerStatus:
-    """The trainer-facing status of a rollout from its phase and SWE-agent exit status."""
+def trainer_status(
+    phase: Phase, exit_status: str | None, truncated: bool = False, graded: bool = False
+) -> TrainerStatus:
+    """The trainer-facing status of a rollout from its phase and SWE-agent exit status.
+
+    The operator ends an ungraded infrastructure exit (exit_api, ...) in phase Failed,
+    so `failed` here, `kubectl get` and `swerollout watch` agree. A graded one (validate
+    mode grades autosubmissions) has a real reward and counts as completed. A Succeeded
+    rollout with an ungraded infrastructure exit (written by an older operator) is
+    still failed."""
     if phase is Phase.FAILED:
         return TrainerStatus.FAILED
     if phase is not Phase.SUCCEEDED:
         return TrainerStatus.ABORTED
     if truncated or is_truncated(exit_status or ""):
         return TrainerStatus.TRUNCATED
-    if is_infrastructure_failure(exit_status):
+    if is_failed_run(exit_status, graded):
         return TrainerStatus.FAILED
     return TrainerStatus.COMPLETED
 
@@ -240,7 +248,9 @@ def build_record(
         member=member,
         instance_id=instance_id,
         phase=status.phase,
-        status=trainer_status(status.phase, exit_status, bool(result and result.truncated)),
+        status=trainer_status(
+            status.phase, exit_status, bool(result and result.truncated), bool(reward and reward.graded)
+        ),
         exit_status=exit_status,
         reward=reward.value if reward else None,
         resolved=reward.resolved if reward else None,

@@ -176,3 +176,41 @@ def test_results_endpoint_checks_the_callers_identity(
     assert got.status_code == 200 and got.content == b"the-trajectory"
     # The runner's ingest token is not a Kubernetes identity.
     assert httpx.get(results, headers=auth).status_code == 401
+
+
+def test_an_infrastructure_exit_fails_the_rollout_naming_the_cause(
+    operator: OperatorProcess, kubectl: Callable[..., Any], namespace: str
+) -> None:
+    """exit_api (the inference server stayed down past the budget) is no reward of the
+    policy: the rollout ends Failed with the runner's cause in status and an Event, and
+    the client's records, `watch`'s counts and `kubectl get` all say failed."""
+    from swerollout.client.progress import BatchProgress
+    from swerollout.client.records import TrainerStatus
+
+    uid, token = _setup(operator, kubectl, namespace, "down")
+    auth = {"Authorization": f"Bearer {token}", "X-Swerollout-Role": "rollout", "X-Swerollout-Attempt": "1"}
+    url = _url(operator, namespace, "down", uid, "/assignment")
+    first = httpx.get(url, headers=auth, params={"wait": "0"}).json()
+    mark_ready(kubectl, namespace, "down-a1")
+    run = httpx.get(url, headers=auth, params={"wait": "60", "after": first["id"]}, timeout=90).json()
+    assert run["kind"] == "run"
+    cause = ("ModelUnavailableError: the inference server stayed unavailable for 601 s, past "
+             "spec.inference.outageBudgetSeconds (600 s); last error: cannot connect")
+    finished = wire.RunnerEvent(
+        kind=wire.EventKind.FINISHED, assignment_id=run["id"], exit_status="exit_api", turns=2, message=cause,
+    ).model_dump_json()
+    assert httpx.post(_url(operator, namespace, "down", uid, "/events"), content=finished, headers=auth).status_code == 200
+    wait_for("Failed", lambda: phase(kubectl, namespace, "down") == "Failed", op=operator)
+    obj = get_json(kubectl, "swer", "down", "-n", namespace)
+    status = obj["status"]
+    assert status["message"] == f"exit_api: {cause}"
+    assert status["result"]["exitStatus"] == "exit_api" and status["result"]["turns"] == 2
+    wait_for("the failure event", lambda: any(
+        e["reason"] == "InferenceFailed" and "outageBudgetSeconds" in e["message"] and e["type"] == "Warning"
+        and e["involvedObject"]["name"] == "down"
+        for e in get_json(kubectl, "events", "-n", namespace)["items"]
+    ), op=operator)
+    progress = BatchProgress.from_objects("b", [obj])
+    assert progress.failed == 1 and progress.statuses == {TrainerStatus.FAILED.value: 1}
+    printed = kubectl("get", "swer", "down", "-n", namespace, "--no-headers")
+    assert "Failed" in printed.stdout.split(), printed.stdout

@@ -71,6 +71,7 @@ async def finish(
     phase: str = "Succeeded",
     reward: float = 1.0,
     resolved: bool = True,
+    graded: bool = True,
     report: dict[str, Any] | None = None,
 ) -> None:
     """Store the trajectory (and the eval report, if given) under the rollout's uid and
@@ -78,7 +79,7 @@ async def finish(
     obj = await kube.get(SWEROLLOUTS, name, namespace)
     owner = Owner(namespace=namespace, uid=obj["metadata"]["uid"])
     stored = await store.put(owner, "trajectory", trajectory.to_bytes())
-    reward_status: dict[str, Any] = {"value": reward, "resolved": resolved, "graded": True}
+    reward_status: dict[str, Any] = {"value": reward, "resolved": resolved, "graded": graded}
     if report is not None:
         saved = await store.put(owner, "report", json.dumps(report).encode())
         reward_status["report"] = {"ref": saved.ref, "sha256": saved.sha256, "bytes": saved.bytes}

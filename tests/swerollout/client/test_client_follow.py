@@ -47,6 +47,7 @@ async def test_wait_reports_progress_and_returns_when_all_are_terminal(
 
     assert final.done and final.total == 4 and final.finished == 4 and final.failed == 1
     assert final.phases == {"Succeeded": 3, "Failed": 1}
+    assert final.statuses == {"completed": 3, "failed": 1}, "watch counts what the client's records say"
     assert final.resolved == 2 and sorted(final.rewards) == [0.0, 0.0, 1.0, 1.0]
     assert seen[0].phases == {"Pending": 4} and seen[0].finished == 0
     assert any(s.phases.get("Running") == 1 and s.generated_tokens >= 40 for s in seen)
@@ -93,7 +94,9 @@ async def test_results_return_the_stored_arrays_and_a_trainer_status_per_outcome
     trajectories = {}
     for seed, (name, (exit_status, phase, _)) in enumerate(outcomes.items()):
         trajectories[name] = make_trajectory(seed, exit_status)
-        await finish(akube, store, namespace, name, trajectory=trajectories[name], phase=phase, reward=seed / 10)
+        # An ungraded infrastructure exit is failed even when Succeeded (an older operator wrote that).
+        await finish(akube, store, namespace, name, trajectory=trajectories[name], phase=phase, reward=seed / 10,
+                     graded=exit_status != "exit_environment_error")
     await set_status(akube, namespace, "r-2-1", {"phase": "Aborted"})
 
     records = await client.results("r")

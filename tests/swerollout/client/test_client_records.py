@@ -12,8 +12,12 @@ from swerollout.client.records import build_record, parse_status
 
 
 @pytest.mark.parametrize(
-    ("phase", "exit_status", "truncated", "expected"),
+    ("phase", "exit_status", "truncated", "expected", "graded"),
     [
+        # validate mode grades an autosubmission after exit_api: its reward is real
+        (Phase.SUCCEEDED, "submitted (exit_api)", False, TrainerStatus.COMPLETED, True),
+        (Phase.FAILED, "exit_api", False, TrainerStatus.FAILED, False),
+    ] + [(*row, False) for row in [
         (Phase.SUCCEEDED, "submitted", False, TrainerStatus.COMPLETED),
         (Phase.SUCCEEDED, "exit_format", False, TrainerStatus.COMPLETED),
         (Phase.SUCCEEDED, "submitted (exit_max_iter_out)", False, TrainerStatus.COMPLETED),
@@ -27,10 +31,12 @@ from swerollout.client.records import build_record, parse_status
         (Phase.FAILED, "submitted", False, TrainerStatus.FAILED),
         (Phase.ABORTED, None, False, TrainerStatus.ABORTED),
         (Phase.RUNNING, None, False, TrainerStatus.ABORTED),
-    ],
+    ]],
 )
-def test_trainer_status(phase: Phase, exit_status: str | None, truncated: bool, expected: TrainerStatus) -> None:
-    assert trainer_status(phase, exit_status, truncated) is expected
+def test_trainer_status(
+    phase: Phase, exit_status: str | None, truncated: bool, expected: TrainerStatus, graded: bool
+) -> None:
+    assert trainer_status(phase, exit_status, truncated, graded) is expected
 
 
 def test_unknown_status_fields_from_a_newer_operator_are_dropped() -> None:
