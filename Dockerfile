@@ -60,7 +60,7 @@ RUN python3 -m venv /opt/swerollout && /opt/swerollout/bin/pip install --no-cach
 FROM venv AS wheels
 WORKDIR /src
 COPY pyproject.toml requirements.lock README.md ./
-# The runtime image needs neither torch (tiny-lm is a dev-mode policy) nor the
+# The runtime image needs neither torch (a test-only dependency) nor the
 # dev tools; everything else comes from the lock so builds are reproducible. The
 # dependencies go in before our sources, so a source change reuses this layer.
 RUN grep -vE '^(torch|nvidia-|cuda-|triton|pytest|mypy|moto|import-linter)' requirements.lock > /tmp/runtime.lock \

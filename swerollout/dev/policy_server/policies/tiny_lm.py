@@ -1,129 +1,244 @@
-"""`tiny-lm`: a tiny randomly initialised Qwen2 transformer, sampled for real on CPU.
+"""`tiny-lm`: a tiny randomly initialised Qwen2-architecture transformer, sampled for real on CPU.
 
-The model is built in code (no weights are downloaded): Qwen2ForCausalLM with the
-config in ``tiny_config``, the vocabulary size of the served tokenizer, and
-weights drawn from a fixed seed, so every process that builds it with the same
-seed and tokenizer gets bit-identical weights. Its text is gibberish; what it is
-for is real token-level behaviour: sampling, seeds, stop tokens, logprobs and
-aborts that land between two decode steps of a KV-cached generation.
+The model is built in code (no weights are downloaded) and runs on numpy alone, so
+the stand-in costs no torch or CUDA wheels. Its architecture is Qwen2's: token
+embedding, per layer RMSNorm -> grouped-query attention with rotary positions ->
+residual -> RMSNorm -> SwiGLU MLP -> residual, a final RMSNorm and a tied output
+head. ``tests/swerollout/dev/policy_server/test_ps_tiny_lm.py`` loads the same weights
+into transformers' ``Qwen2ForCausalLM`` and checks the logits agree, so this is the
+real architecture, not an approximation of one.
+
+Weights are drawn from a fixed seed, so every process that builds the model with the
+same seed and vocabulary gets bit-identical weights. Its text is gibberish; what it is
+for is real token-level behaviour: sampling, seeds, stop tokens, logprobs and aborts
+that land between two decode steps of a KV-cached generation.
 
 Logprobs (``output_token_logprobs``): for each sampled token, its log-probability
-under ``log_softmax(logits / temperature)`` over the full vocabulary, computed
-in float32 from the logits of that decode step, BEFORE top-k / top-p truncation
-(this is SGLang's default). With temperature 0 (greedy) the raw logits are used,
-i.e. ``log_softmax(logits)``. So teacher-forcing the final token list through
-the same model and taking ``log_softmax(logits / temperature)`` at each sampled
-position reproduces the recorded values (up to float rounding of the KV cache).
+under ``log_softmax(logits / temperature)`` over the full vocabulary, computed in
+float32 from the logits of that decode step, BEFORE top-k / top-p truncation (this is
+SGLang's default). With temperature 0 (greedy) the raw logits are used, i.e.
+``log_softmax(logits)``. So teacher-forcing the final token list through the same
+model reproduces the recorded values up to float rounding of the KV cache.
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
 
 from swerollout.dev.policy_server.policies import PolicyContext, SamplingConfig, TokenSample
 
-if TYPE_CHECKING:
-    import torch
+Array = npt.NDArray[np.float32]
 
 
-def tiny_config(vocab_size: int, context_length: int) -> dict[str, Any]:
-    """Keyword arguments of Qwen2Config: two layers, 64 wide; a decode step costs a few ms."""
-    return {
-        "vocab_size": vocab_size,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "max_position_embeddings": context_length,
-        "tie_word_embeddings": True,
-        # Wider than the usual 0.02 so the next-token distribution is not nearly uniform
-        # (sampling settings then visibly change what is sampled).
-        "initializer_range": 0.05,
-        "use_cache": True,
-    }
+@dataclass(frozen=True)
+class TinyConfig:
+    """Two layers, 64 wide: a decode step costs a few ms."""
+
+    vocab_size: int
+    context_length: int
+    hidden_size: int = 64
+    intermediate_size: int = 128
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-6
+    # Wider than the usual 0.02 so the next-token distribution is not nearly uniform
+    # (sampling settings then visibly change what is sampled).
+    initializer_range: float = 0.05
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
 
 
-def build_model(vocab_size: int, *, seed: int, context_length: int) -> Any:
-    """The tiny Qwen2 model, deterministic in (vocab_size, seed, context_length)."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    config = Qwen2Config(**tiny_config(vocab_size, context_length))
-    config._attn_implementation = "sdpa"  # memory-efficient on long prompts
-    devices_state = torch.random.get_rng_state()
-    try:
-        torch.manual_seed(seed)
-        model = Qwen2ForCausalLM(config)
-    finally:
-        torch.random.set_rng_state(devices_state)
-    model.train(False)  # inference mode: no dropout
-    return model
+@dataclass(frozen=True)
+class Layer:
+    input_norm: Array
+    q: Array  # [hidden, heads * head_dim]
+    k: Array  # [hidden, kv_heads * head_dim]
+    v: Array
+    o: Array  # [heads * head_dim, hidden]
+    post_norm: Array
+    gate: Array  # [hidden, intermediate]
+    up: Array
+    down: Array  # [intermediate, hidden]
 
 
-def sample_token(logits: torch.Tensor, sampling: SamplingConfig, generator: torch.Generator) -> TokenSample:
+@dataclass(frozen=True)
+class TinyLM:
+    config: TinyConfig
+    embed: Array  # [vocab, hidden]; also the output head (tied)
+    layers: tuple[Layer, ...]
+    final_norm: Array
+    inv_freq: Array = field(repr=False)
+
+    def forward(self, token_ids: list[int], cache: KVCache, *, all_logits: bool = False) -> Array:
+        """Run ``token_ids`` after what ``cache`` holds; return the last position's logits (or every position's)."""
+        c = self.config
+        start = cache.length
+        positions = np.arange(start, start + len(token_ids), dtype=np.float32)
+        angles = positions[:, None] * self.inv_freq[None, :]
+        cos = np.cos(np.concatenate([angles, angles], axis=-1)).astype(np.float32)
+        sin = np.sin(np.concatenate([angles, angles], axis=-1)).astype(np.float32)
+        x = self.embed[np.asarray(token_ids)]
+        for index, layer in enumerate(self.layers):
+            h = _rms_norm(x, layer.input_norm, c.rms_norm_eps)
+            q = _rope((h @ layer.q).reshape(len(token_ids), c.num_heads, c.head_dim), cos, sin)
+            k = _rope((h @ layer.k).reshape(len(token_ids), c.num_kv_heads, c.head_dim), cos, sin)
+            v = (h @ layer.v).reshape(len(token_ids), c.num_kv_heads, c.head_dim)
+            keys, values = cache.append(index, k, v)
+            x = x + _attention(q, keys, values, start, c) @ layer.o
+            h = _rms_norm(x, layer.post_norm, c.rms_norm_eps)
+            x = x + (_silu(h @ layer.gate) * (h @ layer.up)) @ layer.down
+        cache.length = start + len(token_ids)
+        x = _rms_norm(x if all_logits else x[-1:], self.final_norm, c.rms_norm_eps)
+        logits: Array = x @ self.embed.T
+        return logits if all_logits else logits[0]
+
+
+class KVCache:
+    """Keys and values per layer, grown in place: ``[positions, kv_heads, head_dim]``."""
+
+    def __init__(self, config: TinyConfig) -> None:
+        self.length = 0
+        self._keys: list[Array] = [np.empty((0, config.num_kv_heads, config.head_dim), np.float32)
+                                   for _ in range(config.num_layers)]
+        self._values: list[Array] = list(self._keys)
+
+    def append(self, layer: int, k: Array, v: Array) -> tuple[Array, Array]:
+        self._keys[layer] = np.concatenate([self._keys[layer], k])
+        self._values[layer] = np.concatenate([self._values[layer], v])
+        return self._keys[layer], self._values[layer]
+
+
+def _rms_norm(x: Array, weight: Array, eps: float) -> Array:
+    variance = np.mean(x * x, axis=-1, keepdims=True)
+    out: Array = (x / np.sqrt(variance + eps)) * weight
+    return out
+
+
+def _rope(x: Array, cos: Array, sin: Array) -> Array:
+    half = x.shape[-1] // 2
+    rotated = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    out: Array = (x * cos[:, None, :] + rotated * sin[:, None, :]).astype(np.float32, copy=False)
+    return out
+
+
+def _silu(x: Array) -> Array:
+    out: Array = (x / (1.0 + np.exp(-x))).astype(np.float32, copy=False)
+    return out
+
+
+# Query rows per attention block: bounds prefill memory to heads x block x context floats
+# (a 32k-token prompt needs 4 x 256 x 32k x 4 B = 128 MiB, not 16 GiB).
+_QUERY_BLOCK = 256
+
+
+def _attention(q: Array, keys: Array, values: Array, start: int, c: TinyConfig) -> Array:
+    """Causal grouped-query attention of new queries (at ``start``...) over all cached positions."""
+    group = c.num_heads // c.num_kv_heads
+    k = np.repeat(keys, group, axis=1).transpose(1, 2, 0)  # [heads, head_dim, positions]
+    v = np.repeat(values, group, axis=1).transpose(1, 0, 2)  # [heads, positions, head_dim]
+    scale = np.float32(1.0 / np.sqrt(c.head_dim))
+    out = np.empty((q.shape[0], c.num_heads * c.head_dim), np.float32)
+    for lo in range(0, q.shape[0], _QUERY_BLOCK):
+        hi = min(lo + _QUERY_BLOCK, q.shape[0])
+        scores = (q[lo:hi].transpose(1, 0, 2) @ k) * scale  # [heads, block, positions]
+        query_pos = np.arange(start + lo, start + hi)[:, None]
+        future = np.arange(keys.shape[0])[None, :] > query_pos
+        masked = np.where(future, np.float32(-np.inf), scores).astype(np.float32, copy=False)
+        exp = np.exp(masked - masked.max(axis=-1, keepdims=True))
+        weights = exp / exp.sum(axis=-1, keepdims=True)
+        out[lo:hi] = (weights @ v).transpose(1, 0, 2).reshape(hi - lo, -1)
+    return out
+
+
+def build_model(vocab_size: int, *, seed: int, context_length: int) -> TinyLM:
+    """The tiny model, deterministic in (vocab_size, seed, context_length): Qwen2's initialisation."""
+    c = TinyConfig(vocab_size=vocab_size, context_length=context_length)
+    rng = np.random.default_rng(seed)
+
+    def normal(*shape: int) -> Array:
+        return rng.normal(0.0, c.initializer_range, size=shape).astype(np.float32)
+
+    ones = np.ones(c.hidden_size, np.float32)
+    embed = normal(vocab_size, c.hidden_size)
+    layers = tuple(
+        Layer(
+            input_norm=ones, q=normal(c.hidden_size, c.num_heads * c.head_dim),
+            k=normal(c.hidden_size, c.num_kv_heads * c.head_dim), v=normal(c.hidden_size, c.num_kv_heads * c.head_dim),
+            o=normal(c.num_heads * c.head_dim, c.hidden_size), post_norm=ones,
+            gate=normal(c.hidden_size, c.intermediate_size), up=normal(c.hidden_size, c.intermediate_size),
+            down=normal(c.intermediate_size, c.hidden_size),
+        )
+        for _ in range(c.num_layers)
+    )
+    inv_freq = (1.0 / (c.rope_theta ** (np.arange(0, c.head_dim, 2, dtype=np.float32) / c.head_dim))).astype(np.float32)
+    return TinyLM(config=c, embed=embed, layers=layers, final_norm=ones, inv_freq=inv_freq)
+
+
+def log_softmax(logits: Array) -> Array:
+    shifted = logits - logits.max()
+    out: Array = shifted - np.log(np.exp(shifted).sum())
+    return out
+
+
+def sample_token(logits: Array, sampling: SamplingConfig, rng: np.random.Generator) -> TokenSample:
     """Sample from one position's logits; the logprob is documented in the module docstring."""
-    import torch
-
-    logits = logits.float()
+    logits = logits.astype(np.float32)
     if sampling.temperature <= 0.0:
-        logprobs = torch.log_softmax(logits, dim=-1)
-        token = int(torch.argmax(logits).item())
-        return TokenSample(token_id=token, logprob=float(logprobs[token].item()))
-    scaled = logits / sampling.temperature
-    logprobs = torch.log_softmax(scaled, dim=-1)
-    probs = logprobs.exp()
-    if 0 < sampling.top_k < probs.numel():
-        kth = torch.topk(probs, sampling.top_k).values[-1]
-        probs = torch.where(probs >= kth, probs, torch.zeros_like(probs))
+        logprobs = log_softmax(logits)
+        token = int(np.argmax(logits))
+        return TokenSample(token_id=token, logprob=float(logprobs[token]))
+    logprobs = log_softmax(logits / np.float32(sampling.temperature))
+    probs = np.exp(logprobs.astype(np.float64))
+    if 0 < sampling.top_k < probs.size:
+        kth = np.partition(probs, probs.size - sampling.top_k)[probs.size - sampling.top_k]
+        probs = np.where(probs >= kth, probs, 0.0)
     if sampling.top_p < 1.0:
-        sorted_probs, order = torch.sort(probs, descending=True)
-        before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
+        order = np.argsort(-probs, kind="stable")
+        sorted_probs = probs[order]
+        before = np.cumsum(sorted_probs) - sorted_probs
         # Keep every token whose predecessors have not yet reached top_p (so at least one).
-        sorted_probs = torch.where(before < sampling.top_p * sorted_probs.sum(), sorted_probs, 0.0)
-        probs = torch.zeros_like(probs).scatter(0, order, sorted_probs)
-    token = int(torch.multinomial(probs / probs.sum(), 1, generator=generator).item())
-    return TokenSample(token_id=token, logprob=float(logprobs[token].item()))
+        kept = np.where(before < sampling.top_p * sorted_probs.sum(), sorted_probs, 0.0)
+        probs = np.zeros_like(probs)
+        probs[order] = kept
+    token = int(rng.choice(probs.size, p=probs / probs.sum()))
+    return TokenSample(token_id=token, logprob=float(logprobs[token]))
 
 
 @dataclass
 class TinyLMGeneration:
     """One request's decode state: a KV cache and the logits of the next position."""
 
-    model: Any
+    model: TinyLM
     lock: threading.Lock
     input_ids: list[int]
     sampling: SamplingConfig
-    _cache: Any = None
-    _next_logits: Any = None
+    _cache: KVCache | None = None
+    _next_logits: Array | None = None
     _pending: int | None = None
-    _generator: Any = None
+    _rng: np.random.Generator | None = None
 
     def next_token(self) -> TokenSample | None:
-        import torch
-        from transformers import DynamicCache
-
-        with self.lock, torch.inference_mode():
+        with self.lock:
             if self._cache is None:
-                self._generator = torch.Generator().manual_seed(self.sampling.seed)
-                self._cache = DynamicCache(config=self.model.config)
-                self._next_logits = self._forward(self.input_ids)
+                self._rng = np.random.default_rng(self.sampling.seed)
+                self._cache = KVCache(self.model.config)
+                self._next_logits = self.model.forward(self.input_ids, self._cache)
             elif self._pending is not None:
                 # The previous token is fed lazily, so an abort right after sampling it
                 # costs no extra decode step.
-                self._next_logits = self._forward([self._pending])
-            sample = sample_token(self._next_logits, self.sampling, self._generator)
+                self._next_logits = self.model.forward([self._pending], self._cache)
+            assert self._next_logits is not None and self._rng is not None
+            sample = sample_token(self._next_logits, self.sampling, self._rng)
             self._pending = sample.token_id
         return sample
-
-    def _forward(self, token_ids: list[int]) -> Any:
-        import torch
-
-        tokens = torch.tensor([token_ids], dtype=torch.long)
-        out = self.model(input_ids=tokens, cache=self._cache, use_cache=True, logits_to_keep=1)
-        return out.logits[0, -1]
 
 
 class TinyLMPolicy:
@@ -131,10 +246,6 @@ class TinyLMPolicy:
     offload = True
 
     def __init__(self, context: PolicyContext) -> None:
-        import torch
-
-        # The machine is shared; one intra-op thread keeps a decode step polite and fast enough.
-        torch.set_num_threads(1)
         self.vocab_size = len(context.tokenizer)
         self.model = build_model(self.vocab_size, seed=context.seed, context_length=context.context_length)
         self._lock = threading.Lock()

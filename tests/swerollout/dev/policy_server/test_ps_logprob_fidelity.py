@@ -12,10 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
-import torch
+import numpy as np
 from tests.support.ps_support import render
 
-from swerollout.dev.policy_server.policies.tiny_lm import build_model
+from swerollout.dev.policy_server.policies.tiny_lm import KVCache, build_model, log_softmax
 
 TEMPERATURE = 0.8
 TOLERANCE = 1e-4
@@ -48,13 +48,14 @@ async def test_multi_turn_logprobs_match_teacher_forcing(policy_server, tokenize
             tokens = tokens + reply["output_ids"] + environment
     assert len(sampled) == 30
 
+    # One uncached pass over the whole list: the server's KV-cached decode must agree with it.
     model = build_model(len(tokenizer), seed=0, context_length=32768)
-    with torch.inference_mode():
-        logits = model(input_ids=torch.tensor([tokens])).logits[0].float()
+    logits = model.forward(tokens, KVCache(model.config), all_logits=True)
+    temperature = np.float32(TEMPERATURE)
     for position, token_id, recorded in sampled:
         assert tokens[position] == token_id
-        expected = torch.log_softmax(logits[position - 1] / TEMPERATURE, dim=-1)[token_id].item()
+        expected = float(log_softmax(logits[position - 1] / temperature)[token_id])
         assert abs(expected - recorded) <= TOLERANCE, (position, expected, recorded)
     # The check has teeth: a neighbouring position's distribution gives different values.
-    shifted = [torch.log_softmax(logits[p - 2] / TEMPERATURE, dim=-1)[t].item() for p, t, _ in sampled]
+    shifted = [float(log_softmax(logits[p - 2] / temperature)[t]) for p, t, _ in sampled]
     assert max(abs(s - r) for s, (_, _, r) in zip(shifted, sampled, strict=True)) > 10 * TOLERANCE
