@@ -17,10 +17,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from swerollout.api import v1alpha1
 from swerollout.api.prompts import JINJA, ActionFormat, check_template
 
-__all__ = ["ActionFormat", "AgentConfig", "ConfigError", "LimitsConfig", "TemplatesConfig", "ToolsConfig"]
+__all__ = ["ActionFormat", "AgentConfig", "AgentConfigError", "LimitsConfig", "TemplatesConfig", "ToolsConfig"]
 
 
-class ConfigError(ValueError):
+class AgentConfigError(ValueError):
     """The agent configuration is invalid (a template using an unknown variable, a bad limit)."""
 
 
@@ -92,13 +92,13 @@ class AgentConfig(BaseModel):
     def from_spec(cls, agent: v1alpha1.Agent | dict[str, Any], *, max_context_tokens: int | None = None) -> AgentConfig:
         """The loop's view of `spec.agent` (and `spec.inference.maxContextTokens`).
 
-        Raises ConfigError naming the field when `agent` is not valid, the same check the
+        Raises AgentConfigError naming the field when `agent` is not valid, the same check the
         client and the operator ran on the same model.
         """
         try:
             spec = agent if isinstance(agent, v1alpha1.Agent) else v1alpha1.Agent.model_validate(agent)
         except ValidationError as exc:
-            raise ConfigError(f"spec.agent is invalid: {_first_error(exc)}") from exc
+            raise AgentConfigError(f"spec.agent is invalid: {_first_error(exc)}") from exc
         action_format = spec.action_format
         enabled = list(spec.tools.enabled)
         if action_format == ActionFormat.TEXT_BASH:
@@ -124,20 +124,20 @@ class AgentConfig(BaseModel):
         )
 
     def with_template(self, name: str, source: str) -> AgentConfig:
-        """A copy with one template replaced, checked like spec.agent.templates (ConfigError if bad)."""
+        """A copy with one template replaced, checked like spec.agent.templates (AgentConfigError if bad)."""
         try:
             check_template(name, source)
         except ValueError as exc:
-            raise ConfigError(str(exc)) from exc
+            raise AgentConfigError(str(exc)) from exc
         return self.model_copy(update={"templates": self.templates.model_copy(update={name: source})})
 
     def render(self, template_name: str, variables: dict[str, Any]) -> str:
-        """Render one template strictly; an undefined variable raises ConfigError naming it."""
+        """Render one template strictly; an undefined variable raises AgentConfigError naming it."""
         source = getattr(self.templates, template_name)
         try:
             return _compile(source).render(**variables)
         except jinja2.TemplateError as exc:
-            raise ConfigError(f"rendering {template_name}: {exc}") from exc
+            raise AgentConfigError(f"rendering {template_name}: {exc}") from exc
 
 
 def _first_error(exc: ValidationError) -> str:

@@ -36,7 +36,7 @@ from swerollout.wire.codec import decode, encode
 from swerollout.wire.runner_env import RunnerEnv, RunnerEnvError, RunnerRole
 
 from .chat_model import chat_model_from_spec
-from .config import ActionFormat, AgentConfig, ConfigError
+from .config import ActionFormat, AgentConfig, AgentConfigError
 from .eval import EvalRequest, evaluate
 from .ingest_client import IngestClient
 from .loop import AgentLoop, LoopResult, LoopState, StepInfo, TaskInfo
@@ -313,7 +313,7 @@ class Runner:
             # version may still disagree, and that must end the rollout with the reason.
             spec = api.SWERolloutSpec.model_validate(assignment.spec)
             config = AgentConfig.from_spec(spec.agent, max_context_tokens=spec.inference.max_context_tokens)
-        except (ValidationError, ConfigError) as exc:
+        except (ValidationError, AgentConfigError) as exc:
             await self._setup_failed(assignment, one_line(exc) if isinstance(exc, ValidationError) else str(exc))
             return
         snapshot = await self.ingest.download(assignment.snapshot) if assignment.snapshot else None

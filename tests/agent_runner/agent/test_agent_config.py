@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from agent_runner.config import ActionFormat, AgentConfig, ConfigError
+from agent_runner.config import ActionFormat, AgentConfig, AgentConfigError
 from swerollout.exit_status import ExitStatus, autosubmitted, is_truncated, produced_patch
 from agent_runner.model import ToolCall
 from agent_runner.tools import (
@@ -38,10 +38,10 @@ def test_a_template_typo_is_refused_by_the_api_model_naming_it() -> None:
         v1alpha1.Templates(next_step_template="{{ observaton }}")
     with pytest.raises(ValidationError, match="instance_template: Jinja syntax error on line 1"):
         v1alpha1.Templates(instance_template="{% if %}")
-    # The runner refuses it the same way, as a ConfigError naming the field.
-    with pytest.raises(ConfigError, match=r"templates.*format_error_template uses unknown variable"):
+    # The runner refuses it the same way, as a AgentConfigError naming the field.
+    with pytest.raises(AgentConfigError, match=r"templates.*format_error_template uses unknown variable"):
         AgentConfig.from_spec({"templates": {"formatErrorTemplate": "{{ err }}"}})
-    with pytest.raises(ConfigError, match="command_timeout_template uses unknown variable"):
+    with pytest.raises(AgentConfigError, match="command_timeout_template uses unknown variable"):
         AgentConfig.default().with_template("command_timeout_template", "{{ seconds }}")
 
 
@@ -63,7 +63,7 @@ def test_every_default_comes_from_the_api_model() -> None:
 
 
 def test_render_is_strict() -> None:
-    with pytest.raises(ConfigError, match="observation"):
+    with pytest.raises(AgentConfigError, match="observation"):
         AgentConfig.default().render("next_step_template", TASK)
 
 
@@ -88,7 +88,7 @@ def test_from_spec_overlays_the_defaults() -> None:
 def test_submit_must_stay_enabled() -> None:
     with pytest.raises(ValidationError, match="must include submit"):
         v1alpha1.Tools(enabled=[v1alpha1.ToolName.BASH])
-    with pytest.raises(ConfigError, match="tools: Value error, enabled must include submit"):
+    with pytest.raises(AgentConfigError, match="tools: Value error, enabled must include submit"):
         AgentConfig.from_spec({"tools": {"enabled": ["bash"]}})
 
 
