@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import fcntl
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from swerollout.dev.tasks import INDEX_FILE, write_instances
 from swerollout.dev.cluster.config import ClusterConfig, ClusterPaths
 from swerollout.dev.cluster.nodebins import find_node_binaries, missing_host_tools
 from swerollout.dev.cluster.state import ClusterState
+from swerollout.dev.stack.stop import stop_supervisor
 
 EXIT_NOT_RUNNING = 3
 
@@ -152,14 +152,8 @@ def status_command(args: argparse.Namespace) -> int:
 def down_command(args: argparse.Namespace) -> int:
     paths = ClusterPaths.under(args.workdir)
     state = ClusterState.read(paths.state)
-    if state is not None and state.supervisor.alive() and state.supervisor.pid is not None:
-        os.kill(state.supervisor.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 180
-        while state.supervisor.alive() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if state.supervisor.alive():
-            print("warning: the supervisor did not stop in 180s; killing it", file=sys.stderr)
-            os.kill(state.supervisor.pid, signal.SIGKILL)
+    if state is not None and not stop_supervisor(state.supervisor, grace=180):
+        print("warning: the supervisor did not stop in 180s; killed it and what it started", file=sys.stderr)
     # Whatever a crashed supervisor left: only with the machine lock, so a cluster
     # that another directory runs is never touched.
     paths.runtime.mkdir(parents=True, exist_ok=True)

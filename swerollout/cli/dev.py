@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from swerollout.dev.stack.paths import DevPaths
 from swerollout.dev.stack.state import DevState
 from swerollout.dev.nodeagent.agent import reap_all
 from swerollout.dev.nodeagent.process import kill_tree
+from swerollout.dev.stack.stop import stop_supervisor
 
 EXIT_NOT_RUNNING = 3
 
@@ -120,15 +120,9 @@ def status_command(args: argparse.Namespace) -> int:
 def down_command(args: argparse.Namespace) -> int:
     paths = DevPaths.under(args.workdir)
     state = DevState.read(paths.state)
-    if state is not None and state.supervisor.alive() and state.supervisor.pid is not None:
-        os.kill(state.supervisor.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 90
-        while state.supervisor.alive() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if state.supervisor.alive():
-            print("warning: the supervisor did not stop in 90s; killing what it started", file=sys.stderr)
-            kill_tree(state.supervisor.pid)
-    elif state is None:
+    if state is not None and not stop_supervisor(state.supervisor, grace=90):
+        print("warning: the supervisor did not stop in 90s; killed it and what it started", file=sys.stderr)
+    if state is None:
         print(f"no dev environment running in {paths.root}")
     # Whatever a crashed supervisor left behind.
     leftovers = [c for c in (state.components.values() if state else []) if c.alive()]
