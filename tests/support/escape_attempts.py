@@ -96,6 +96,8 @@ def capabilities() -> str:
 
 
 def reach(target: str) -> str:
+    if target.startswith("unix:"):
+        return reach_unix(target.removeprefix("unix:"))
     hostport, _, path = target.partition("/")
     host, _, port = hostport.rpartition(":")
     try:
@@ -106,6 +108,19 @@ def reach(target: str) -> str:
         s.sendall(f"POST /{path} HTTP/1.0\r\nHost: x\r\nContent-Length: 2\r\n\r\n{{}}".encode())
         reply = s.recv(200).decode(errors="replace")
     return f"reached: {reply.splitlines()[0] if reply else 'connected'}"
+
+
+def reach_unix(path: str) -> str:
+    """A host daemon's socket (a cluster's containerd lives under /run): neither visible nor connectable."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.settimeout(5)
+        s.connect(path)
+    except OSError as exc:
+        return "blocked" if exc.errno in (errno.ENOENT, errno.ECONNREFUSED, errno.EACCES, errno.EPERM) else str(exc)
+    finally:
+        s.close()
+    return "reached"
 
 
 def main() -> None:

@@ -30,6 +30,11 @@ MOUNT_ROOT_ENV = "SWEROLLOUT_MOUNT_ROOT"
 # (home directories, /work, the node agent's pod directories) stays invisible.
 SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
 _REPLACED = (PurePosixPath("/proc"), PurePosixPath("/dev"), PurePosixPath("/tmp"))
+# Never visible to any container: host daemons keep their sockets here (containerd,
+# a `cluster up` node's containerd under /run/swerollout-cluster, dbus), and a read-only
+# bind does not stop connect() on a socket. Volume mounts below it (/var/run/secrets)
+# still land on an otherwise empty /run.
+HOST_RUNTIME_DIRS = (Path("/run"),)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from .config import NodeAgentConfig, parse_egress
 from .env import container_env, expand, referenced_objects
 from .errors import ContainerConfigError, ReferenceNotFound
 from .images import BASE_COMMIT_ENV, PythonEnvImage, checkout, resolve_argv, resolve_image
-from .isolation import MOUNT_ROOT_ENV, SYSTEM_PATHS, Mount, bwrap_argv, map_unisolated
+from .isolation import HOST_RUNTIME_DIRS, MOUNT_ROOT_ENV, SYSTEM_PATHS, Mount, bwrap_argv, map_unisolated
 from .layout import PodDir
 from .network import HOST_IP, POD_LOOPBACK_ENV
 from .podspec import Container, Pod
@@ -522,7 +522,7 @@ class PodRuntime:
             if isinstance(image, PythonEnvImage):
                 keep += _source_dirs()
             prefix = bwrap_argv(
-                self.bwrap, exposed=exposed, hidden=[self.config.root_dir, *self.config.hidden_paths], mounts=mounts, private_tmp=tmp,
+                self.bwrap, exposed=exposed, hidden=[self.config.root_dir, *self.config.hidden_paths, *HOST_RUNTIME_DIRS], mounts=mounts, private_tmp=tmp,
                 workdir=workdir or PurePosixPath("/tmp"), hostname=self.pod.metadata.name, keep_visible=keep,
                 seccomp_file=self.config.seccomp_file,
             )

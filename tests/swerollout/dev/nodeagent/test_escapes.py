@@ -10,10 +10,12 @@ admin routes of the policy server.
 from __future__ import annotations
 
 import base64
+import errno
 import http.server
 import json
 import secrets
 import shutil
+import socket
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
@@ -58,6 +60,22 @@ class _Ingest(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture
+def host_daemon_socket() -> Iterator[str]:
+    """A listening unix socket where host daemons keep theirs (`cluster up`'s containerd: /run/swerollout-cluster)."""
+    directory = Path("/run") / f"swerollout-escape-{secrets.token_hex(4)}"
+    directory.mkdir(mode=0o755)
+    path = directory / "containerd.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        server.bind(str(path))
+        server.listen(8)
+        yield str(path)
+    finally:
+        server.close()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture
 def host_service() -> Iterator[int]:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Ingest)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -67,7 +85,8 @@ def host_service() -> Iterator[int]:
 
 
 def test_escape_techniques_fail_inside_a_sandbox(
-    agent_factory: Callable[..., AgentProcess], kube: KubeClient, namespace: str, tmp_path: Path, host_service: int
+    agent_factory: Callable[..., AgentProcess], kube: KubeClient, namespace: str, tmp_path: Path, host_service: int,
+    host_daemon_socket: str,
 ) -> None:
     agent = agent_factory("--egress", f"127.0.0.1:{host_service}")
     token = secrets.token_hex(16)
@@ -83,6 +102,11 @@ def test_escape_techniques_fail_inside_a_sandbox(
         "        if time.time() > deadline: raise\n"
         "        time.sleep(0.2)\n"
         f"print('runner reaches sandbox:', sandbox, '| host service:', get('http://127.0.0.1:{host_service}/'), flush=True)\n"
+        # The runner sees the host's file system read-only, but not /run, where host daemons
+        # (a real cluster's containerd) keep their sockets: read-only mounts do not stop connect().
+        "s = socket.socket(socket.AF_UNIX)\n"
+        f"try:\n    s.connect({host_daemon_socket!r}); print('runner reaches the host daemon', flush=True)\n"
+        "except OSError as exc:\n    print('runner cannot reach the host daemon:', exc.errno, flush=True)\n"
         "open('/sync/up', 'w').close()\n"
         "time.sleep(120)\n"
     )
@@ -93,9 +117,10 @@ def test_escape_techniques_fail_inside_a_sandbox(
     kube.create(PODS, pod_manifest("escape", agent.node, [
         {"name": "sandbox", "image": f"file://{tmp_path / 'task'}", "workingDir": "/testbed",
          "command": ["sh", "-c", 'python3 -m http.server -b "$SWEROLLOUT_POD_LOOPBACK" "$1" >/dev/null 2>&1 & '
-                     'while [ ! -e /sync/up ]; do sleep 0.1; done; exec python3 attempts.py "$0" "$2" "$3" "$4"',
+                     'while [ ! -e /sync/up ]; do sleep 0.1; done; exec python3 attempts.py "$0" "$2" "$3" "$4" "$5"',
                      token[::-1], str(swerex_port), f"127.0.0.1:{host_service}/ingest",
-                     f"127.0.0.1:{host_service}/abort_request", f"127.0.0.1:{DEFAULT_POLICY_PORT}/update_weights_from_disk"],
+                     f"127.0.0.1:{host_service}/abort_request", f"127.0.0.1:{DEFAULT_POLICY_PORT}/update_weights_from_disk",
+                     f"unix:{host_daemon_socket}"],
          "ports": [{"containerPort": swerex_port, "name": "swerex"}],
          "volumeMounts": [{"name": "sync", "mountPath": "/sync", "readOnly": True}]},
         {"name": "runner", "image": RUNNER,
@@ -114,11 +139,12 @@ def test_escape_techniques_fail_inside_a_sandbox(
         runner_out = container_logs(pod_dir, "runner")[-1].read_text()
         # the pod's links work: the runner reaches its sandbox's declared port and the node's egress address
         assert f"runner reaches sandbox: \"\"\" | host service: host service" in runner_out, runner_out
+        assert f"runner cannot reach the host daemon: {errno.ENOENT}" in runner_out, runner_out
         out = container_logs(pod_dir, "sandbox")[-1].read_text()
         # the script gets the token reversed on its command line, so finding that is not finding the token
         report = json.loads(out.strip().splitlines()[-1])
         assert set(report) >= {"open_by_handle_at", "proc_secret", "mount", "mknod", "syscalls", "capabilities",
-                               f"reach 127.0.0.1:{host_service}/ingest"}, out
+                               f"reach 127.0.0.1:{host_service}/ingest", f"reach unix:{host_daemon_socket}"}, out
         assert {k: v for k, v in report.items() if v != "blocked"} == {}, out
     finally:
         kube.delete(PODS, "escape", namespace, grace_period_seconds=1)
