@@ -1,7 +1,8 @@
 """How the client finds and proves itself to an API server.
 
 Two sources: kubeconfig files and the in-cluster identity of a pod (token file + CA +
-``KUBERNETES_SERVICE_HOST``). Both end as one :class:`KubeConfig`.
+``KUBERNETES_SERVICE_HOST``). Both are read by the official ``kubernetes`` package's
+loaders and end as one :class:`KubeConfig`.
 
 Kubeconfigs are read by the official ``kubernetes`` package's loader, as kubectl reads
 them: exec credential plugins (EKS, GKE, AKS), several files in ``$KUBECONFIG`` merged,
@@ -15,7 +16,6 @@ import base64
 import os
 import ssl
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,9 +26,6 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr
 from swerollout.kube.errors import ConfigError
 
 INCLUSTER_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-
-# Projected service-account tokens rotate on disk; re-read at most this often (seconds).
-TOKEN_FILE_REFRESH_SECONDS = 60.0
 
 
 class KubeConfig(BaseModel):
@@ -46,8 +43,6 @@ class KubeConfig(BaseModel):
     client_key_pem: bytes | None = None
     token: str | None = None
     """Static bearer token."""
-    token_file: Path | None = None
-    """File holding a bearer token that may be rotated (in-cluster); wins over token."""
     namespace: str = "default"
     """Default namespace of the context (or of the pod, in-cluster)."""
     tls_server_name: str | None = None
@@ -55,7 +50,6 @@ class KubeConfig(BaseModel):
     proxy_url: str | None = None
     """HTTP(S) proxy the API server is reached through."""
 
-    _token_cache: tuple[float, str] | None = PrivateAttr(default=None)
     _token_source: Callable[[], str | None] | None = PrivateAttr(default=None)
 
     def with_token_source(self, source: Callable[[], str | None]) -> KubeConfig:
@@ -66,15 +60,6 @@ class KubeConfig(BaseModel):
     def bearer_token(self) -> str | None:
         if self._token_source is not None:
             return self._token_source()
-        if self.token_file is not None:
-            now = time.monotonic()
-            if self._token_cache is None or now - self._token_cache[0] > TOKEN_FILE_REFRESH_SECONDS:
-                try:
-                    value = self.token_file.read_text().strip()
-                except OSError as exc:
-                    raise ConfigError(f"cannot read the bearer token file {self.token_file}: {exc}") from exc
-                self._token_cache = (now, value)
-            return self._token_cache[1]
         return self.token
 
     def http_options(self) -> dict[str, Any]:
@@ -204,7 +189,8 @@ def _live_token(configuration: Any) -> Callable[[], str | None]:
             hook(configuration)
         key = _token_key(configuration)
         value = str(configuration.api_key.get(key) or "") if key else ""
-        return value.removeprefix("Bearer ").strip() or None
+        scheme, _, rest = value.partition(" ")
+        return (rest if scheme.lower() == "bearer" else value).strip() or None
 
     return token
 
@@ -212,24 +198,37 @@ def _live_token(configuration: Any) -> Callable[[], str | None]:
 def load_incluster(
     token_dir: str | os.PathLike[str] = INCLUSTER_DIR, environ: dict[str, str] | None = None
 ) -> KubeConfig:
-    """The identity Kubernetes mounts into a pod (``token``, ``ca.crt``, ``namespace``)."""
-    env = os.environ if environ is None else environ
-    host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT", "443")
-    if not host:
+    """The identity Kubernetes mounts into a pod (``token``, ``ca.crt``, ``namespace``).
+
+    Read by the official package's in-cluster loader, as client-go's InClusterConfig reads
+    it; its refresh hook re-reads the projected token as the kubelet rotates it.
+    """
+    from kubernetes.client import Configuration
+    from kubernetes.config.config_exception import ConfigException
+    from kubernetes.config.incluster_config import InClusterConfigLoader
+
+    env = dict(os.environ if environ is None else environ)
+    if not env.get("KUBERNETES_SERVICE_HOST"):
         raise ConfigError("not running in a cluster: KUBERNETES_SERVICE_HOST is not set")
+    env.setdefault("KUBERNETES_SERVICE_PORT", "443")
     directory = Path(token_dir)
     token, ca = directory / "token", directory / "ca.crt"
     if not token.is_file():
         raise ConfigError(f"in-cluster token file {token} is missing (automountServiceAccountToken off?)")
+    configuration = Configuration()
     try:
-        ca_pem = ca.read_bytes()
+        InClusterConfigLoader(token_filename=str(token), cert_filename=str(ca), environ=env).load_and_set(configuration)
         ns_file = directory / "namespace"
         namespace = ns_file.read_text().strip() if ns_file.is_file() else "default"
+    except ConfigException as exc:
+        raise ConfigError(f"in-cluster identity in {directory}: {exc}") from exc
     except OSError as exc:
-        raise ConfigError(f"cannot read the in-cluster CA {ca}: {exc}") from exc
-    # IPv6 service hosts need brackets in a URL.
-    host_part = f"[{host}]" if ":" in host else host
-    return KubeConfig(server=f"https://{host_part}:{port}", ca_pem=ca_pem, token_file=token, namespace=namespace)
+        raise ConfigError(f"cannot read the in-cluster identity in {directory}: {exc}") from exc
+    config = KubeConfig(
+        server=str(configuration.host).rstrip("/"), ca_pem=_read(configuration.ssl_ca_cert, "in-cluster ca.crt"),
+        namespace=namespace,
+    )
+    return config.with_token_source(_live_token(configuration))
 
 
 def _b64(data: bytes) -> str:

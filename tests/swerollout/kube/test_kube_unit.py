@@ -133,6 +133,10 @@ def test_load_config_search_order(tmp_path: Path) -> None:
     (token_dir / "token").write_text("tok")
     (token_dir / "ca.crt").write_text("")
     pod_env = {"HOME": str(tmp_path / "nohome"), "KUBERNETES_SERVICE_HOST": "10.0.0.1"}
+    # An empty CA is a broken identity, refused as client-go refuses it.
+    with pytest.raises(ConfigError, match="Cert file exists but empty"):
+        load_config(environ=pod_env, incluster_dir=token_dir)
+    (token_dir / "ca.crt").write_text("not used until connecting")
     assert load_config(environ=pod_env, incluster_dir=token_dir).server == "https://10.0.0.1:443"
     with pytest.raises(ConfigError, match="no Kubernetes credentials"):
         load_config(environ={"HOME": str(tmp_path / "nohome")}, incluster_dir=token_dir)
