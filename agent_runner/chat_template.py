@@ -382,7 +382,7 @@ class ChatTemplate:
 def _text_only(tokenizer: PreTrainedTokenizerBase) -> Tokenizer:
     """The tokenizer's normalizer, pre-tokenizer and model with no added tokens at all.
 
-    Built once per tokenizer object (it copies the whole vocabulary: seconds, not ms)."""
+    Cached on the tokenizer object (cheap to build, but built once per conversation otherwise)."""
     cached = getattr(tokenizer, "_swerollout_text_only", None)
     if cached is not None:
         return cached  # type: ignore[no-any-return]
@@ -400,12 +400,15 @@ def _build_text_only(tokenizer: PreTrainedTokenizerBase) -> Tokenizer:
             f"tokenizer {getattr(tokenizer, 'name_or_path', '?')!r} is not a fast tokenizer; "
             "the runner needs tokenizer.json"
         )
-    spec = json.loads(backend.to_str())
-    spec["added_tokens"] = []
-    spec["post_processor"] = None
-    spec["truncation"] = None
-    spec["padding"] = None
-    return Tokenizer.from_str(json.dumps(spec))
+    # Added tokens live in the Tokenizer, not in its model: a Tokenizer around the same
+    # model, normalizer and pre-tokenizer (shared, not copied: no vocabulary round trip
+    # through JSON, which took seconds per tokenizer) has none, and no post-processor.
+    text_only = Tokenizer(backend.model)
+    if backend.normalizer is not None:
+        text_only.normalizer = backend.normalizer
+    if backend.pre_tokenizer is not None:
+        text_only.pre_tokenizer = backend.pre_tokenizer
+    return text_only
 
 
 def _renderings(value: str) -> Iterator[str]:
