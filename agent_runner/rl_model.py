@@ -30,13 +30,22 @@ never read back, and any delta appended after the last request); Trajectory's mo
 doc is the one statement of that alignment. Rows of an aborted (dropped) request are
 dropped with its tokens. A server that returns none although asked gets a note.
 
-Abort policy: DROP. When the server aborts a request (weight update, suspend), the
-tokens it generated in that request are discarded and counted in ``dropped_total``
-and the token budget; the token list still ends with the generation prompt, so the
-resumed ``generate()`` re-samples that turn from its start with the new weights.
-Every kept turn is therefore sampled by one weight version end to end, and no
-token without a logprob (SGLang may send fewer logprobs on abort) ever enters
-the buffer. The aborted ModelTurn reports ``new_tokens=0`` and the partial text.
+Abort policy (spec.inference.onAbort):
+
+- DROP (the default). When the server aborts a request (weight update, suspend), the
+  tokens it generated in that request are discarded and counted in ``dropped_total``
+  and the token budget; the token list still ends with the generation prompt, so the
+  resumed ``generate()`` re-samples that turn from its start with the new weights.
+  Every kept turn is therefore sampled by one weight version end to end, and no
+  token without a logprob (SGLang may send fewer logprobs on abort) ever enters the
+  buffer. The aborted ModelTurn reports ``new_tokens=0`` and the partial text.
+- KEEP (partial rollout, as slime and AReaL do). The aborted request's tokens that
+  carry a logprob stay in the list (loss mask 1, their logprobs, each with the version
+  that sampled it); the rest are dropped and counted. The turn is still owed: the next
+  ``generate()`` sends the list as it is (ending in the kept tokens) and continues the
+  same assistant turn, whose per-turn token cap counts the kept tokens. The turn's text
+  and tool calls are parsed from all of its tokens once it finishes. A turn sampled by
+  more than one version is listed in the trajectory's ``info.mixed_version_turns``.
 """
 
 from __future__ import annotations
@@ -79,10 +88,12 @@ class RLTokenModel:
         return_routed_experts: bool = False,
         request_timeout: float | None = None,
         server_limits: ContextLimits | None = None,
+        keep_aborted: bool = False,
     ) -> None:
         """``weight_version`` labels tokens when the server reports none (or "default").
         ``tool_call_format``: "auto" (from the chat template), a parser name, or None (text agents).
-        ``server_limits``: the server's token limits (SGLangClient.limits())."""
+        ``server_limits``: the server's token limits (SGLangClient.limits()).
+        ``keep_aborted``: onAbort Keep (see the module doc); False drops."""
         if max_context_tokens <= 0:
             raise ValueError(f"max_context_tokens must be positive, got {max_context_tokens}")
         self.tokenizer = tokenizer
@@ -95,6 +106,7 @@ class RLTokenModel:
         self.return_routed_experts = return_routed_experts
         self.request_timeout = request_timeout
         self.server_limits = server_limits
+        self.keep_aborted = keep_aborted
         self.template = ChatTemplate(tokenizer, tools=tools, template_kwargs=template_kwargs)
         fmt = detect_parser(self.template.source) if tool_call_format == "auto" else tool_call_format
         self.parser = ToolCallParser(fmt, tools) if fmt else None
@@ -126,55 +138,68 @@ class RLTokenModel:
 
     async def generate(self, *, max_new_tokens: int | None = None) -> ModelTurn:
         self._prepare_request()
+        state = self.state
         limit = self._token_limit(max_new_tokens)
-        self.state.turn_counter += 1
-        turn = self.state.turn_counter
+        if limit is None:
+            # Kept tokens of an aborted request already fill the turn's cap: it ends as cut off.
+            return self._finish_turn(None)
+        state.turn_counter += 1
+        turn = state.turn_counter
         result = await self.client.generate(
             self.buffer.input_ids,
             self.sampling.model_copy(update={"max_new_tokens": limit}),
             rid_for_attempt=lambda attempt: make_rid(self.run_uid, turn, attempt),
             return_routed_experts=self.return_routed_experts,
-            routed_experts_start_len=self.state.routed_experts_rows,
+            routed_experts_start_len=state.routed_experts_rows,
             timeout=self.request_timeout,
             input_ids_json=self.buffer.ids_json(),
         )
-        state = self.state
         state.sampled_total += len(result.output_ids)
         version = self._label(result.weight_version)
-        text = self._decode_reply(result.output_ids)
         if result.finish == "abort":
-            state.dropped_total += len(result.output_ids)
+            # Keep: the tokens that carry a logprob (SGLang may send fewer on abort) stay.
+            keep = min(len(result.output_ids), len(result.logprobs)) if self.keep_aborted else 0
+            state.dropped_total += len(result.output_ids) - keep
+            if keep:
+                self._append_sampled(result, keep)
+                state.partial_tokens += keep
+                if self.return_routed_experts:
+                    self._store_routed_experts(result, aborted=True)
             state.turns.append(
                 TurnRecord(
-                    rid=result.rid,
-                    finish="abort",
-                    sampled=len(result.output_ids),
-                    kept=False,
-                    weight_version=version,
-                    attempts=result.attempts,
+                    rid=result.rid, finish="abort", sampled=len(result.output_ids), kept=keep > 0,
+                    kept_tokens=keep, weight_version=version, attempts=result.attempts,
                 )
             )
-            return ModelTurn(text=text, finish_reason=FinishReason.ABORT, new_tokens=0)
-        self._append_sampled(result)
-        state.awaiting_generation = False
-        state.last_sampled_id = result.output_ids[-1] if result.output_ids else None
+            return ModelTurn(
+                text=self._decode_reply(result.output_ids), finish_reason=FinishReason.ABORT, new_tokens=keep
+            )
+        self._append_sampled(result, len(result.output_ids))
         state.turns.append(
             TurnRecord(
-                rid=result.rid,
-                finish=result.finish,
-                sampled=len(result.output_ids),
-                kept=True,
-                weight_version=version,
-                attempts=result.attempts,
+                rid=result.rid, finish=result.finish, sampled=len(result.output_ids), kept=True,
+                kept_tokens=len(result.output_ids), weight_version=version, attempts=result.attempts,
             )
         )
         if self.return_routed_experts:
             self._store_routed_experts(result)
+        return self._finish_turn(result)
+
+    def _finish_turn(self, result: GenerateResult | None) -> ModelTurn:
+        """Close the owed turn: its tokens are the kept partial ones plus ``result``'s
+        (None: no request, the kept tokens filled the cap, a LENGTH finish)."""
+        state = self.state
+        new = list(result.output_ids) if result is not None else []
+        ids = [*self.buffer.input_ids[len(self.buffer) - len(new) - state.partial_tokens :]]
+        state.partial_tokens = 0
+        state.awaiting_generation = False
+        state.last_sampled_id = ids[-1] if ids else None
+        text = self._decode_reply(ids)
         tool_calls: list[ToolCall] = []
         parse_error: str | None = None
         content = text
         if self.parser is not None:
-            parsed = self.parser.parse(self._markup_text(result.output_ids), id_prefix=f"call_{turn}")
+            parsed = self.parser.parse(self._markup_text(ids), id_prefix=f"call_{state.turn_counter}")
             tool_calls, parse_error = parsed.tool_calls, parsed.error
             content = parsed.content if parsed.error is None else text
         state.messages.append(_assistant_message(content, tool_calls))
@@ -182,8 +207,8 @@ class RLTokenModel:
             text=text,
             tool_calls=tool_calls,
             parse_error=parse_error,
-            finish_reason=_FINISH[result.finish],
-            new_tokens=len(result.output_ids),
+            finish_reason=_FINISH[result.finish] if result is not None else FinishReason.LENGTH,
+            new_tokens=len(new),
         )
 
     # --- internals ------------------------------------------------------------------
@@ -197,23 +222,32 @@ class RLTokenModel:
             self.state.version_sources.setdefault(self.weight_version, "spec")
         return self.weight_version
 
-    def _append_sampled(self, result: GenerateResult) -> None:
-        """Append the sampled tokens, each with the version of its span."""
-        ids, logprobs = result.output_ids, result.logprobs
-        versions = [self._label(v) for v in result.token_versions] or [None] * len(ids)
+    def _append_sampled(self, result: GenerateResult, count: int) -> None:
+        """Append the first ``count`` sampled tokens, each with the version of its span."""
+        ids, logprobs = result.output_ids[:count], result.logprobs[:count]
+        versions = [self._label(v) for v in result.token_versions[:count]] or [self._label(result.weight_version)] * len(ids)
         start = 0
         for end in range(1, len(ids) + 1):
             if end == len(ids) or versions[end] != versions[start]:
                 self.buffer.append_sampled(ids[start:end], logprobs[start:end], versions[start])
                 start = end
 
-    def _store_routed_experts(self, result: GenerateResult) -> None:
-        """Keep the rows this turn added, after checking they line up with its tokens."""
+    def _store_routed_experts(self, result: GenerateResult, *, aborted: bool = False) -> None:
+        """Keep the rows this turn added, after checking they line up with its tokens.
+
+        An aborted request (onAbort Keep) gives rows for all it generated; only those of
+        the kept tokens are stored, and none when it gave fewer (an abort in the waiting
+        queue): the next request asks from the same start and covers them."""
         state = self.state
         if state.routed_experts_width == 0:
             return  # given up on earlier (see the note)
         expected = len(self.buffer) - 1 - state.routed_experts_rows
         raw = result.routed_experts
+        if aborted:
+            width = state.routed_experts_width
+            if raw is None or expected <= 0 or not width or len(raw) < 4 * width * expected:
+                return
+            raw = raw[: 4 * width * expected]
         problem: str | None = None
         if raw is None:
             problem = (
@@ -273,7 +307,9 @@ class RLTokenModel:
         state.pending.clear()
         state.awaiting_generation = True
 
-    def _token_limit(self, requested: int | None) -> int:
+    def _token_limit(self, requested: int | None) -> int | None:
+        """``max_new_tokens`` of the next request; None when tokens kept from aborted
+        requests already fill the turn's cap (the turn ends without a request)."""
         room = self.max_context_tokens - len(self.buffer)
         if room <= 0:
             raise ContextBudgetError(
@@ -281,8 +317,11 @@ class RLTokenModel:
                 f"{self.max_context_tokens}: no room for another turn"
             )
         limits = [room]
-        if self.sampling.max_new_tokens is not None:
-            limits.append(self.sampling.max_new_tokens)
+        partial = self.state.partial_tokens
+        per_turn = [cap for cap in (self.sampling.max_new_tokens, requested) if cap is not None]
+        if per_turn and min(per_turn) - partial <= 0:
+            return None
+        limits.extend(cap - partial for cap in per_turn)
         server = self.server_limits
         if server is not None:
             server_room = server.max_new_tokens(len(self.buffer))
@@ -293,8 +332,6 @@ class RLTokenModel:
                     "SGLang's margin included): no room for another turn"
                 )
             limits.append(server_room)
-        if requested is not None:
-            limits.append(requested)
         if self.max_sampled_tokens is not None:
             left = self.max_sampled_tokens - self.state.sampled_total
             if left <= 0:
@@ -375,6 +412,7 @@ class RLTokenModel:
             # Every /generate call in order, aborted ones included: where the viewer marks aborts and resumes.
             "turn_log": [t.model_dump() for t in self.state.turns],
             "kept_tokens": buf.sampled_tokens,
+            "mixed_version_turns": mixed_version_turns(buf),
             "replaced_code_points": self.state.replaced_code_points,
             **(info or {}),
         }
@@ -388,7 +426,7 @@ class RLTokenModel:
             messages=self.messages,
             exit_status=exit_status,
             submission=submission,
-            turns=sum(1 for t in self.state.turns if t.kept),
+            turns=sum(1 for m in self.state.messages if m.get("role") == "assistant"),
             timings=timings or {},
             routed_experts=self.routed_experts_bytes() if self.return_routed_experts else None,
             routed_experts_width=self.state.routed_experts_width or None if self.return_routed_experts else None,
@@ -409,3 +447,28 @@ def _assistant_message(content: str, tool_calls: list[ToolCall]) -> dict[str, An
             for c in tool_calls
         ]
     return message
+
+
+def mixed_version_turns(buf: TokenBuffer) -> list[dict[str, Any]]:
+    """The assistant turns sampled by more than one weight version: a turn kept across an
+    abort (onAbort Keep), or one whose request spanned a weight update. Each entry gives
+    the turn's ``start``/``end`` in ``response_ids`` and its ``versions`` in order.
+
+    A turn is one run of loss-mask-1 tokens: the template's delta always separates two turns."""
+    turns: list[dict[str, Any]] = []
+    versions = buf.weight_versions
+    mask = buf.loss_mask
+    i, n = buf.prompt_length, len(buf)
+    while i < n:
+        if not mask[i]:
+            i += 1
+            continue
+        start = i
+        seen: list[str | None] = []
+        while i < n and mask[i]:
+            if not seen or seen[-1] != versions[i]:
+                seen.append(versions[i])
+            i += 1
+        if len(seen) > 1:
+            turns.append({"start": start - buf.prompt_length, "end": i - buf.prompt_length, "versions": seen})
+    return turns

@@ -300,6 +300,7 @@ class Runner:
             tool_call_format="auto" if function_calling else None,
             return_routed_experts=inference.return_routed_experts,
             request_timeout=float(inference.request_timeout_seconds),
+            keep_aborted=inference.on_abort is api.OnAbort.KEEP,
         )
         if snapshot is not None:
             model, agent_state = RLTokenModel.restore(snapshot, tokenizer, client, **kwargs)

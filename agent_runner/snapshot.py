@@ -36,7 +36,10 @@ class TurnRecord(BaseModel):
     sampled: int
     """Tokens the server returned for this request."""
     kept: bool
-    """False for an aborted request whose tokens were dropped (see rl_model's abort policy)."""
+    """True when this request's tokens are in the list: all of an answered one, or under
+    onAbort Keep the logprob-carrying prefix of an aborted one; False when dropped."""
+    kept_tokens: int = 0
+    """How many of its tokens are in the list (``sampled`` minus what was dropped)."""
     weight_version: str | None = None
     attempts: int = 1
 
@@ -52,6 +55,9 @@ class ModelState(BaseModel):
     awaiting_generation: bool = False
     """The token list ends with a generation prompt (set up for a request not yet answered)."""
     last_sampled_id: int | None = None
+    partial_tokens: int = 0
+    """Sampled tokens of the owed turn already in the list (kept from aborted requests
+    under onAbort Keep); the next request continues the turn after them."""
     turn_counter: int = 0
     """Requests started (the turn number in rids); never reused after a resume."""
     sampled_total: int = 0

@@ -170,6 +170,15 @@ class AgentKind(str, Enum):
     """OpenAI-compatible /v1/chat/completions, no token tracking (validation runs)."""
 
 
+class OnAbort(str, Enum):
+    """What an aborted generate request leaves in the token list (spec.inference.onAbort)."""
+
+    DROP = "Drop"
+    """Its tokens are dropped; the resumed turn is re-sampled from its start (every turn has one weight version)."""
+    KEEP = "Keep"
+    """Its sampled tokens that carry logprobs stay, each with the version that sampled it; the resumed request continues from them (partial rollout, as slime and AReaL do)."""
+
+
 class ToolName(str, Enum):
     BASH = "bash"
     STR_REPLACE_EDITOR = "str_replace_editor"
@@ -518,6 +527,8 @@ class Inference(ApiModel):
     """How long the runner waits out an inference server that is unreachable, answers 5xx or 429, or keeps aborting this run's requests (a restart, a weight update), counted from the first failure of an unbroken series. The turn is re-sent once the server is back; past the budget the run ends `exit_api` and the rollout fails naming the cause. 0: give up after the client's few quick retries."""
     return_routed_experts: bool = False
     """Ask SGLang for MoE routing decisions and keep them in the trajectory."""
+    on_abort: OnAbort = OnAbort.DROP
+    """What an aborted request (a suspension, or a trainer's abort/pause around a weight update) leaves behind: `Drop` discards its tokens and re-samples the turn; `Keep` keeps the tokens that have logprobs, each with the version that sampled it, and continues the turn from them. The trajectory's `info.mixed_version_turns` lists turns sampled by more than one version."""
 
 
 class Toleration(ApiModel):

@@ -17,7 +17,7 @@ import argparse
 import sys
 from typing import Any
 
-from swerollout.api.v1alpha1 import AgentKind, Mode
+from swerollout.api.v1alpha1 import AgentKind, Mode, OnAbort
 from swerollout.cli.rollouts import EXIT_OK, EXIT_USAGE, add_connection_args, run_client_command
 from swerollout.client import RolloutClient
 from swerollout.datasets import DatasetKind
@@ -54,6 +54,8 @@ def _submit(args: argparse.Namespace, client: RolloutClient) -> int:
         inference["maxContextTokens"] = args.max_context_tokens
     if args.temperature is not None:
         inference["sampling"] = {"temperature": args.temperature}
+    if args.on_abort:
+        inference["onAbort"] = args.on_abort
     agent: dict[str, Any] = {"kind": args.agent}
     if args.max_turns:
         agent["maxTurns"] = args.max_turns
@@ -103,6 +105,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-turns", type=int, help="model calls per rollout (default 50)")
     parser.add_argument("--max-context-tokens", type=int, help="context limit in tokens (default 32768)")
     parser.add_argument("--temperature", type=float, help="sampling temperature (default 1.0)")
+    parser.add_argument(
+        "--on-abort", choices=[v.value for v in OnAbort],
+        help="what an aborted request leaves: Drop (default) re-samples the turn, Keep continues it (partial rollout)",
+    )
     parser.add_argument("--weight-version", help="weight version the trainer expects (recorded per token)")
     parser.add_argument("--label", action="append", metavar="KEY=VALUE", help="extra label on every rollout (repeatable)")
     parser.add_argument("--no-reward", action="store_true", help="skip the evaluation pod (no reward)")

@@ -60,8 +60,9 @@ def turn_marks(record: ViewRecord) -> tuple[list[dict[str, Any]], int, int]:
     """Abort and resume markers (positions in the full token list), and the counts of
     aborts and resumes, from the runner's turn log.
 
-    Each kept turn that sampled tokens is one run of loss-mask-1 tokens, in order; an
-    aborted request sat where the next kept run starts (its tokens were dropped)."""
+    Each turn that sampled tokens is one run of loss-mask-1 tokens, in order; an aborted
+    request sat where the next run starts (its tokens were dropped), or under onAbort
+    Keep after the tokens it kept inside that run."""
     log = record.info.get("turn_log") or []
     offset = len(record.prompt_ids)
     runs: list[int] = []
@@ -75,26 +76,31 @@ def turn_marks(record: ViewRecord) -> tuple[list[dict[str, Any]], int, int]:
     aborts = resumes = 0
     run = 0
     pending_abort = False
+    kept_in_run = 0
     for turn in log:
         if not isinstance(turn, dict):
             continue
         if turn.get("finish") == "abort" or turn.get("kept") is False:
             aborts += 1
-            at = runs[run] if run < len(runs) else end
+            kept = int(turn.get("kept_tokens") or 0)
+            kept_in_run += kept
+            at = min(runs[run] + kept_in_run, end) if run < len(runs) else end
             version = turn.get("weight_version")
-            marks.append({
-                "at": at, "kind": "abort",
-                "label": f"aborted: {turn.get('sampled', 0)} sampled tokens dropped (weights {version})",
-            })
+            dropped = int(turn.get("sampled") or 0) - kept
+            label = f"aborted: {dropped} sampled tokens dropped (weights {version})"
+            if kept:
+                label = f"aborted: {kept} sampled tokens kept, {dropped} dropped (weights {version})"
+            marks.append({"at": at, "kind": "abort", "label": label})
             pending_abort = True
             continue
         if pending_abort:
             resumes += 1
-            at = runs[run] if run < len(runs) else end
+            at = min(runs[run] + kept_in_run, end) if run < len(runs) else end
             marks.append({"at": at, "kind": "resume", "label": f"resumed (weights {turn.get('weight_version')})"})
             pending_abort = False
-        if int(turn.get("sampled") or 0) > 0:
+        if int(turn.get("sampled") or 0) > 0 or kept_in_run:
             run += 1
+            kept_in_run = 0
     return marks, aborts, resumes
 
 

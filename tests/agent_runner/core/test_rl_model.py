@@ -132,6 +132,74 @@ async def test_abort_mid_turn_then_snapshot_restore_continue(oracle_server: Call
     await resumed.client.aclose()
 
 
+async def test_keep_on_abort_continues_the_turn_with_each_token_s_version(oracle_server: Callable[..., Any]) -> None:
+    """onAbort Keep: the aborted request's tokens stay (with v1), the resumed request after a
+    snapshot continues the same turn (with v2), and the whole turn parses as one tool call."""
+    server = oracle_server(weight_version="v1", faults={"abort_after_tokens": 3})
+    model = _model(server.url, keep_aborted=True, max_sampled_tokens=10_000)
+    model.add_messages(PROMPT)
+    aborted = await model.generate()
+    assert aborted.finish_reason == FinishReason.ABORT and aborted.new_tokens == 3
+    prompt_length = model.buffer.prompt_length
+    assert model.buffer.sampled_tokens == 3 and model.state.dropped_total == 0
+    assert model.buffer.weight_versions[prompt_length:] == ["v1"] * 3
+    blob = model.snapshot({})
+    await model.client.aclose()
+
+    async with httpx.AsyncClient(base_url=server.url) as http:
+        (await http.post("/_standin/faults", json={"clear_abort_after_tokens": True})).raise_for_status()
+        (await http.post("/update_weight_version", json={"new_version": "v2"})).raise_for_status()
+    resumed, _ = RLTokenModel.restore(
+        blob, load_tokenizer("qwen-2.5"), SGLangClient(server.url),
+        sampling=SamplingParams(max_new_tokens=512, temperature=0.0), max_context_tokens=8192, run_uid="uid-test",
+        tools=TOOLS, keep_aborted=True,
+    )
+    turn = await resumed.generate()
+    assert turn.finish_reason == FinishReason.STOP and [c.name for c in turn.tool_calls] == ["bash"]
+    assert "git apply" in turn.tool_calls[0].arguments["command"]
+    buf = resumed.buffer
+    # The resumed request sent the kept tokens and continued after them.
+    assert list(buf.loss_mask[prompt_length:]) == [1] * (3 + turn.new_tokens)
+    assert buf.weight_versions[prompt_length:] == ["v1"] * 3 + ["v2"] * turn.new_tokens
+    traj = resumed.trajectory(exit_status=None)
+    assert traj.turns == 1 and traj.info["dropped_total"] == 0 and traj.info["kept_tokens"] == 3 + turn.new_tokens
+    assert traj.info["mixed_version_turns"] == [{"start": 0, "end": 3 + turn.new_tokens, "versions": ["v1", "v2"]}]
+    log = traj.info["turn_log"]
+    assert [(t["finish"], t["kept"], t["kept_tokens"]) for t in log] == [("abort", True, 3), ("stop", True, turn.new_tokens)]
+    await resumed.client.aclose()
+
+
+async def test_keep_on_abort_counts_the_kept_tokens_in_the_turn_cap(fake_sglang: FakeSGLang) -> None:
+    fake_sglang.script.append(Behaviour("abort", output_ids=[5, 6, 7]))
+    model = _model(fake_sglang.url, keep_aborted=True, sampling=SamplingParams(max_new_tokens=10))
+    model.add_messages(PROMPT)
+    assert (await model.generate()).finish_reason == FinishReason.ABORT
+    fake_sglang.default_output = [8, 9]
+    turn = await model.generate()
+    assert fake_sglang.requests[1]["sampling_params"]["max_new_tokens"] == 7
+    assert fake_sglang.requests[1]["input_ids"][-3:] == [5, 6, 7]
+    assert turn.new_tokens == 2 and model.buffer.input_ids[-5:] == [5, 6, 7, 8, 9]
+    # Kept tokens that fill the cap end the turn as cut off, without a request.
+    fake_sglang.script.append(Behaviour("abort", output_ids=list(range(20, 30))))
+    model.add_messages([{"role": "user", "content": "again"}])
+    assert (await model.generate()).finish_reason == FinishReason.ABORT
+    cut = await model.generate()
+    assert cut.finish_reason == FinishReason.LENGTH and len(fake_sglang.requests) == 3
+    assert model.buffer.input_ids[-10:] == list(range(20, 30))
+    await model.client.aclose()
+
+
+async def test_keep_on_abort_drops_tokens_without_logprobs(fake_sglang: FakeSGLang) -> None:
+    fake_sglang.script.append(Behaviour("abort", output_ids=[5, 6, 7]))
+    fake_sglang.meta_patches.append({"output_token_logprobs": [[-0.5, 5, None]]})
+    model = _model(fake_sglang.url, keep_aborted=True)
+    model.add_messages(PROMPT)
+    aborted = await model.generate()
+    assert aborted.new_tokens == 1 and model.buffer.input_ids[-1] == 5 and model.buffer.logprobs[-1] == -0.5
+    assert model.state.dropped_total == 2 and model.state.sampled_total == 3
+    await model.client.aclose()
+
+
 async def test_length_cut_turn_is_closed_before_the_next_message(oracle_server: Callable[..., Any]) -> None:
     server = oracle_server()
     model = _model(server.url)

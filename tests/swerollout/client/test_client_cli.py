@@ -41,13 +41,14 @@ def submit_args(namespace: str, batch: str, group: int = 2) -> list[str]:
 
 async def test_submit_list_get_abort_resume(crd: ControlPlane, akube: AsyncKubeClient, namespace: str) -> None:
     count = len(load_instances(INSTANCES))
-    done = await asyncio.to_thread(swerollout, crd, *submit_args(namespace, "cli"))
+    done = await asyncio.to_thread(swerollout, crd, *submit_args(namespace, "cli"), "--on-abort", "Keep")
     assert done.returncode == 0, done.stderr
     assert f"{count * 2} rollouts" in done.stdout
-    again = await asyncio.to_thread(swerollout, crd, *submit_args(namespace, "cli"))
+    again = await asyncio.to_thread(swerollout, crd, *submit_args(namespace, "cli"), "--on-abort", "Keep")
     assert again.returncode == 0, again.stderr
     items = (await akube.list(SWEROLLOUTS, namespace))["items"]
     assert len(items) == count * 2 and all(o["spec"]["mode"] == "validate" for o in items)
+    assert all(o["spec"]["inference"]["onAbort"] == "Keep" for o in items)
 
     await run(akube, namespace, "cli-0-1", generated=1234)
     listed = await asyncio.to_thread(swerollout, crd, "list", "--batch", "cli", "-n", namespace)

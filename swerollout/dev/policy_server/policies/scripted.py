@@ -113,11 +113,33 @@ class _ScriptedPolicy:
         self._format: ChatFormat = context.chat_format
 
     def start(self, input_ids: list[int], sampling: SamplingConfig) -> ScriptedGeneration:
-        prompt = str(self._tokenizer.decode(input_ids, skip_special_tokens=False))
-        reply = self.reply(prompt)
+        # A context that ends inside an assistant turn (a partial reply kept across an
+        # abort) is continued, as a language model continues it: when the partial is the
+        # start of the reply this policy gives at the turn's opening, the rest follows.
+        opened = self._open_turn(input_ids)
+        if opened is not None and opened < len(input_ids):
+            tokens = self._reply_tokens(input_ids[:opened])
+            partial = input_ids[opened:]
+            if tokens[: len(partial)] == partial:
+                return ScriptedGeneration(tokens, position=len(partial))
+        return ScriptedGeneration(self._reply_tokens(input_ids))
+
+    def _reply_tokens(self, input_ids: list[int]) -> list[int]:
+        reply = self.reply(str(self._tokenizer.decode(input_ids, skip_special_tokens=False)))
         tokens = list(self._tokenizer.encode(reply.text, add_special_tokens=False))
         end = self._format.end_after_tool_call_id if reply.tool_call else self._format.end_of_turn_id
-        return ScriptedGeneration(tokens + [end])
+        return tokens + [end]
+
+    def _open_turn(self, input_ids: list[int]) -> int | None:
+        """Where the last assistant turn's sampled part starts, when no end-of-turn token follows it."""
+        header = list(self._tokenizer.encode(self._format.assistant_header, add_special_tokens=False))
+        if not header:
+            return None
+        for at in range(len(input_ids) - len(header), -1, -1):
+            if input_ids[at : at + len(header)] == header:
+                start = at + len(header)
+                return None if set(input_ids[start:]) & self._format.stop_ids else start
+        return None
 
     def reply(self, prompt: str) -> Reply:
         raise NotImplementedError
