@@ -70,6 +70,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agent_runner.errors import ChatTemplateError
+from agent_runner.images import map_text_parts, template_content
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -192,6 +193,8 @@ class ChatTemplate:
     def _template_message(self, message: Message) -> dict[str, Any]:
         """The message as handed to the template: arguments as JSON text if it concatenates them."""
         out = dict(message)
+        if isinstance(out.get("content"), list):
+            out["content"] = template_content(out["content"])
         if self._args_as_text and out.get("tool_calls"):
             calls = []
             for call in out["tool_calls"]:
@@ -443,6 +446,8 @@ def _mark(message: Message, marker: Callable[[str], str]) -> dict[str, Any]:
         value = out.get(key)
         if isinstance(value, str) and value:
             out[key] = marker(value)
+        elif isinstance(value, list):  # content parts: text is content, images are structure
+            out[key] = map_text_parts(value, marker)
     if out.get("tool_calls"):
         out["tool_calls"] = [_map_arguments(call, marker) for call in out["tool_calls"]]
     return out
@@ -478,6 +483,8 @@ def _stub(message: Message, marker: Callable[[str], str] | None = None) -> dict[
         if key in message:
             value = message[key]
             stub[key] = placeholder(value) if isinstance(value, str) and value else value
+            if isinstance(value, list):
+                stub[key] = map_text_parts(value, placeholder)
     for key in ("tool_call_id", "name"):
         if key in message:
             stub[key] = message[key]

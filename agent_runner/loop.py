@@ -29,6 +29,7 @@ from typing import Any
 
 from agent_runner.config import ActionFormat, AgentConfig
 from agent_runner.errors import ContextBudgetError, ModelError
+from agent_runner.images import user_content
 from swerollout.exit_status import ExitStatus, autosubmitted
 from agent_runner.model import FinishReason, Model, ModelTurn
 from agent_runner.run_state import LoopResult, LoopState, StepInfo, TaskInfo
@@ -136,7 +137,7 @@ class AgentLoop:
             raise SandboxError(f"cannot prepare the shell in {self.task.working_dir}: {prepared.output.strip()[:300]}")
         self.model.add_messages([
             {"role": "system", "content": self._render("system_template")},
-            {"role": "user", "content": self._render("instance_template")},
+            {"role": "user", "content": user_content(self._render("instance_template"), self.task.issue_images)},
         ])
         self.state.started = True
 
@@ -262,7 +263,7 @@ class AgentLoop:
         return budget is not None and self.model.context_tokens >= budget
 
     def _render(self, template: str, **variables: Any) -> str:
-        return self.config.render(template, {**self.task.model_dump(), **variables})
+        return self.config.render(template, {**self.task.template_variables(), **variables})
 
     async def _report(self, info: StepInfo) -> None:
         if self.on_step is None:

@@ -56,13 +56,15 @@ from typing import TYPE_CHECKING, Any
 import base64
 
 from agent_runner.chat_template import ChatTemplate
-from agent_runner.errors import ContextBudgetError, ModelError
+from agent_runner.errors import ChatTemplateError, ContextBudgetError, ModelError
+from agent_runner.images import image_urls
 from agent_runner.model import FinishReason, ModelTurn, ToolCall
 from agent_runner.sglang import ContextLimits, GenerateResult, SamplingParams, SGLangClient, make_rid
 from agent_runner.snapshot import ModelState, Snapshot, TurnRecord
 from agent_runner.text import clean_value
 from agent_runner.tokens import TokenBuffer
 from agent_runner.tool_calls import ToolCallParser, detect_parser, escape_markup
+from swerollout.issue_images import image_placeholder, text_only_message
 from swerollout.wire.trajectory import Trajectory
 
 if TYPE_CHECKING:
@@ -139,6 +141,8 @@ class RLTokenModel:
     async def generate(self, *, max_new_tokens: int | None = None) -> ModelTurn:
         self._prepare_request()
         state = self.state
+        images = image_urls(state.messages)
+        sent = len(self.buffer)
         limit = self._token_limit(max_new_tokens)
         if limit is None:
             # Kept tokens of an aborted request already fill the turn's cap: it ends as cut off.
@@ -153,7 +157,10 @@ class RLTokenModel:
             routed_experts_start_len=state.routed_experts_rows,
             timeout=self.request_timeout,
             input_ids_json=self.buffer.ids_json(),
+            image_data=images or None,
         )
+        if images and result.prompt_tokens > sent:
+            state.expanded_image_tokens = result.prompt_tokens - sent
         state.sampled_total += len(result.output_ids)
         version = self._label(result.weight_version)
         if result.finish == "abort":
@@ -249,7 +256,12 @@ class RLTokenModel:
                 return
             raw = raw[: 4 * width * expected]
         problem: str | None = None
-        if raw is None:
+        if state.expanded_image_tokens:
+            problem = (
+                "routing rows are not stored for a run with issue images: the server's rows cover each "
+                "image's expanded tokens, the token list holds one placeholder per image"
+            )
+        elif raw is None:
             problem = (
                 "routed experts were requested but the server returned none; start SGLang with "
                 "--enable-return-routed-experts"
@@ -297,7 +309,9 @@ class RLTokenModel:
         if not self.buffer.input_ids:
             if not state.pending:
                 raise ModelError("no messages: add the system/user prompt before generate()")
+            pad_id = self._image_pad_id(state.pending)
             self.buffer.set_prompt(self.template.prompt_ids(state.pending))
+            self._check_image_placeholders(state.pending, pad_id)
         else:
             delta = self.template.delta_ids(
                 state.messages, state.pending, state.last_sampled_id, self._last_sampled_text()
@@ -307,13 +321,32 @@ class RLTokenModel:
         state.pending.clear()
         state.awaiting_generation = True
 
+    def _image_pad_id(self, messages: list[dict[str, Any]]) -> int | None:
+        """The template's image pad token when the messages hold images; never a silent drop."""
+        count = len(image_urls(messages))
+        if not count:
+            return None
+        placeholder = image_placeholder(self.tokenizer)
+        if placeholder is None:
+            raise ChatTemplateError(text_only_message(str(getattr(self.tokenizer, "name_or_path", "?")), count))
+        return placeholder.pad_id
+
+    def _check_image_placeholders(self, messages: list[dict[str, Any]], pad_id: int | None) -> None:
+        """Each image must have its placeholder in the prompt, or the server pairs images wrongly."""
+        count = len(image_urls(messages))
+        rendered = 0 if pad_id is None else self.buffer.input_ids.count(pad_id)
+        if rendered != count:
+            raise ChatTemplateError(f"the chat template rendered {rendered} image placeholders for {count} images")
+
     def _token_limit(self, requested: int | None) -> int | None:
         """``max_new_tokens`` of the next request; None when tokens kept from aborted
         requests already fill the turn's cap (the turn ends without a request)."""
-        room = self.max_context_tokens - len(self.buffer)
+        # The server counts each image's expanded tokens (learnt from its last answer).
+        used = len(self.buffer) + self.state.expanded_image_tokens
+        room = self.max_context_tokens - used
         if room <= 0:
             raise ContextBudgetError(
-                f"the context holds {len(self.buffer)} tokens, max_context_tokens is "
+                f"the context holds {used} tokens, max_context_tokens is "
                 f"{self.max_context_tokens}: no room for another turn"
             )
         limits = [room]
@@ -324,10 +357,10 @@ class RLTokenModel:
         limits.extend(cap - partial for cap in per_turn)
         server = self.server_limits
         if server is not None:
-            server_room = server.max_new_tokens(len(self.buffer))
-            if not server.prompt_fits(len(self.buffer)) or server_room <= 0:
+            server_room = server.max_new_tokens(used)
+            if not server.prompt_fits(used) or server_room <= 0:
                 raise ContextBudgetError(
-                    f"the context holds {len(self.buffer)} tokens; the server admits prompts below "
+                    f"the context holds {used} tokens; the server admits prompts below "
                     f"{server.max_req_input_len} tokens (context length {server.context_length}, "
                     "SGLang's margin included): no room for another turn"
                 )
@@ -414,6 +447,7 @@ class RLTokenModel:
             "kept_tokens": buf.sampled_tokens,
             "mixed_version_turns": mixed_version_turns(buf),
             "replaced_code_points": self.state.replaced_code_points,
+            **self._image_info(),
             **(info or {}),
         }
         return Trajectory(
@@ -435,6 +469,14 @@ class RLTokenModel:
             ),
             info=extra,
         )
+
+
+    def _image_info(self) -> dict[str, Any]:
+        """With images: how many, and the tokens the server expanded their placeholders into."""
+        count = len(image_urls(self.state.messages))
+        if not count:
+            return {}
+        return {"images": count, "expanded_image_tokens": self.state.expanded_image_tokens}
 
 
 def _assistant_message(content: str, tool_calls: list[ToolCall]) -> dict[str, Any]:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from swerollout.api import v1alpha1
+from swerollout.issue_images import links_text
 
 
 class TaskInfo(BaseModel):
@@ -17,17 +20,29 @@ class TaskInfo(BaseModel):
     base_commit: str
     repo: str = ""
     instance_id: str = ""
+    issue_images: list[str] = Field(default_factory=list)
+    """Images shown with the first user message, in order (not a template variable)."""
 
     @classmethod
-    def from_instance(cls, instance: v1alpha1.Instance) -> TaskInfo:
-        """From a SWERollout's `spec.instance`."""
+    def from_instance(
+        cls, instance: v1alpha1.Instance, mode: v1alpha1.IssueImageMode = v1alpha1.IssueImageMode.INLINE
+    ) -> TaskInfo:
+        """From a SWERollout's `spec.instance`; `mode` is `spec.agent.issueImageMode` (Links:
+        the images become a text list at the end of the problem statement)."""
+        links = mode == v1alpha1.IssueImageMode.LINKS and bool(instance.issue_images)
         return cls(
-            problem_statement=instance.problem_statement,
+            problem_statement=(
+                links_text(instance.problem_statement, instance.issue_images) if links else instance.problem_statement
+            ),
             working_dir=instance.workdir,
             base_commit=instance.base_commit,
             repo=instance.repo,
             instance_id=instance.instance_id,
+            issue_images=[] if links else list(instance.issue_images),
         )
+
+    def template_variables(self) -> dict[str, Any]:
+        return self.model_dump(exclude={"issue_images"})
 
 
 class LoopState(BaseModel):

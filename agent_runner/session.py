@@ -30,6 +30,7 @@ from swerollout.api import v1alpha1 as api
 from swerollout.api.base import one_line
 from swerollout.backoff import Backoff, Schedule
 from swerollout.exit_status import is_truncated
+from swerollout.issue_images import IssueImageError, image_placeholder, text_only_message
 from swerollout.tokenizers import load_tokenizer
 from swerollout.wire import ingest as wire
 from swerollout.wire.codec import decode, encode
@@ -279,8 +280,12 @@ class Runner:
                 chat.add_messages(list(decoded.meta["messages"]))
                 agent_state = dict(decoded.meta["agent_state"])
             return chat, agent_state, None
-        client = SGLangClient(inference.endpoint, timeout=float(inference.request_timeout_seconds))
         tokenizer = load_tokenizer(inference.tokenizer or "")
+        images = spec.instance.issue_images if spec.agent.issue_image_mode == api.IssueImageMode.INLINE else []
+        if images and image_placeholder(tokenizer) is None:
+            # Never a silent drop: a text-only template fails the run before any token is sent.
+            raise IssueImageError(text_only_message(inference.tokenizer or "", len(images)))
+        client = SGLangClient(inference.endpoint, timeout=float(inference.request_timeout_seconds))
         function_calling = config.tools.action_format == ActionFormat.FUNCTION_CALLING
         kwargs: dict[str, Any] = dict(
             sampling=SamplingParams(
@@ -345,10 +350,7 @@ class Runner:
                 reason="InferenceNotice" if notice else "", message=notice,
             )
         )
-        task = TaskInfo(
-            problem_statement=instance.problem_statement, working_dir=workdir, base_commit=instance.base_commit,
-            repo=instance.repo, instance_id=instance.instance_id,
-        )
+        task = TaskInfo.from_instance(instance, spec.agent.issue_image_mode).model_copy(update={"working_dir": workdir})
         reporter = _ProgressReporter(self.ingest, abortable)
         loop = AgentLoop(abortable, self.sandbox, config, task, on_step=reporter.on_step)
         watcher = asyncio.create_task(self._watch_for_abort(assignment.id, abortable))

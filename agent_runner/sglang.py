@@ -193,8 +193,12 @@ class SGLangClient:
         routed_experts_start_len: int = 0,
         timeout: float | None = None,
         input_ids_json: str | None = None,
+        image_data: list[str] | None = None,
     ) -> GenerateResult:
         """POST /generate; ``rid_for_attempt(n)`` names the n-th try (1-based), each one new.
+
+        ``image_data``: the images of a multimodal prompt, one per image placeholder
+        token in ``input_ids``, in order (sent with every turn: each request stands alone).
 
         ``input_ids_json`` is an optional pre-encoded form of ``input_ids`` (JSON array
         items, no brackets), e.g. TokenBuffer.ids_json(); it must encode the same ids.
@@ -207,7 +211,7 @@ class SGLangClient:
         try:
             return await self._generate(
                 call, input_ids, sampling, rid_for_attempt, return_routed_experts, routed_experts_start_len,
-                timeout, input_ids_json,
+                timeout, input_ids_json, image_data,
             )
         finally:
             self._calls.discard(call)
@@ -222,6 +226,7 @@ class SGLangClient:
         routed_experts_start_len: int,
         timeout: float | None,
         input_ids_json: str | None,
+        image_data: list[str] | None = None,
     ) -> GenerateResult:
         url = f"{self.base_url}/generate"
         last: _Retryable | None = None
@@ -240,6 +245,8 @@ class SGLangClient:
             if return_routed_experts:
                 # Only the rows this turn adds: the earlier ones are stored already.
                 fields.update(return_routed_experts=True, routed_experts_start_len=routed_experts_start_len)
+            if image_data:
+                fields.update(image_data=list(image_data))
             request = GenerateRequest(**fields)
             call.rid = rid
             try:

@@ -78,6 +78,9 @@ class ModelState(BaseModel):
     weightVersion, used while the server reported none or "default")."""
     notes: list[str] = Field(default_factory=list)
     """Things the trainer must know about this run (limits lowered, data missing)."""
+    expanded_image_tokens: int = 0
+    """Tokens the server's multimodal processor expanded the image placeholders into, beyond
+    the one placeholder token per image the list holds (its prompt_tokens minus the ids sent)."""
 
 
 class Snapshot(BaseModel):

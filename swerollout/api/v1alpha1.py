@@ -14,6 +14,7 @@ from enum import Enum
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     Field,
     GetCoreSchemaHandler,
     GetJsonSchemaHandler,
@@ -24,6 +25,8 @@ from pydantic import (
 )
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
+
+from swerollout.issue_images import data_url_payload
 
 from . import formats, prompts, quantity
 from .base import ApiModel, cel
@@ -179,6 +182,13 @@ class OnAbort(str, Enum):
     """Its sampled tokens that carry logprobs stay, each with the version that sampled it; the resumed request continues from them (partial rollout, as slime and AReaL do)."""
 
 
+class IssueImageMode(str, Enum):
+    INLINE = "Inline"
+    """The images go to the model as images, in order, before the task text; a chat template that cannot show images fails the rollout (InvalidSpec) instead of dropping them."""
+    LINKS = "Links"
+    """Text fallback: the model sees no image; the problem statement ends with a numbered list of the image URLs (inline data is described by type and size)."""
+
+
 class ToolName(str, Enum):
     BASH = "bash"
     STR_REPLACE_EDITOR = "str_replace_editor"
@@ -289,6 +299,12 @@ _INSTANCE_TEXT_MESSAGE = (
     f"problemStatement, issueImages, testPatch, evalScript, failToPass and passToPass may hold at most "
     f"{INSTANCE_TEXT_LIMIT // KiB} KiB together; shorten them (and note: {SERVER_SIDE_HINT})"
 )
+def _decodable_image(url: str) -> str:
+    if url.startswith("data:"):
+        data_url_payload(url)  # raises IssueImageError, a ValueError naming the problem
+    return url
+
+
 IssueImage = Annotated[
     str,
     StringConstraints(min_length=1, max_length=256 * KiB),
@@ -301,6 +317,8 @@ IssueImage = Annotated[
         "must be an http(s) URL with a host, or a data URL such as data:image/png;base64,...",
         lambda v: v.startswith("data:image/") or formats.is_http_url(v),
     ),
+    # CEL cannot decode base64: the model checks a data URL's type and payload (InvalidSpec).
+    AfterValidator(_decodable_image),
 ]
 
 
@@ -476,6 +494,8 @@ class Agent(ApiModel):
     """Total tool execution time before `exit_total_execution_time` (seconds)."""
     max_consecutive_timeouts: int = Field(default=3, ge=1, le=100)
     """This many command timeouts in a row end the run with `exit_command_timeout` (SWE-agent's default is 3)."""
+    issue_image_mode: IssueImageMode = IssueImageMode.INLINE
+    """How `spec.instance.issueImages` reach the model: `Inline` as images (the tokenizer's chat template must show images), or `Links` as a text list after the problem statement."""
 
     @property
     def action_format(self) -> prompts.ActionFormat:

@@ -122,6 +122,10 @@ class GenerateRequest(_Lenient):
     routed_experts_start_len: int = Field(default=0, ge=0)
     """First token position whose routing rows are returned (0: from the prompt's start)."""
     stream: bool = False
+    image_data: str | list[str | dict[str, Any] | None] | None = None
+    """Images of a multimodal prompt, one per image placeholder token in ``input_ids``, in
+    order: an http(s) URL (the server downloads it), a data URL, or SGLang's ``{"url": ...}``
+    object. The server expands each placeholder into the image's tokens (see images())."""
 
     @field_validator("sampling_params", mode="before")
     @classmethod
@@ -134,6 +138,20 @@ class GenerateRequest(_Lenient):
         if self.input_ids is None and self.text is None:
             raise ValueError("input_ids: give input_ids (token-in) or text")
         return self
+
+    def images(self) -> list[str]:
+        """``image_data`` as a list of URLs, as SGLang normalizes one request's images
+        (a single item is a list of one; an object stands for its ``url``)."""
+        if self.image_data is None:
+            return []
+        items = self.image_data if isinstance(self.image_data, list) else [self.image_data]
+        urls: list[str] = []
+        for index, item in enumerate(items):
+            url = item.get("url") if isinstance(item, dict) else item
+            if not isinstance(url, str) or not url:
+                raise ValueError(f"image_data[{index}]: an image is a URL string or an object with a url")
+            urls.append(url)
+        return urls
 
     def to_wire(self) -> dict[str, Any]:
         """The JSON body: exactly the fields the sender set (SGLang fills in its defaults)."""

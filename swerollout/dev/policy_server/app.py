@@ -38,6 +38,7 @@ VERSION = "swerollout-policy-server/0.1"
 STANDIN_PREFIX = "/_standin"
 """Routes under this prefix are the stand-in's own; every other route is SGLang 0.5.23's."""
 FAULTS_ROUTE = f"{STANDIN_PREFIX}/faults"
+REQUESTS_ROUTE = f"{STANDIN_PREFIX}/requests"
 ENGINE_KEY = web.AppKey("engine", Engine)
 SETTINGS_KEY = web.AppKey("settings", ServerSettings)
 
@@ -265,6 +266,12 @@ async def set_faults(request: web.Request) -> web.Response:
     return web.json_response(_engine(request).faults.update(body).model_dump(mode="json"))
 
 
+async def get_requests(request: web.Request) -> web.Response:
+    """The last admitted requests, oldest first: what each sent and the images it carried, in order."""
+    log = _engine(request).request_log
+    return web.json_response({"requests": [record.model_dump(mode="json") for record in log]})
+
+
 def build_engine(settings: ServerSettings) -> Engine:
     """Load the tokenizer and the policy (slow: seconds) and wire up the engine."""
     from swerollout.tokenizers import load_tokenizer
@@ -314,6 +321,7 @@ def create_app(settings: ServerSettings, engine: Engine | None = None) -> web.Ap
         # Ours, not SGLang's: test-only fault injection, under one stand-in-only prefix.
         ("GET", FAULTS_ROUTE, get_faults),
         ("POST", FAULTS_ROUTE, set_faults),
+        ("GET", REQUESTS_ROUTE, get_requests),
     ]
     for method, path, handler in routes:
         app.router.add_route(method, path, handler)

@@ -16,6 +16,7 @@ from swerollout.dev.policy_server.chat_format import new_tool_call_id
 from swerollout.dev.policy_server.engine import Engine
 from swerollout.dev.policy_server.errors import BadRequestError
 from swerollout.dev.policy_server.tool_markup import parse_tool_calls
+from swerollout.issue_images import TEMPLATE_IMAGE_PART
 from swerollout.dev.policy_server.wire import (
     ChatCompletionRequest,
     GenerateRequest,
@@ -23,13 +24,35 @@ from swerollout.dev.policy_server.wire import (
 )
 
 
-def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """OpenAI messages in the shape chat templates expect (arguments as objects, text content)."""
+def _image_url(part: Any) -> str | None:
+    """The URL of an OpenAI ``image_url`` content part (``{"url": ...}`` or a bare string)."""
+    if not isinstance(part, dict) or part.get("type") != "image_url":
+        return None
+    ref = part.get("image_url")
+    url = ref.get("url") if isinstance(ref, dict) else ref
+    return url if isinstance(url, str) else ""
+
+
+def message_images(messages: list[dict[str, Any]]) -> list[str]:
+    """The image URLs of the messages' content parts, in order (SGLang's image_data)."""
+    return [url for m in messages if isinstance(m.get("content"), list)
+            for part in m["content"] if (url := _image_url(part)) is not None]
+
+
+def template_messages(messages: list[dict[str, Any]], *, show_images: bool = True) -> list[dict[str, Any]]:
+    """OpenAI messages in the shape chat templates expect (arguments as objects, text content;
+    content with images stays parts, each image an ``{"type": "image"}`` the template renders,
+    unless the model takes no images: then only the text is kept, as its template reads no parts)."""
     out: list[dict[str, Any]] = []
     for index, message in enumerate(messages):
         converted = dict(message)
         content = converted.get("content")
-        if isinstance(content, list):
+        if show_images and isinstance(content, list) and any(_image_url(part) is not None for part in content):
+            converted["content"] = [
+                dict(TEMPLATE_IMAGE_PART) if _image_url(part) is not None else part
+                for part in content if isinstance(part, dict)
+            ]
+        elif isinstance(content, list):
             converted["content"] = "".join(
                 part.get("text", "") for part in content if isinstance(part, dict)
             )
@@ -63,7 +86,7 @@ async def chat_completion(
         [t.model_dump(mode="json") for t in request.tools] if request.tools else None
     )
     rendered = engine.tokenizer.apply_chat_template(
-        template_messages(request.messages), tools=tools, add_generation_prompt=True, tokenize=False
+        template_messages(request.messages, show_images=engine.image_pad_id is not None), tools=tools, add_generation_prompt=True, tokenize=False
     )
     prompt_ids = list(engine.tokenizer.encode(str(rendered), add_special_tokens=False))
     remaining = engine.context_length - len(prompt_ids)
@@ -77,8 +100,10 @@ async def chat_completion(
         stop=request.stop,
         sampling_seed=request.seed,
     )
+    images: list[str | dict[str, Any] | None] = list(message_images(request.messages))
     result = await engine.generate(
-        GenerateRequest(rid=request.rid, input_ids=prompt_ids, sampling_params=sampling)
+        GenerateRequest(rid=request.rid, input_ids=prompt_ids, sampling_params=sampling, image_data=images or None),
+        route="chat",
     )
     markup = engine.chat_format.markup
     content, calls = parse_tool_calls(result.text, markup) if tools and markup else (result.text, [])

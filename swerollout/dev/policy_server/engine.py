@@ -29,13 +29,16 @@ import logging
 import random
 import time
 import uuid
+from collections import deque
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from swerollout.dev.policy_server.errors import BadRequestError
 from swerollout.dev.policy_server.faults import FaultInjector
+from swerollout.dev.policy_server.images import ImageRecord, expand, read_image
+from swerollout.dev.policy_server.wire import RequestRecord
 from swerollout.dev.policy_server.policies import Generation, Policy, SamplingConfig, TokenSample
 from swerollout.wire.sglang import (
     ContextLimits,
@@ -48,6 +51,7 @@ from swerollout.wire.sglang import (
     encode_routed_experts,
     finite_or_none,
 )
+from swerollout.issue_images import image_placeholder
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -64,6 +68,8 @@ ROUTED_LAYERS = 2
 ROUTED_TOP_K = 2
 ROUTED_EXPERTS = 8
 PAUSE_SETTLE_TIMEOUT = 60.0
+REQUEST_LOG_SIZE = 256
+"""Admitted requests GET /_standin/requests remembers (the oldest are forgotten first)."""
 
 
 @dataclass
@@ -116,6 +122,10 @@ class Engine:
         self._changed = asyncio.Event()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="policy-step")
         self.requests_served = 0
+        placeholder = image_placeholder(tokenizer)
+        self.image_pad_id = placeholder.pad_id if placeholder is not None else None
+        """The token images expand into; None: a text-only model, which ignores image_data as SGLang does."""
+        self.request_log: deque[RequestRecord] = deque(maxlen=REQUEST_LOG_SIZE)
 
     # --- state changes wake every waiter; waiters re-check their condition -------------
 
@@ -201,7 +211,18 @@ class Engine:
 
     # --- generation ---------------------------------------------------------------------
 
-    def prompt_ids(self, request: GenerateRequest) -> list[int]:
+    def read_images(self, request: GenerateRequest) -> list[ImageRecord]:
+        try:
+            urls = request.images()
+        except ValueError as exc:
+            raise BadRequestError(str(exc), field="image_data") from None
+        images = [read_image(index, url) for index, url in enumerate(urls)]
+        if self.image_pad_id is None:
+            return [image.model_copy(update={"tokens": 0}) for image in images]
+        return images
+
+    def prompt_ids(self, request: GenerateRequest, images: list[ImageRecord] | None = None) -> list[int]:
+        """The prompt the model reads: image placeholders expanded, then SGLang's length checks."""
         if request.input_ids is not None:
             ids = request.input_ids
             if not ids:
@@ -214,6 +235,15 @@ class Engine:
                 )
         else:
             ids = list(self.tokenizer.encode(request.text or "", add_special_tokens=False))
+        if images and self.image_pad_id is not None:
+            sent = len(ids)
+            ids = expand(ids, self.image_pad_id, images)
+            if not self.limits.prompt_fits(len(ids)):
+                raise BadRequestError(
+                    "Multimodal prompt is too long after expanding multimodal tokens. After expanding "
+                    f"len(req.origin_input_ids_unpadded)={sent} => {len(ids)} >= {self.limits.max_req_input_len}.",
+                    field="image_data",
+                )
         # SGLang's texts, so a client can tell a too-long prompt from other 400s.
         if len(ids) >= self.context_length:
             raise BadRequestError(
@@ -242,13 +272,19 @@ class Engine:
     def limits(self) -> ContextLimits:
         return ContextLimits.of(self.context_length)
 
-    def admit(self, request: GenerateRequest) -> Admitted:
+    def admit(self, request: GenerateRequest, route: Literal["generate", "chat"] = "generate") -> Admitted:
         """Roll the fault dice, validate the prompt and register the rid (before any output)."""
         self.faults.before_request()
-        input_ids = self.prompt_ids(request)
+        images = self.read_images(request)
+        input_ids = self.prompt_ids(request, images)
         rid = request.rid or uuid.uuid4().hex
         if rid in self._requests:
             raise BadRequestError(f"rid: request {rid!r} is already in flight", field="rid")
+        self.request_log.append(RequestRecord(
+            rid=rid, route=route,
+            sent_tokens=len(request.input_ids) if request.input_ids is not None else len(input_ids),
+            prompt_tokens=len(input_ids), images=images,
+        ))
         entry = _InFlight(rid=rid, prompt_tokens=len(input_ids), input_ids=input_ids)
         self._requests[rid] = entry
         self._signal()
@@ -275,9 +311,9 @@ class Engine:
         return result
 
     async def generate(
-        self, request: GenerateRequest, on_progress: ProgressCallback | None = None
+        self, request: GenerateRequest, on_progress: ProgressCallback | None = None, *, route: Literal["generate", "chat"] = "generate"
     ) -> GenerateResponse:
-        return await self.run(self.admit(request), on_progress)
+        return await self.run(self.admit(request, route), on_progress)
 
     async def _run(
         self,

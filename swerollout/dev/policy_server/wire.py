@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from swerollout.dev.policy_server.images import ImageRecord
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -58,6 +60,19 @@ class FaultsUpdate(_Strict):
     fail_next: int | None = Field(default=None, ge=0)
     clear_abort_after_tokens: bool = False
     """Turn abort_after_tokens off (null cannot mean "off" because absent means "unchanged")."""
+
+
+class RequestRecord(_Strict):
+    """One admitted /generate (chat completions included), as GET /_standin/requests lists it."""
+
+    rid: str
+    route: Literal["generate", "chat"]
+    sent_tokens: int
+    """len(input_ids) as the client sent them (one placeholder token per image)."""
+    prompt_tokens: int
+    """The prompt the model read: image placeholders expanded (meta_info.prompt_tokens)."""
+    images: list[ImageRecord] = Field(default_factory=list)
+    """image_data, in order."""
 
 
 # --- OpenAI-compatible chat completions (for the validation ChatAgent) -----------------

@@ -35,6 +35,8 @@ SHAPES: list[tuple[dict[str, Any], dict[str, Any]]] = [
     ({"sampling_seed": -(2**63)}, {}),
     ({"max_new_tokens": 1}, {"return_routed_experts": True, "routed_experts_start_len": 0}),
     ({"max_new_tokens": 64}, {"return_routed_experts": True, "routed_experts_start_len": 3071}),
+    # Issue images: one http URL (the server downloads it) and one data URL, in placeholder order.
+    ({}, {"image_data": ["https://user-images.example/a.png", "data:image/png;base64,iVBORw0KGgo="]}),
 ]
 
 
