@@ -5,9 +5,10 @@ Columns: name, batch, sample, member, instance_id, phase, status (completed |
 truncated | aborted | failed), exit_status, reward, resolved, graded, turns,
 prompt_ids, response_ids, loss_mask, logprobs, weight_versions, submission,
 tokenizer, attempts, and as JSON strings in Parquet: messages, times (lifecycle
-timestamps), timings, info (the runner's extras, with the turn log) and report (the
-full eval report). `swerollout view --from FILE` reads either format. Exits 1 when
-some rollout failed.
+timestamps), timings, info (the runner's extras, with the turn log), report (the
+full eval report), trainer_labels and partial (where a suspended run stopped); then
+truncated and routed_experts (rows aligned to prompt + response, or null).
+`swerollout view --from FILE` reads either format. Exits 1 when some rollout failed.
 """
 
 from __future__ import annotations
@@ -60,6 +61,10 @@ SCHEMA = pa.schema(
         ("timings", pa.string()),
         ("info", pa.string()),
         ("report", pa.string()),
+        ("truncated", pa.bool_()),
+        ("trainer_labels", pa.string()),
+        ("partial", pa.string()),
+        ("routed_experts", pa.list_(pa.list_(pa.int32()))),
     ]
 )
 

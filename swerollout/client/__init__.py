@@ -8,6 +8,10 @@
         for record in client.results("step-0042"):
             record.response_ids, record.loss_mask, record.logprobs, record.reward, record.status
 
+Per-sample trainer hooks (verl's and AReaL's agent loops, slime's generate function)
+use ``submit_one`` and ``result(name)`` (one shared watch per client serves every
+``result``), ``abort``/``resume`` by ``names=``, and ``delete`` for dropped samples.
+
 :class:`AsyncRolloutClient` is the asyncio original (plus ``stream_results``);
 :class:`RolloutClient` is a blocking facade over it. Names are
 ``<batch>-<sample>-<member>``, applied server-side (field manager ``swerollout-client``),
@@ -29,11 +33,18 @@ from swerollout.client.errors import (
 )
 from swerollout.client.naming import check_batch_name, rollout_name
 from swerollout.client.progress import BatchProgress, MemberState
-from swerollout.client.records import LABEL_SAMPLE, RolloutRecord, TrainerStatus, trainer_status
+from swerollout.client.records import (
+    ANNOTATION_TRAINER_LABELS,
+    LABEL_SAMPLE,
+    RolloutRecord,
+    TrainerStatus,
+    align_routed_experts,
+    trainer_status,
+)
 from swerollout.client.sync import RolloutClient
 
 __all__ = [
-    "FIELD_MANAGER", "LABEL_SAMPLE", "AsyncRolloutClient", "BatchProgress", "ClientConfigError", "ClientError",
+    "ANNOTATION_TRAINER_LABELS", "FIELD_MANAGER", "align_routed_experts", "LABEL_SAMPLE", "AsyncRolloutClient", "BatchProgress", "ClientConfigError", "ClientError",
     "CrdNotInstalled", "EndpointUnreachable", "KubeApiError", "MemberState", "NamespaceNotFound", "ResultUnavailable",
     "RolloutClient", "RolloutNotFound", "RolloutRecord", "TrainerStatus", "UnknownBatch", "WaitTimeout", "check_batch_name",
     "check_inference_endpoint", "rollout_name", "trainer_status",

@@ -59,11 +59,13 @@ from swerollout.client.naming import check_batch_name, rollout_name
 from swerollout.client.progress import BatchProgress
 from swerollout.client.records import (
     ANNOTATION_INSTANCE_ID,
+    ANNOTATION_TRAINER_LABELS,
     LABEL_SAMPLE,
     RolloutRecord,
     build_record,
     parse_status,
 )
+from swerollout.client.watch import Listed, SharedWatch, list_and_watch
 from swerollout.kube import (
     NAMESPACES,
     SWEROLLOUTS,
@@ -71,11 +73,9 @@ from swerollout.kube import (
     ConfigError,
     Conflict,
     Forbidden,
-    Gone,
     Invalid,
     KubeError,
     NotFound,
-    TransportError,
     load_config,
 )
 from swerollout.store import StoreError, open_store
@@ -87,19 +87,17 @@ FIELD_MANAGER = "swerollout-client"
 RESERVED_LABELS = (LABEL_BATCH, LABEL_MEMBER, LABEL_SAMPLE)
 InstanceLike = Instance | SWEBenchInstance | Mapping[str, Any]
 Object = dict[str, Any]
+TrainerLabel = str | int | float | bool | None
 ProgressCallback = Callable[[BatchProgress], None] | Callable[[BatchProgress], Awaitable[None]]
 
 log = logging.getLogger(__name__)
 
-# How long one watch request lasts before the server ends it and we re-watch from the
-# last resourceVersion (bookmarks keep that version fresh).
-WATCH_SECONDS = 60
-# Consecutive broken watch connections tolerated before giving up.
-MAX_WATCH_RECONNECTS = 5
 # Parallel requests for submit/abort/resume/results (the API server throttles beyond this).
 PARALLEL_REQUESTS = 16
 # Parallel abort/resume marks: small patches, and a batch abort should land in seconds.
 MARK_PARALLEL_REQUESTS = 64
+# spec.inference.weightVersion's maxLength in the CRD.
+MAX_WEIGHT_VERSION = 128
 # Optimistic-concurrency retries of one abort/resume patch before giving up.
 MAX_CONFLICT_RETRIES = 5
 
@@ -142,6 +140,80 @@ def _kube_error(exc: KubeError, doing: str) -> ClientError:
     return KubeApiError(f"{doing}: {exc}", retryable=exc.retryable)
 
 
+def _extra_labels(labels: Mapping[str, str] | None) -> dict[str, str]:
+    extra = dict(labels or {})
+    clash = sorted(set(extra) & set(RESERVED_LABELS))
+    if clash:
+        raise ClientConfigError(f"labels {clash} are set by the client itself; remove them from labels=")
+    return extra
+
+
+def _trainer_annotation(values: Mapping[str, TrainerLabel]) -> str:
+    """trainer_labels as the annotation's JSON (an object of JSON scalars)."""
+    for key, value in values.items():
+        if not isinstance(key, str) or not (value is None or isinstance(value, (str, int, float, bool))):
+            raise ClientConfigError(
+                f"trainer_labels[{key!r}] is a {type(value).__name__}; trainer labels are strings, numbers, "
+                "booleans or None (convert ids with str() or int())"
+            )
+    return json.dumps(dict(values), sort_keys=True, separators=(",", ":"))
+
+
+def _inference(
+    value: Inference | Mapping[str, Any], weight_version: str | None, max_sampled_tokens: int | None, what: str
+) -> Inference:
+    """The validated inference block with the per-submit overrides applied."""
+    try:
+        inf = value if isinstance(value, Inference) else Inference.model_validate(value)
+        updates: dict[str, Any] = {}
+        if weight_version is not None:
+            updates["weightVersion"] = weight_version
+        if max_sampled_tokens is not None:
+            updates["maxSampledTokens"] = max_sampled_tokens
+        if updates:
+            inf = Inference.model_validate({**inf.to_wire(), **updates})
+        return inf
+    except ValidationError as exc:
+        raise ClientConfigError(f"{what} is not valid: {one_line(exc)}") from exc
+
+
+def _spec(
+    instance: Instance,
+    inference: Inference,
+    agent: Agent | Mapping[str, Any] | None,
+    mode: Mode | str,
+    reward: Reward | Mapping[str, Any] | None,
+    sandbox: SandboxSpec | Mapping[str, Any] | None,
+) -> SWERolloutSpec:
+    try:
+        spec = SWERolloutSpec.model_validate(
+            {
+                "instance": instance,
+                "inference": inference,
+                "agent": agent if agent is not None else Agent(),
+                "mode": Mode(mode),
+                "reward": reward if reward is not None else Reward(),
+                "sandbox": sandbox if sandbox is not None else SandboxSpec(),
+            }
+        )
+    except (ValidationError, ValueError) as exc:
+        why = one_line(exc) if isinstance(exc, ValidationError) else str(exc)
+        raise ClientConfigError(f"the rollout spec is not valid: {why}") from exc
+    if spec.agent.kind is not AgentKind.CHAT_AGENT and not inference.tokenizer:
+        raise ClientConfigError(
+            f"inference.tokenizer is required for {spec.agent.kind.value}: set it (--tokenizer) to a "
+            "bundled name such as qwen-2.5 or a tokenizer directory, or use agent kind ChatAgent"
+        )
+    return spec
+
+
+def _submit_wire(spec: SWERolloutSpec) -> Object:
+    # spec.suspend is left out so a re-submit never resumes an aborted member.
+    wire = spec.to_wire()
+    wire.pop("suspend", None)
+    return wire
+
+
 class AsyncRolloutClient:
     """Creates and follows SWERollouts of one namespace.
 
@@ -172,6 +244,7 @@ class AsyncRolloutClient:
         self._store: ResultStore | None = None
         self._http: httpx.AsyncClient | None = None
         self._checked = False
+        self._watch: SharedWatch | None = None
 
     @classmethod
     def connect(
@@ -206,6 +279,9 @@ class AsyncRolloutClient:
         return cls(kube, namespace, owns_kube=True, **options)
 
     async def aclose(self) -> None:
+        if self._watch is not None:
+            await self._watch.aclose()
+            self._watch = None
         if self._store is not None:
             await self._store.aclose()
             self._store = None
@@ -300,71 +376,51 @@ class AsyncRolloutClient:
         mode: Mode | str = Mode.TRAIN,
         labels: Mapping[str, str] | None = None,
         weight_version: str | None = None,
+        max_sampled_tokens: int | None = None,
         reward: Reward | Mapping[str, Any] | None = None,
         sandbox: SandboxSpec | Mapping[str, Any] | None = None,
         check_endpoint: bool = False,
         member_inference: Sequence[Inference | Mapping[str, Any]] | None = None,
+        trainer_labels: Sequence[Mapping[str, TrainerLabel]] | None = None,
     ) -> list[str]:
         """Create ``len(instances) x group_size`` SWERollouts named ``<batch>-<sample>-<member>``.
 
+        ``weight_version`` and ``max_sampled_tokens`` set ``spec.inference.weightVersion``
+        and ``spec.inference.maxSampledTokens`` (the cap on tokens the policy may sample in
+        the whole rollout; reaching it ends the run like the context limit, ``truncated``).
         ``member_inference`` (one per group member) gives member *m* its own policy
         server, e.g. to compare two policies on the same tasks within one group.
+        ``trainer_labels`` (one mapping per instance, JSON scalars) travel with every
+        member of that sample and come back as ``RolloutRecord.trainer_labels``: the
+        trainer's own ids (uid, index, ...).
 
         Server-side apply with field manager ``swerollout-client`` makes a repeated call
         a no-op. ``spec.suspend`` is left out so a re-submit never resumes an aborted
         member. Returns the names in (sample, member) order.
         """
-        try:
-            check_batch_name(batch)
-        except ValueError as exc:
-            raise ClientConfigError(str(exc)) from None
+        self._check_batch(batch)
         if group_size < 1:
             raise ClientConfigError(f"group_size must be at least 1, got {group_size}")
-        extra_labels = dict(labels or {})
-        clash = sorted(set(extra_labels) & set(RESERVED_LABELS))
-        if clash:
-            raise ClientConfigError(f"labels {clash} are set by the client itself; remove them from labels=")
+        extra_labels = _extra_labels(labels)
         api_instances = [_to_instance(item, i) for i, item in enumerate(instances)]
         if not api_instances:
             raise ClientConfigError("instances is empty: pass at least one SWE-bench instance")
-        try:
-            inf = inference if isinstance(inference, Inference) else Inference.model_validate(inference)
-            if weight_version is not None:
-                inf = inf.model_copy(update={"weight_version": weight_version})
-            specs = [
-                SWERolloutSpec.model_validate(
-                    {
-                        "instance": inst,
-                        "inference": inf,
-                        "agent": agent if agent is not None else Agent(),
-                        "mode": Mode(mode),
-                        "reward": reward if reward is not None else Reward(),
-                        "sandbox": sandbox if sandbox is not None else SandboxSpec(),
-                    }
-                )
-                for inst in api_instances
-            ]
-        except (ValidationError, ValueError) as exc:
-            why = one_line(exc) if isinstance(exc, ValidationError) else str(exc)
-            raise ClientConfigError(f"the rollout spec is not valid: {why}") from exc
-        if specs[0].agent.kind is not AgentKind.CHAT_AGENT and not inf.tokenizer:
+        if trainer_labels is not None and len(trainer_labels) != len(api_instances):
             raise ClientConfigError(
-                f"inference.tokenizer is required for {specs[0].agent.kind.value}: set it (--tokenizer) to a "
-                "bundled name such as qwen-2.5 or a tokenizer directory, or use agent kind ChatAgent"
+                f"trainer_labels has {len(trainer_labels)} entries; it needs one per instance ({len(api_instances)})"
             )
+        per_sample_labels = [_trainer_annotation(t) for t in trainer_labels] if trainer_labels is not None else None
+        inf = _inference(inference, weight_version, max_sampled_tokens, "inference")
+        specs = [_spec(inst, inf, agent, mode, reward, sandbox) for inst in api_instances]
         per_member: list[Object] | None = None
         if member_inference is not None:
             if len(member_inference) != group_size:
                 raise ClientConfigError(
                     f"member_inference has {len(member_inference)} entries; it needs one per group member ({group_size})"
                 )
-            try:
-                members = [m if isinstance(m, Inference) else Inference.model_validate(m) for m in member_inference]
-            except ValidationError as exc:
-                raise ClientConfigError(f"member_inference is not valid: {exc}") from exc
-            if weight_version is not None:
-                members = [m.model_copy(update={"weight_version": weight_version}) for m in members]
-            per_member = [m.to_wire() for m in members]
+            per_member = [
+                _inference(m, weight_version, max_sampled_tokens, "member_inference").to_wire() for m in member_inference
+            ]
         if check_endpoint:
             for endpoint in {inf.endpoint, *(m["endpoint"] for m in per_member or [])}:
                 await check_inference_endpoint(endpoint)
@@ -372,11 +428,58 @@ class AsyncRolloutClient:
 
         bodies = []
         for sample, spec in enumerate(specs):
-            wire = spec.to_wire()
-            wire.pop("suspend", None)
+            wire = _submit_wire(spec)
             for member in range(group_size):
                 member_spec = wire if per_member is None else {**wire, "inference": per_member[member]}
-                bodies.append(self._body(batch, sample, member, spec.instance.instance_id, member_spec, extra_labels))
+                bodies.append(self._body(
+                    batch, sample, member, spec.instance.instance_id, member_spec, extra_labels,
+                    per_sample_labels[sample] if per_sample_labels is not None else None,
+                ))
+        return await self._apply(bodies)
+
+    async def submit_one(
+        self,
+        instance: InstanceLike,
+        *,
+        batch: str,
+        sample: int,
+        member: int = 0,
+        inference: Inference | Mapping[str, Any],
+        agent: Agent | Mapping[str, Any] | None = None,
+        mode: Mode | str = Mode.TRAIN,
+        labels: Mapping[str, str] | None = None,
+        trainer_labels: Mapping[str, TrainerLabel] | None = None,
+        weight_version: str | None = None,
+        max_sampled_tokens: int | None = None,
+        reward: Reward | Mapping[str, Any] | None = None,
+        sandbox: SandboxSpec | Mapping[str, Any] | None = None,
+        check_endpoint: bool = False,
+    ) -> str:
+        """Create one SWERollout ``<batch>-<sample>-<member>`` (for per-sample trainer hooks);
+        returns its name. Same fields and idempotence as :meth:`submit_batch`; wait for it
+        with :meth:`result`. Members of one GRPO group share ``batch`` and ``sample``."""
+        self._check_batch(batch)
+        if sample < 0 or member < 0:
+            raise ClientConfigError(f"sample and member must be at least 0, got sample={sample} member={member}")
+        inf = _inference(inference, weight_version, max_sampled_tokens, "inference")
+        spec = _spec(_to_instance(instance, 0), inf, agent, mode, reward, sandbox)
+        body = self._body(
+            batch, sample, member, spec.instance.instance_id, _submit_wire(spec), _extra_labels(labels),
+            _trainer_annotation(trainer_labels) if trainer_labels is not None else None,
+        )
+        if check_endpoint:
+            await check_inference_endpoint(str(inf.endpoint))
+        await self.check_cluster()
+        return (await self._apply([body]))[0]
+
+    @staticmethod
+    def _check_batch(batch: str) -> None:
+        try:
+            check_batch_name(batch)
+        except ValueError as exc:
+            raise ClientConfigError(str(exc)) from None
+
+    async def _apply(self, bodies: list[Object]) -> list[str]:
         limit = asyncio.Semaphore(PARALLEL_REQUESTS)
 
         async def apply(body: Object) -> str:
@@ -396,12 +499,16 @@ class AsyncRolloutClient:
         return list(await asyncio.gather(*(apply(b) for b in bodies)))
 
     def _body(
-        self, batch: str, sample: int, member: int, instance_id: str, spec: Object, labels: Mapping[str, str]
+        self, batch: str, sample: int, member: int, instance_id: str, spec: Object, labels: Mapping[str, str],
+        trainer_annotation: str | None = None,
     ) -> Object:
         try:
             name = rollout_name(batch, sample, member)
         except ValueError as exc:
             raise ClientConfigError(str(exc)) from None
+        annotations = {ANNOTATION_INSTANCE_ID: instance_id}
+        if trainer_annotation is not None:
+            annotations[ANNOTATION_TRAINER_LABELS] = trainer_annotation
         return {
             "apiVersion": API_VERSION,
             "kind": KIND,
@@ -409,36 +516,83 @@ class AsyncRolloutClient:
                 "name": name,
                 "namespace": self.namespace,
                 "labels": {**labels, LABEL_BATCH: batch, LABEL_SAMPLE: str(sample), LABEL_MEMBER: str(member)},
-                "annotations": {ANNOTATION_INSTANCE_ID: instance_id},
+                "annotations": annotations,
             },
             "spec": spec,
         }
 
     # --- abort / resume ---------------------------------------------------------------
 
-    async def abort(self, batch: str, *, inference: bool = True) -> list[str]:
-        """Stop the batch's generation now and mark every unfinished member suspended
-        (keeping its pod); returns the names marked.
+    async def abort(
+        self, batch: str | None = None, *, names: Iterable[str] | None = None, inference: bool | None = None
+    ) -> list[str]:
+        """Stop generation now and mark every unfinished member of ``batch`` (or each
+        rollout in ``names``) suspended, keeping its pod; returns the names marked.
 
-        First the inference side, so the GPUs are free at once: one ``/abort_request``
-        (``abort_all``) per inference server the batch uses. SGLang matches abort rids
-        exactly, so a batch cannot be aborted by a rid prefix; rollouts of other batches
-        on the same server are not suspended by it: their runners re-sample the turn.
-        Then the objects are marked, concurrently; each runner also aborts its own
-        request by its exact rid when it sees the mark. ``inference=False`` only marks.
+        With ``inference`` (the default for a batch), first the inference side, so the
+        GPUs are free at once: one ``/abort_request`` (``abort_all``) per inference server
+        the rollouts use. SGLang matches abort rids exactly, so a batch cannot be aborted
+        by a rid prefix; rollouts of other batches on the same server are not suspended by
+        it: their runners re-sample the turn. Then the objects are marked, concurrently;
+        each runner also aborts its own request by its exact rid when it sees the mark.
+        For ``names`` the default is to only mark (each runner aborts exactly its own
+        request), so other rollouts on the same server lose nothing.
         """
-        members = await self.members(batch)
-        if inference:
+        members = await self._targets(batch, names)
+        if inference if inference is not None else batch is not None:
             await self._abort_inference(members)
         return await self._set_suspend(members, True)
 
-    async def resume(self, batch: str) -> list[str]:
-        """Let every unfinished member continue on its pod; returns the names unmarked.
+    async def resume(
+        self, batch: str | None = None, *, names: Iterable[str] | None = None, weight_version: str | None = None
+    ) -> list[str]:
+        """Let every unfinished member of ``batch`` (or each rollout in ``names``) continue
+        on its pod; returns the names unmarked.
 
-        The mirror image of :meth:`abort`: the marks are cleared concurrently. An
-        ``/abort_request`` leaves a server accepting requests, so there is nothing to
-        undo there (a trainer that paused a server with ``/pause_generation`` continues it)."""
-        return await self._set_suspend(await self.members(batch), False)
+        The mirror image of :meth:`abort`: the marks are cleared concurrently.
+        ``weight_version`` sets ``spec.inference.weightVersion`` in the same patch, so the
+        resumed run labels its tokens with it where the server reports no version. An
+        ``/abort_request`` leaves a server accepting requests, so there is nothing to undo
+        there (a trainer that paused a server with ``/pause_generation`` continues it)."""
+        if weight_version is not None and not 0 < len(weight_version) <= MAX_WEIGHT_VERSION:
+            raise ClientConfigError(
+                f"weight_version must be 1 to {MAX_WEIGHT_VERSION} characters, got {len(weight_version)}"
+            )
+        return await self._set_suspend(await self._targets(batch, names), False, weight_version=weight_version)
+
+    async def delete(self, names: Iterable[str]) -> list[str]:
+        """Delete these rollouts (samples the trainer dropped), with their pods and stored
+        results; returns the names that existed. Deleting what is gone already is no error."""
+        limit = asyncio.Semaphore(MARK_PARALLEL_REQUESTS)
+
+        async def one(name: str) -> str:
+            async with limit:
+                try:
+                    await self.kube.delete(SWEROLLOUTS, name, self.namespace, propagation_policy="Background")
+                except NotFound:
+                    return ""
+                except KubeError as exc:
+                    raise _kube_error(exc, f"deleting SWERollout {name}") from exc
+            return name
+
+        await self.check_cluster()
+        deleted = await asyncio.gather(*(one(n) for n in sorted(set(names))))
+        return [n for n in deleted if n]
+
+    async def _targets(self, batch: str | None, names: Iterable[str] | None) -> list[Object]:
+        """The objects one abort/resume acts on: a batch's members, or named rollouts."""
+        if (batch is None) == (names is None):
+            raise ClientConfigError("pass either a batch or names=[...] (exactly one of them)")
+        if batch is not None:
+            return await self.members(batch)
+        wanted = sorted(set(names or ()))
+        limit = asyncio.Semaphore(PARALLEL_REQUESTS)
+
+        async def one(name: str) -> Object:
+            async with limit:
+                return await self.get_rollout(name)
+
+        return list(await asyncio.gather(*(one(n) for n in wanted)))
 
     async def _abort_inference(self, members: list[Object]) -> None:
         endpoints = sorted({
@@ -457,7 +611,9 @@ class AsyncRolloutClient:
 
         await asyncio.gather(*(one(e) for e in endpoints))
 
-    async def _set_suspend(self, members: list[Object], suspend: bool) -> list[str]:
+    async def _set_suspend(
+        self, members: list[Object], suspend: bool, *, weight_version: str | None = None
+    ) -> list[str]:
         limit = asyncio.Semaphore(MARK_PARALLEL_REQUESTS)
 
         async def patch(obj: Object) -> str:
@@ -476,6 +632,8 @@ class AsyncRolloutClient:
                         rv = obj["metadata"]["resourceVersion"]
                         test = {"op": "test", "path": "/metadata/resourceVersion", "value": rv}
                     body: list[Object] = [test, {"op": "add", "path": "/spec/suspend", "value": suspend}]
+                    if weight_version is not None:
+                        body.append({"op": "add", "path": "/spec/inference/weightVersion", "value": weight_version})
                     try:
                         await self.kube.patch(
                             SWEROLLOUTS, name, body, self.namespace, patch_type="json", field_manager=FIELD_MANAGER
@@ -499,52 +657,25 @@ class AsyncRolloutClient:
     # --- following a batch --------------------------------------------------------------
 
     async def _observe(self, batch: str) -> AsyncGenerator[list[Object], None]:
-        """The batch's members now, then again after every change (list, then watch;
-        a 410 Gone re-lists, a server-ended watch resumes from the last resourceVersion)."""
+        """The batch's members now, then again after every change (see watch.list_and_watch)."""
         await self.check_cluster()
-        selector = f"{LABEL_BATCH}={batch}"
-        while True:
-            try:
-                page = await self.kube.list(SWEROLLOUTS, self.namespace, label_selector=selector)
-            except KubeError as exc:
-                raise _kube_error(exc, f"listing batch {batch}") from exc
-            items: dict[str, Object] = {o["metadata"]["name"]: o for o in page.get("items") or []}
-            if not items:
-                raise self._unknown_batch(batch)
-            yield list(items.values())
-            version = str((page.get("metadata") or {}).get("resourceVersion", ""))
-            reconnects = 0
-            try:
-                while True:
-                    stream = self.kube.watch(
-                        SWEROLLOUTS, self.namespace, resource_version=version, label_selector=selector,
-                        allow_bookmarks=True, timeout_seconds=WATCH_SECONDS,
-                    )
-                    try:
-                        # aclosing: a caller that stops early must close the HTTP stream now, not at GC.
-                        async with aclosing(stream) as events:  # type: ignore[type-var]
-                            async for event in events:
-                                reconnects = 0
-                                version = event.resource_version or version
-                                if event.type == "BOOKMARK":
-                                    continue
-                                name = event.object["metadata"]["name"]
-                                if event.type == "DELETED":
-                                    items.pop(name, None)
-                                else:
-                                    items[name] = event.object
-                                if not items:
-                                    raise UnknownBatch(f"every member of batch {batch!r} was deleted while following it")
-                                yield list(items.values())
-                    except TransportError:
-                        reconnects += 1
-                        if reconnects > MAX_WATCH_RECONNECTS:
-                            raise
-                        await asyncio.sleep(min(2.0**reconnects * 0.1, 5.0))
-            except Gone:
-                continue  # our resourceVersion expired: re-list
-            except KubeError as exc:
-                raise _kube_error(exc, f"watching batch {batch}") from exc
+        items: dict[str, Object] = {}
+        try:
+            async with aclosing(list_and_watch(self.kube, self.namespace, f"{LABEL_BATCH}={batch}")) as changes:
+                async for change in changes:
+                    if isinstance(change, Listed):
+                        items = dict(change.items)
+                        if not items:
+                            raise self._unknown_batch(batch)
+                    elif change.deleted:
+                        items.pop(change.name, None)
+                        if not items:
+                            raise UnknownBatch(f"every member of batch {batch!r} was deleted while following it")
+                    else:
+                        items[change.name] = change.obj
+                    yield list(items.values())
+        except KubeError as exc:
+            raise _kube_error(exc, f"watching batch {batch}") from exc
 
     async def wait(
         self, batch: str, *, progress: ProgressCallback | None = None, timeout: float | None = None
@@ -567,6 +698,40 @@ class AsyncRolloutClient:
                 f"`swerollout abort --batch {batch}`"
             ) from None
         raise AssertionError("unreachable: _observe never ends on its own")
+
+    async def result(self, name: str, *, timeout: float | None = None, report: bool = False) -> RolloutRecord:
+        """Wait until rollout ``name`` is Succeeded or Failed and return its record.
+
+        Every ``result`` call of this client is served by ONE shared watch (started by the
+        first call, stopped by :meth:`aclose`), so a trainer may await one per sample.
+        RolloutNotFound when no such rollout exists (or it is deleted while waited for);
+        WaitTimeout after ``timeout`` seconds."""
+        obj = await self.wait_rollout(name, lambda o: parse_status(o).phase.is_terminal, timeout=timeout)
+        return await self.record(obj, report=report)
+
+    async def wait_rollout(
+        self, name: str, done: Callable[[Object], bool], *, timeout: float | None = None
+    ) -> Object:
+        """The first state of rollout ``name`` for which ``done(obj)`` holds, from the
+        client's shared watch (see :meth:`result`)."""
+        await self.check_cluster()
+        if self._watch is None:
+            self._watch = SharedWatch(self.kube, self.namespace, LABEL_BATCH)
+        watch = self._watch
+
+        async def missing() -> None:
+            watch.seed(await self.get_rollout(name))
+
+        try:
+            async with asyncio.timeout(timeout):
+                return await watch.until(name, done, missing=missing)
+        except TimeoutError:
+            raise WaitTimeout(
+                f"rollout {name!r} was not finished after {timeout} s; wait again, or abort it with "
+                f"abort(names=[{name!r}])"
+            ) from None
+        except KubeError as exc:
+            raise _kube_error(exc, "watching SWERollouts") from exc
 
     async def stream_results(self, batch: str) -> AsyncGenerator[RolloutRecord, None]:
         """Yield each member's record once, as soon as it reaches Succeeded or Failed."""

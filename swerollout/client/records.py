@@ -4,6 +4,7 @@ the four statuses RL trainers (slime, verl) distinguish."""
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -17,6 +18,7 @@ from swerollout.api.v1alpha1 import (
     LABEL_MEMBER,
     ConditionStatus,
     ConditionType,
+    Partial,
     Phase,
     SWERolloutStatus,
 )
@@ -26,11 +28,13 @@ from swerollout.wire.trajectory import Trajectory
 
 LABEL_SAMPLE = "swerollout.io/sample"
 ANNOTATION_INSTANCE_ID = "swerollout.io/instance-id"
+ANNOTATION_TRAINER_LABELS = "swerollout.io/trainer-labels"
+"""JSON object of the trainer's own ids for the sample (``trainer_labels=`` at submit)."""
 
 # Each pass drops every unknown field pydantic reported; nested unknowns may need another pass.
 MAX_UNKNOWN_FIELD_PASSES = 8
 # Nested record fields that table formats (Parquet) hold as JSON strings.
-JSON_FIELDS = ("messages", "times", "timings", "info", "report")
+JSON_FIELDS = ("messages", "times", "timings", "info", "report", "trainer_labels", "partial")
 
 
 class TrainerStatus(StrEnum):
@@ -67,6 +71,50 @@ def trainer_status(
 
 def _empty(dtype: str) -> npt.NDArray[Any]:
     return np.zeros(0, dtype=dtype)
+
+
+def align_routed_experts(trajectory: Trajectory) -> npt.NDArray[np.int32] | None:
+    """The trajectory's MoE routing rows aligned to ``prompt_ids + response_ids``:
+    ``[len(prompt_ids) + len(response_ids), layers * top_k]`` int32, row *i* = the experts
+    each layer routed token *i* to when the model read it. None when the run did not
+    record routing (``spec.inference.returnRoutedExperts`` off, or the server returned none).
+
+    The one place that knows how stored rows line up with tokens. SGLang routes only the
+    tokens it reads; the final sampled token is never fed back, so a runner may store
+    ``N - 1`` rows (trajectory schema v2, see docs/sglang-protocol.md) or ``N``. Missing
+    trailing rows (only the final token's) are zero, as verl pads routing; a frame that
+    wants SGLang's own ``N - 1`` rows (slime) slices ``[:-1]``. More rows than tokens, or
+    more than one missing, is a corrupt trajectory and raises ClientError.
+    """
+    rows = trajectory.routed_experts_array()
+    if rows is None:
+        return None
+    tokens = len(trajectory.prompt_ids) + len(trajectory.response_ids)
+    if not tokens - 1 <= rows.shape[0] <= tokens:
+        raise ClientError(
+            f"the trajectory of run {trajectory.run_uid or '?'} holds {rows.shape[0]} routed-expert rows for "
+            f"{tokens} tokens (expected {tokens - 1} or {tokens}); the runner and this client disagree on the format"
+        )
+    aligned = np.zeros((tokens, rows.shape[1]), dtype=np.int32)
+    aligned[: rows.shape[0]] = rows
+    return aligned
+
+
+def versions_to_int(versions: npt.NDArray[np.object_], default: int = -1) -> npt.NDArray[np.int64]:
+    """Per-token weight versions as integers: ``default`` where a token has none (context
+    tokens); ClientError naming the first version that is not an integer."""
+    out = np.full(len(versions), default, dtype=np.int64)
+    for i, version in enumerate(versions.tolist()):
+        if version is None:
+            continue
+        try:
+            out[i] = int(version)
+        except (TypeError, ValueError):
+            raise ClientError(
+                f"weight version {version!r} (response token {i}) is not an integer; integer versions are "
+                "needed here: submit with weight_version=str(step) and update SGLang with integer versions"
+            ) from None
+    return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -115,6 +163,28 @@ class RolloutRecord:
     dropped_tokens: int = 0
     """Tokens the policy sampled in requests that were aborted and dropped (not in the arrays);
     with ``sampled_tokens`` (kept) they add up to what spec.inference.maxSampledTokens counts."""
+    truncated: bool = False
+    """The run ended on a length limit (maxContextTokens or maxSampledTokens, exit_context)."""
+    routed_experts: npt.NDArray[np.int32] | None = None
+    """MoE routing ``[len(prompt_ids) + len(response_ids), layers * top_k]`` (see
+    :func:`align_routed_experts`); None when not recorded."""
+    trainer_labels: dict[str, Any] = field(default_factory=dict)
+    """The trainer's own ids for the sample (uid, index, ...), as given at submit."""
+    partial: Partial | None = None
+    """Where an aborted (suspended) run stopped: turns and tokens so far, the weight
+    version of its last token, when and why it was aborted, and its snapshot. None
+    unless the rollout is (or was last) aborted; a resumed run continues from there."""
+    generated_tokens: int = 0
+    """Tokens sampled so far by the policy (progress; for a finished run, its response tokens)."""
+
+    def versions_as_int(self, default: int = -1) -> npt.NDArray[np.int64]:
+        """Per response token: the weight version as an int, ``default`` for context tokens."""
+        return versions_to_int(self.weight_versions, default)
+
+    @property
+    def tokens(self) -> npt.NDArray[np.int32]:
+        """``prompt_ids + response_ids``: the conversation's full token list."""
+        return np.concatenate([self.prompt_ids, self.response_ids]).astype(np.int32)
 
     @property
     def sampled_tokens(self) -> int:
@@ -127,7 +197,7 @@ class RolloutRecord:
             "name": self.name, "batch": self.batch, "sample": self.sample, "member": self.member,
             "instance_id": self.instance_id, "phase": self.phase.value, "status": self.status.value,
             "exit_status": self.exit_status, "reward": self.reward, "resolved": self.resolved,
-            "graded": self.graded, "turns": self.turns,
+            "graded": self.graded, "turns": self.turns, "truncated": self.truncated,
             "sampled_tokens": self.sampled_tokens, "dropped_tokens": self.dropped_tokens,
         }
 
@@ -148,6 +218,9 @@ class RolloutRecord:
             "timings": self.timings,
             "info": self.info,
             "report": self.report,
+            "trainer_labels": self.trainer_labels,
+            "partial": self.partial.to_wire() if self.partial is not None else None,
+            "routed_experts": self.routed_experts.tolist() if self.routed_experts is not None else None,
         }
 
 
@@ -163,6 +236,18 @@ def member_identity(obj: dict[str, Any]) -> tuple[str, int, int, str]:
         _int(labels.get(LABEL_MEMBER)),
         annotations.get(ANNOTATION_INSTANCE_ID) or spec_instance,
     )
+
+
+def trainer_labels_of(obj: dict[str, Any]) -> dict[str, Any]:
+    """The trainer labels set at submit (an empty dict when none or unreadable)."""
+    raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_TRAINER_LABELS)
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _int(value: str | None) -> int:
@@ -238,8 +323,13 @@ def build_record(
             "timings": trajectory.timings,
             "info": trajectory.info,
             "dropped_tokens": int(trajectory.info.get("dropped_total", 0)),
+            "routed_experts": align_routed_experts(trajectory),
         }
     inference = ((obj.get("spec") or {}).get("inference") or {})
+    truncated = bool(result and result.truncated) or is_truncated(exit_status or "")
+    generated = status.progress.generated_tokens if status.progress else 0
+    if result is not None:
+        generated = max(generated, result.response_tokens)
     return RolloutRecord(
         name=str(meta.get("name", "")),
         namespace=str(meta.get("namespace", "")),
@@ -248,9 +338,7 @@ def build_record(
         member=member,
         instance_id=instance_id,
         phase=status.phase,
-        status=trainer_status(
-            status.phase, exit_status, bool(result and result.truncated), bool(reward and reward.graded)
-        ),
+        status=trainer_status(status.phase, exit_status, truncated, bool(reward and reward.graded)),
         exit_status=exit_status,
         reward=reward.value if reward else None,
         resolved=reward.resolved if reward else None,
@@ -261,5 +349,9 @@ def build_record(
         attempts=status.attempts,
         times=lifecycle_times(obj, status),
         report=report,
+        truncated=truncated,
+        trainer_labels=trainer_labels_of(obj),
+        partial=status.partial,
+        generated_tokens=generated,
         **arrays,
     )

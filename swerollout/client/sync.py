@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from swerollout.api.v1alpha1 import Agent, Inference, Mode, Reward, SandboxSpec
-from swerollout.client.aclient import AsyncRolloutClient, InstanceLike, Object, ProgressCallback
+from swerollout.client.aclient import AsyncRolloutClient, InstanceLike, Object, ProgressCallback, TrainerLabel
 from swerollout.client.progress import BatchProgress
 from swerollout.client.records import RolloutRecord
 
@@ -114,16 +114,45 @@ class RolloutClient:
         mode: Mode | str = Mode.TRAIN,
         labels: Mapping[str, str] | None = None,
         weight_version: str | None = None,
+        max_sampled_tokens: int | None = None,
         reward: Reward | Mapping[str, Any] | None = None,
         sandbox: SandboxSpec | Mapping[str, Any] | None = None,
         check_endpoint: bool = False,
         member_inference: Sequence[Inference | Mapping[str, Any]] | None = None,
+        trainer_labels: Sequence[Mapping[str, TrainerLabel]] | None = None,
     ) -> list[str]:
         return self._run(
             self._inner.submit_batch(
                 instances, group_size, batch=batch, inference=inference, agent=agent, mode=mode, labels=labels,
-                weight_version=weight_version, reward=reward, sandbox=sandbox, check_endpoint=check_endpoint,
-                member_inference=member_inference,
+                weight_version=weight_version, max_sampled_tokens=max_sampled_tokens, reward=reward,
+                sandbox=sandbox, check_endpoint=check_endpoint, member_inference=member_inference,
+                trainer_labels=trainer_labels,
+            )
+        )
+
+    def submit_one(
+        self,
+        instance: InstanceLike,
+        *,
+        batch: str,
+        sample: int,
+        member: int = 0,
+        inference: Inference | Mapping[str, Any],
+        agent: Agent | Mapping[str, Any] | None = None,
+        mode: Mode | str = Mode.TRAIN,
+        labels: Mapping[str, str] | None = None,
+        trainer_labels: Mapping[str, TrainerLabel] | None = None,
+        weight_version: str | None = None,
+        max_sampled_tokens: int | None = None,
+        reward: Reward | Mapping[str, Any] | None = None,
+        sandbox: SandboxSpec | Mapping[str, Any] | None = None,
+        check_endpoint: bool = False,
+    ) -> str:
+        return self._run(
+            self._inner.submit_one(
+                instance, batch=batch, sample=sample, member=member, inference=inference, agent=agent, mode=mode,
+                labels=labels, trainer_labels=trainer_labels, weight_version=weight_version,
+                max_sampled_tokens=max_sampled_tokens, reward=reward, sandbox=sandbox, check_endpoint=check_endpoint,
             )
         )
 
@@ -132,14 +161,29 @@ class RolloutClient:
     ) -> BatchProgress:
         return self._run(self._inner.wait(batch, progress=progress, timeout=timeout))
 
-    def abort(self, batch: str, *, inference: bool = True) -> list[str]:
-        return self._run(self._inner.abort(batch, inference=inference))
+    def result(self, name: str, *, timeout: float | None = None, report: bool = False) -> RolloutRecord:
+        """Block until rollout ``name`` finishes (one shared watch serves every call, also
+        from many threads at once)."""
+        return self._run(self._inner.result(name, timeout=timeout, report=report))
 
-    def resume(self, batch: str) -> list[str]:
-        return self._run(self._inner.resume(batch))
+    def abort(
+        self, batch: str | None = None, *, names: Iterable[str] | None = None, inference: bool | None = None
+    ) -> list[str]:
+        return self._run(self._inner.abort(batch, names=names, inference=inference))
+
+    def resume(
+        self, batch: str | None = None, *, names: Iterable[str] | None = None, weight_version: str | None = None
+    ) -> list[str]:
+        return self._run(self._inner.resume(batch, names=names, weight_version=weight_version))
+
+    def delete(self, names: Iterable[str]) -> list[str]:
+        return self._run(self._inner.delete(names))
 
     def results(self, batch: str, *, reports: bool = False) -> list[RolloutRecord]:
         return self._run(self._inner.results(batch, reports=reports))
+
+    def record(self, obj: Object, *, report: bool = False) -> RolloutRecord:
+        return self._run(self._inner.record(obj, report=report))
 
     def stream_results(self, batch: str) -> Iterator[RolloutRecord]:
         stream = self._inner.stream_results(batch)
