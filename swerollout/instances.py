@@ -22,6 +22,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from swerollout import testids
+from swerollout.api.base import one_line
 from swerollout.api.v1alpha1 import EvalType, Evaluation, Instance, LogParser
 from swerollout.datasets import (
     DatasetFileError,
@@ -154,7 +155,7 @@ def instance_from_row(
     try:
         return SWEBenchInstance.model_validate(resolved)
     except ValidationError as exc:
-        raise InstanceError(f"{instance_id}: not a valid instance: {exc}") from exc
+        raise InstanceError(f"{instance_id}: not a valid instance: {one_line(exc, '')} (fix this field of the row)") from exc
 
 
 def select_rows(rows: list[dict[str, Any]], *, id_filter: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:

@@ -47,6 +47,7 @@ def one_line(exc: ValidationError, root: str = "spec") -> str:
     `spec.agent.templates.nextStepTemplate: next_step_template uses unknown variable(s) ['x']; ...`."""
     first = exc.errors()[0]
     where = ".".join([root, *(str(p) for p in first["loc"])]) if root else ".".join(str(p) for p in first["loc"])
-    message = str(first["msg"]).removeprefix("Value error, ")
+    # One line, whatever the validator's text holds.
+    message = " ".join(str(first["msg"]).removeprefix("Value error, ").split())
     more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return f"{where}: {message}{more}"
+    return f"{where}: {message}{more}" if where else f"{message}{more}"

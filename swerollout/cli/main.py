@@ -49,12 +49,13 @@ def build_parser(load: Sequence[str] | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in args_list if not a.startswith("-")), None)
-    parser = build_parser(load=[command] if command in COMMANDS else [])
-    args = parser.parse_args(args_list)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
     try:
+        # Ctrl-C ends any command quietly with 130, also while it is still importing.
+        parser = build_parser(load=[command] if command in COMMANDS else [])
+        args = parser.parse_args(args_list)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130

@@ -130,7 +130,9 @@ def _to_instance(item: InstanceLike, index: int) -> Instance:
             # A dataset row as published (SWE-bench, SWE-Gym, SWE-smith, SWE-rebench).
             return to_api_instance(instance_from_row(item))
         return Instance.model_validate(item)
-    except (ValidationError, InstanceError) as exc:
+    except ValidationError as exc:
+        raise ClientConfigError(f"instance #{index} is not valid: {one_line(exc, '')}") from exc
+    except InstanceError as exc:
         raise ClientConfigError(f"instance #{index} is not valid: {exc}") from exc
 
 
@@ -174,7 +176,8 @@ def _inference(
             inf = Inference.model_validate({**inf.to_wire(), **updates})
         return inf
     except ValidationError as exc:
-        raise ClientConfigError(f"{what} is not valid: {one_line(exc)}") from exc
+        root = "spec.inference" if what == "inference" else what
+        raise ClientConfigError(f"{what} is not valid: {one_line(exc, root)}") from exc
 
 
 def _spec(
@@ -400,7 +403,7 @@ class AsyncRolloutClient:
         """
         self._check_batch(batch)
         if group_size < 1:
-            raise ClientConfigError(f"group_size must be at least 1, got {group_size}")
+            raise ClientConfigError(f"group_size (--group-size) must be at least 1, got {group_size}")
         extra_labels = _extra_labels(labels)
         api_instances = [_to_instance(item, i) for i, item in enumerate(instances)]
         if not api_instances:
@@ -802,7 +805,8 @@ class AsyncRolloutClient:
         try:
             return Trajectory.from_bytes(data)
         except (ValueError, ValidationError) as exc:
-            raise ResultUnavailable(f"the trajectory of {name} cannot be decoded: {exc}") from exc
+            why = one_line(exc, "trajectory") if isinstance(exc, ValidationError) else str(exc).splitlines()[0]
+            raise ResultUnavailable(f"the trajectory of {name} cannot be decoded: {why}") from exc
 
     async def _fetch_object(self, obj: Object, kind: str, ref: str, sha256: str) -> bytes:
         """One stored object of the rollout (trajectory, report), checked against its sha256."""

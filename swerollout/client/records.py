@@ -13,6 +13,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import ValidationError
 
+from swerollout.api.base import one_line
 from swerollout.api.v1alpha1 import (
     LABEL_BATCH,
     LABEL_MEMBER,
@@ -268,7 +269,9 @@ def parse_status(obj: dict[str, Any]) -> SWERolloutStatus:
             unknown = [e["loc"] for e in exc.errors() if e["type"] == "extra_forbidden"]
             if not unknown or len(unknown) != len(exc.errors()):
                 name = (obj.get("metadata") or {}).get("name", "?")
-                raise ClientError(f"the status of SWERollout {name} is not readable by this client: {exc}") from exc
+                raise ClientError(
+                    f"the status of SWERollout {name} is not readable by this client: {one_line(exc, 'status')}"
+                ) from exc
             for loc in unknown:
                 _drop(status, loc)
     raise ClientError("too many unknown status fields; upgrade swerollout")

@@ -86,7 +86,14 @@ class RolloutClient:
             if close is not None:
                 close()  # never awaited: say so quietly instead of a RuntimeWarning
             raise RuntimeError("this RolloutClient is closed")
-        return self._portal.call(_await, coro)
+        future = self._portal.start_task_soon(_await, coro)
+        try:
+            return future.result()
+        except BaseException:
+            # Interrupted here (Ctrl-C in `watch`): cancel the call in the portal too, or
+            # closing would wait for it forever and the loop would be torn down under it.
+            future.cancel()
+            raise
 
     def close(self) -> None:
         if self._closed:

@@ -33,6 +33,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from swerollout.api.base import one_line
 from swerollout.api.v1alpha1 import EvalType
 from swerollout.instances import (
     SWEBENCH_PARSER_PREFIX,
@@ -195,7 +196,7 @@ def load_task_spec(task_dir: Path) -> TaskSpec:
     try:
         return TaskSpec.model_validate(yaml.safe_load(_read(task_dir, "task.yaml")))
     except ValidationError as exc:
-        raise TaskError(f"task {task_dir.name}: task.yaml is invalid: {exc}") from exc
+        raise TaskError(f"task {task_dir.name}: task.yaml is invalid: {one_line(exc, '')}") from exc
 
 
 def _commit_message(spec: TaskSpec) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from swerollout.kube.errors import ConfigError
 
@@ -105,6 +105,53 @@ def _read(path: str | None, what: str) -> bytes | None:
         raise ConfigError(f"kubeconfig {what}: cannot read {path}: {exc}") from exc
 
 
+class _NamedEntry(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+
+
+class _KubeconfigShape(BaseModel):
+    """The lists a kubeconfig must hold, checked before the loader sees the file: its own
+    errors are tracebacks (TypeError, YAML dumps), ours are one line naming the field."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    clusters: list[_NamedEntry] | None = None
+    contexts: list[_NamedEntry] | None = None
+    users: list[_NamedEntry] | None = None
+    current_context: str | None = Field(default=None, alias="current-context")
+
+
+_FIX = "fix the file (`kubectl config view` prints a valid one)"
+
+
+def _check_shape(file: str) -> None:
+    try:
+        doc = yaml.safe_load(Path(file).expanduser().read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read kubeconfig {file}: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise ConfigError(f"kubeconfig {file} is not valid YAML ({problem}{where}): {_FIX}") from None
+    if doc is None:
+        return  # an empty file is an empty config, as kubectl reads it
+    if not isinstance(doc, dict):
+        raise ConfigError(f"kubeconfig {file} holds a YAML {type(doc).__name__}, not a kubeconfig mapping: {_FIX}")
+    try:
+        _KubeconfigShape.model_validate(doc)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise ConfigError(
+            f"kubeconfig {file}: {where}: {first['msg']}{more}; clusters, contexts and users are lists of "
+            f"entries with a name: {_FIX}"
+        ) from None
+
+
 def load_kubeconfig(path: str | os.PathLike[str], context: str | None = None) -> KubeConfig:
     """Read a kubeconfig as kubectl does; ``path`` may list several files joined by os.pathsep
     (merged, first wins); ``context`` defaults to the current-context."""
@@ -116,6 +163,8 @@ def load_kubeconfig(path: str | os.PathLike[str], context: str | None = None) ->
     existing = [f for f in files if Path(f).expanduser().is_file()]
     if not existing:
         raise ConfigError(f"cannot read kubeconfig {path}: no such file")
+    for file in existing:
+        _check_shape(file)
     joined = os.pathsep.join(existing)
     configuration = Configuration()
     try:
@@ -130,7 +179,10 @@ def load_kubeconfig(path: str | os.PathLike[str], context: str | None = None) ->
     except ConfigException as exc:
         raise ConfigError(f"kubeconfig {path}: {exc}") from exc
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read kubeconfig {path}: {exc}") from exc
+        raise ConfigError(f"cannot read kubeconfig {path}: {_first_line(exc)}") from exc
+    except (TypeError, AttributeError, KeyError) as exc:
+        # A shape the loader cannot walk that the check above let through.
+        raise ConfigError(f"kubeconfig {path} is malformed ({type(exc).__name__}: {_first_line(exc)}): {_FIX}") from exc
     user_name = (chosen.get("context") or {}).get("user")
     user = _raw_entry(existing, "users", user_name)
     # kubernetes 35's loader does not read proxy-url (later releases do); it is one plain field.
@@ -156,6 +208,10 @@ def load_kubeconfig(path: str | os.PathLike[str], context: str | None = None) ->
             "(is it installed and logged in?)"
         )
     return config
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def _raw_entry(files: list[str], kind: str, name: str | None) -> dict[str, Any] | None:

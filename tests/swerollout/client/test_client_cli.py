@@ -94,7 +94,10 @@ async def test_watch_follows_until_done_and_exits_1_on_failures(
             await watcher.wait()
     text = stdout.decode()
     assert watcher.returncode == 1, stderr.decode()
-    assert f"batch wb: {len(names)}/{len(names)} finished, 1 failed" in text
+    # The closing line counts trainer statuses, as `results` and the client's records do.
+    assert f"batch wb: {len(names)}/{len(names)} finished, {len(names) - 1} completed, 1 failed" in text
+    # It exits cleanly: no task of the portal's loop is left pending (asyncio would say so on stderr).
+    assert "Task was destroyed" not in stderr.decode() and "Traceback" not in stderr.decode(), stderr.decode()
     assert all(name in text for name in names)
     assert f"failed: {names[0]}: submitted" in text
 
