@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import re
 import secrets
 from dataclasses import dataclass
@@ -25,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
+
+    from swerollout.api.v1alpha1 import SWERolloutSpec
 
 MEDIA_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 """The ``data:`` media types sent on (what SGLang's PIL decoding reads without plugins)."""
@@ -127,17 +130,32 @@ def text_only_message(tokenizer_name: str, count: int) -> str:
     )
 
 
-def tokenizer_problem(tokenizer_name: str, count: int) -> str | None:
-    """Why a spec's images cannot be shown with this tokenizer, or None (also when it cannot be
-    checked here: tokenizer packages not installed, or a directory only the runner has)."""
+@functools.lru_cache(maxsize=64)
+def shows_images(tokenizer_name: str) -> bool | None:
+    """Whether a tokenizer's template shows images; None when it cannot be told here (the
+    tokenizer packages are not installed, or the name is a directory only the runner has).
+    Loads the tokenizer without keeping it: the answer is all that is cached."""
     try:
         from swerollout.tokenizers import TokenizerError, load_tokenizer
 
-        tokenizer = load_tokenizer(tokenizer_name)
+        tokenizer = load_tokenizer.__wrapped__(tokenizer_name)
     except (ImportError, TokenizerError, OSError, ValueError):
         return None
-    if image_placeholder(tokenizer) is None:
-        return text_only_message(tokenizer_name, count)
+    return image_placeholder(tokenizer) is not None
+
+
+def spec_problem(spec: SWERolloutSpec) -> str | None:
+    """Why a rollout's issue images cannot reach its model, or None. Checked by the client at
+    submit and by the operator (InvalidSpec); the runner checks again at setup, so a tokenizer
+    directory neither of them can read still fails before any token is sent."""
+    from swerollout.api.v1alpha1 import AgentKind, IssueImageMode
+
+    count = len(spec.instance.issue_images)
+    if not count or spec.agent.issue_image_mode != IssueImageMode.INLINE or spec.agent.kind == AgentKind.CHAT_AGENT:
+        return None  # ChatAgent: the OpenAI-compatible server renders the images itself
+    name = spec.inference.tokenizer
+    if name and shows_images(name) is False:
+        return text_only_message(name, count)
     return None
 
 

@@ -22,6 +22,7 @@ from swerollout.api import v1alpha1 as api
 from swerollout.api.base import one_line
 from swerollout.api.v1alpha1 import Phase
 from swerollout.exit_status import metric_label
+from swerollout.issue_images import spec_problem
 from swerollout.kube import SWEROLLOUTS, AsyncKubeClient, KubeError, NotFound
 from swerollout.wire.ingest import Ack, ProgressReport, RunnerEvent
 
@@ -230,15 +231,23 @@ class Reconciler:
     async def _spec_is_valid(self, entry: Tracked) -> bool:
         """The CRD cannot check everything the API model does (e.g. template variables): a
         spec the model refuses fails the rollout as InvalidSpec, before any pod exists."""
+        problem: str | None
         try:
-            entry.rollout_spec
+            spec = entry.rollout_spec
         except ValidationError as exc:
-            await self.transition(
-                entry, Trigger.FAILED, reason="InvalidSpec",
-                message=f"{one_line(exc)}; fix it and create the rollout again", warning=True,
-            )
-            return False
-        return True
+            problem = one_line(exc)
+        else:
+            # Issue images a text-only chat template cannot show (checked once, before the pod;
+            # loading a tokenizer takes seconds, so off the event loop).
+            pending = entry.phase == Phase.PENDING and bool(spec.instance.issue_images)
+            problem = await asyncio.to_thread(spec_problem, spec) if pending else None
+        if problem is None:
+            return True
+        await self.transition(
+            entry, Trigger.FAILED, reason="InvalidSpec",
+            message=f"{problem}; fix it and create the rollout again", warning=True,
+        )
+        return False
 
     async def _sandbox_pod(self, entry: Tracked) -> tuple[dict[str, Any] | None, PodState | None, bool]:
         """The pod named in status.sandbox, its state, and whether it is gone (deleted, going, failed)."""

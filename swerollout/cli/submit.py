@@ -17,7 +17,7 @@ import argparse
 import sys
 from typing import Any
 
-from swerollout.api.v1alpha1 import AgentKind, Mode, OnAbort
+from swerollout.api.v1alpha1 import AgentKind, IssueImageMode, Mode, OnAbort
 from swerollout.cli.rollouts import EXIT_OK, EXIT_USAGE, add_connection_args, run_client_command
 from swerollout.client import RolloutClient
 from swerollout.datasets import DatasetKind
@@ -59,6 +59,8 @@ def _submit(args: argparse.Namespace, client: RolloutClient) -> int:
     agent: dict[str, Any] = {"kind": args.agent}
     if args.max_turns:
         agent["maxTurns"] = args.max_turns
+    if args.issue_image_mode:
+        agent["issueImageMode"] = args.issue_image_mode
     names = client.submit_batch(
         instances,
         args.group_size,
@@ -108,6 +110,11 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--on-abort", choices=[v.value for v in OnAbort],
         help="what an aborted request leaves: Drop (default) re-samples the turn, Keep continues it (partial rollout)",
+    )
+    parser.add_argument(
+        "--issue-image-mode", choices=[v.value for v in IssueImageMode],
+        help="how issue images (SWE-bench Multimodal) reach the model: Inline (default) as images, which the "
+             "tokenizer's chat template must show; Links as a text list after the problem statement",
     )
     parser.add_argument("--weight-version", help="weight version the trainer expects (recorded per token)")
     parser.add_argument("--label", action="append", metavar="KEY=VALUE", help="extra label on every rollout (repeatable)")

@@ -80,6 +80,7 @@ from swerollout.kube import (
 )
 from swerollout.store import StoreError, open_store
 from swerollout.store.protocol import ResultStore
+from swerollout.issue_images import spec_problem
 from swerollout.instances import InstanceError, SWEBenchInstance, instance_from_row, to_api_instance
 from swerollout.wire.trajectory import Trajectory
 
@@ -118,6 +119,17 @@ async def check_inference_endpoint(endpoint: str, *, timeout: float = 5.0) -> No
             f"the inference endpoint {endpoint} answered GET /health with {response.status_code}; wait until the "
             "server is ready or fix inference.endpoint (--endpoint)"
         )
+
+
+async def _check_issue_images(specs: Sequence[SWERolloutSpec], members: Sequence[Inference]) -> None:
+    """Refuse at submit what would fail every rollout: issue images for a text-only template."""
+    for spec in specs:
+        if not spec.instance.issue_images:
+            continue
+        for inference in members or [spec.inference]:
+            problem = await asyncio.to_thread(spec_problem, spec.model_copy(update={"inference": inference}))
+            if problem:
+                raise ClientConfigError(f"{spec.instance.instance_id}: {problem}")
 
 
 def _to_instance(item: InstanceLike, index: int) -> Instance:
@@ -416,14 +428,15 @@ class AsyncRolloutClient:
         inf = _inference(inference, weight_version, max_sampled_tokens, "inference")
         specs = [_spec(inst, inf, agent, mode, reward, sandbox) for inst in api_instances]
         per_member: list[Object] | None = None
+        members: list[Inference] = []
         if member_inference is not None:
             if len(member_inference) != group_size:
                 raise ClientConfigError(
                     f"member_inference has {len(member_inference)} entries; it needs one per group member ({group_size})"
                 )
-            per_member = [
-                _inference(m, weight_version, max_sampled_tokens, "member_inference").to_wire() for m in member_inference
-            ]
+            members = [_inference(m, weight_version, max_sampled_tokens, "member_inference") for m in member_inference]
+            per_member = [m.to_wire() for m in members]
+        await _check_issue_images(specs, members)
         if check_endpoint:
             for endpoint in {inf.endpoint, *(m["endpoint"] for m in per_member or [])}:
                 await check_inference_endpoint(endpoint)
@@ -466,6 +479,7 @@ class AsyncRolloutClient:
             raise ClientConfigError(f"sample and member must be at least 0, got sample={sample} member={member}")
         inf = _inference(inference, weight_version, max_sampled_tokens, "inference")
         spec = _spec(_to_instance(instance, 0), inf, agent, mode, reward, sandbox)
+        await _check_issue_images([spec], [])
         body = self._body(
             batch, sample, member, spec.instance.instance_id, _submit_wire(spec), _extra_labels(labels),
             _trainer_annotation(trainer_labels) if trainer_labels is not None else None,

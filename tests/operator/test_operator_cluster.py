@@ -200,6 +200,24 @@ def test_operator_token_cannot_do_more_than_the_chart_grants(
     assert not can("create", "pods", ns="kube-system")
 
 
+def test_issue_images_for_a_text_only_template_fail_as_invalid_spec(
+    operator: OperatorProcess, kubectl: Callable[..., Any], namespace: str
+) -> None:
+    """Images the rollout's chat template cannot show are refused, never silently dropped."""
+    body = rollout("textonly")
+    body["spec"]["instance"]["issueImages"] = ["https://user-images.example/a.png"]
+    kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(body))
+    wait_for("phase Failed", lambda: phase(kubectl, namespace, "textonly") == "Failed", op=operator)
+    obj = get_json(kubectl, "swer", "textonly", "-n", namespace)
+    assert obj["status"]["message"].startswith(
+        "spec.inference.tokenizer 'qwen-2.5': its chat template cannot show images, and spec.instance.issueImages holds 1"
+    )
+    assert "spec.agent.issueImageMode: Links" in obj["status"]["message"]
+    complete = next(c for c in obj["status"]["conditions"] if c["type"] == "Complete")
+    assert complete["reason"] == "InvalidSpec"
+    assert pods_of(kubectl, namespace, "textonly") == []
+
+
 def test_a_template_typo_fails_as_invalid_spec_before_any_pod(
     operator: OperatorProcess, kubectl: Callable[..., Any], namespace: str
 ) -> None:

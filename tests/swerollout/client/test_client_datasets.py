@@ -92,3 +92,27 @@ async def test_cli_submits_a_published_parquet_with_filter_and_limit(
         capture_output=True, text=True, timeout=120,
     )
     assert bad.returncode == 2 and "nope.parquet does not exist" in bad.stderr
+
+
+async def test_cli_refuses_multimodal_images_for_a_text_only_template(
+    crd: ControlPlane, akube: AsyncKubeClient, namespace: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "SWE-bench_Multimodal-dev.jsonl"
+    path.write_text(json.dumps(swebench_multimodal()) + "\n")
+    args = [
+        sys.executable, "-m", "swerollout.cli.main", "submit", "-f", str(path), "--group-size", "1", "--batch", "mm",
+        "--endpoint", "http://127.0.0.1:9", "--tokenizer", "qwen-2.5", "-n", namespace,
+    ]
+    env = {**os.environ, "KUBECONFIG": str(crd.kubeconfig_path)}
+    refused = await asyncio.to_thread(subprocess.run, args, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert refused.returncode != 0
+    assert "its chat template cannot show images, and spec.instance.issueImages holds 2" in refused.stderr
+    assert "spec.agent.issueImageMode: Links" in refused.stderr
+    links = await asyncio.to_thread(
+        subprocess.run, [*args, "--issue-image-mode", "Links"], env=env, cwd=ROOT, capture_output=True, text=True,
+        timeout=600,
+    )
+    assert links.returncode == 0, links.stderr
+    (obj,) = (await akube.list(SWEROLLOUTS, namespace))["items"]
+    assert obj["spec"]["agent"]["issueImageMode"] == "Links"
+    assert obj["spec"]["instance"]["issueImages"] == ["https://user-images.example/a.png", "https://user-images.example/b.png"]

@@ -161,3 +161,23 @@ async def test_member_inference_gives_each_group_member_its_own_policy(
     assert {o["spec"]["inference"]["weightVersion"] for o in items} == {"w-3"}
     with pytest.raises(ClientConfigError, match="one per group member"):
         await client.submit_batch([instance(0)], 3, batch="ab2", inference=INFERENCE, member_inference=[oracle, null])
+
+
+async def test_issue_images_for_a_text_only_template_are_refused_at_submit(
+    client: AsyncRolloutClient, akube: AsyncKubeClient, namespace: str
+) -> None:
+    """Never a silent drop: refused for qwen-2.5's text-only template, accepted as Links or for a vision tokenizer."""
+    shot = {**instance(7), "issueImages": ["https://user-images.example/a.png"]}
+    with pytest.raises(ClientConfigError) as refused:
+        await client.submit_batch([shot], 1, batch="img", inference=INFERENCE)
+    assert str(refused.value).startswith("demo__lib-7: spec.inference.tokenizer 'qwen-2.5': its chat template cannot show images")
+    assert "spec.agent.issueImageMode: Links" in str(refused.value)
+    with pytest.raises(ClientConfigError, match="cannot show images"):
+        await client.submit_batch([shot], 2, batch="img", inference=INFERENCE,
+                                  member_inference=[{**INFERENCE, "tokenizer": "glm-4.5v"}, INFERENCE])
+    await client.submit_batch([shot], 1, batch="img-links", inference=INFERENCE, agent={"issueImageMode": "Links"})
+    await client.submit_batch([shot], 1, batch="img-vision", inference={**INFERENCE, "tokenizer": "glm-4.5v"})
+    links = await akube.get(SWEROLLOUTS, "img-links-0-0", namespace)
+    assert links["spec"]["agent"]["issueImageMode"] == "Links"
+    assert links["spec"]["instance"]["issueImages"] == shot["issueImages"]
+    assert (await akube.get(SWEROLLOUTS, "img-vision-0-0", namespace))["spec"]["inference"]["tokenizer"] == "glm-4.5v"
