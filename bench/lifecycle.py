@@ -100,13 +100,21 @@ async def _paced(n: int, rate: float | None, start_one: Any) -> None:
     if rate is None:
         await _gather_limited([start_one(i) for i in range(n)])
         return
+    # In flight at once: bounded like the burst, so a slow API server queues the rest
+    # here (counted in their latency) instead of timing out in the connection pool.
+    sem = asyncio.Semaphore(PARALLEL)
+
+    async def one(i: int) -> None:
+        async with sem:
+            await start_one(i)
+
     t0 = time.monotonic()
     tasks = []
     for i in range(n):
         delay = t0 + i / rate - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(start_one(i)))
+        tasks.append(asyncio.create_task(one(i)))
     await asyncio.gather(*tasks)
 
 

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
-from swerollout.api.v1alpha1 import ConditionStatus, ConditionType, Phase
+from swerollout.api.v1alpha1 import MESSAGE_LIMIT, ConditionStatus, ConditionType, Phase
 
 
 class Trigger(str, Enum):
@@ -113,6 +113,14 @@ def allowed(phase: Phase, event: Trigger) -> bool:
     return (phase, event) in _T
 
 
+def cut_message(message: str) -> str:
+    """A message within the CRD's bound: the API server refuses a longer one, and with it
+    the whole status write. The head is kept (it says what happened); the cut is marked."""
+    if len(message) <= MESSAGE_LIMIT:
+        return message
+    return message[: MESSAGE_LIMIT - 1] + "\u2026"
+
+
 def now() -> str:
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
@@ -134,7 +142,7 @@ def set_condition(
         "type": ctype.value,
         "status": status.value,
         "reason": reason,
-        "message": message[:32768],
+        "message": cut_message(message),
         "lastTransitionTime": transition_time,
     }
     if generation is not None:
@@ -162,6 +170,7 @@ def apply(
 ) -> Transition:
     """The status patch for `event`; raises IllegalTransition when it does not apply."""
     status = status or {}
+    message = cut_message(message)
     old = Phase(status.get("phase", Phase.PENDING.value))
     new = next_phase(old, event)
     at = now()

@@ -331,7 +331,7 @@ class Reconciler:
 
     async def _mark_reclaimed(self, entry: Tracked, message: str) -> None:
         handle = _sandbox(reclaimed_at=utcnow().replace(microsecond=0))
-        await self.write_status(entry, {"sandbox": handle.to_patch(), "message": message})
+        await self.write_status(entry, {"sandbox": handle.to_patch(), "message": phases.cut_message(message)})
 
     async def _ensure_resume_pod(self, entry: Tracked) -> None:
         """Resume on the same pod when it is alive; otherwise replay into a fresh one."""

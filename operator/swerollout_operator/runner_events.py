@@ -15,7 +15,7 @@ from swerollout.wire.ingest import EventKind, RunnerEvent, StoredObjectRef
 
 from .deadlines import parse_time, utcnow
 from .metrics import abort_reason_label
-from .phases import Trigger
+from .phases import Trigger, cut_message
 from .progress import ProgressCoalescer
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ async def apply_runner_event(r: Reconciler, entry: Tracked, event: RunnerEvent) 
             message = "the runner resumed from the snapshot" + (f"; {notice}" if notice else "")
             return await r.transition(entry, Trigger.RESUMED, reason="Resumed", message=message)
         if notice and entry.phase == api.Phase.RUNNING:
-            await r.write_status(entry, {"message": notice})
+            await r.write_status(entry, {"message": cut_message(notice)})
         return False
     if event.kind == EventKind.ABORTED:
         return await _aborted(r, entry, event)

@@ -58,6 +58,9 @@ Name = Annotated[str, StringConstraints(min_length=1, max_length=253)]
 ShortText = Annotated[str, StringConstraints(max_length=1024)]
 TestName = Annotated[str, StringConstraints(min_length=1, max_length=2048)]
 Template = Annotated[str, StringConstraints(max_length=16 * KiB)]
+MESSAGE_LIMIT = 32 * KiB
+"""Characters in status.message and a condition's message (metav1.Condition's bound)."""
+Message = Annotated[str, StringConstraints(max_length=MESSAGE_LIMIT)]
 
 INSTANCE_TEXT_LIMIT = 512 * KiB
 """Characters that problemStatement, issueImages and the evaluation's texts and test ids
@@ -762,7 +765,7 @@ class Condition(ApiModel):
     observed_generation: int | None = Field(default=None, ge=0)
     last_transition_time: datetime
     reason: Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")]
-    message: Annotated[str, StringConstraints(max_length=32768)] = ""
+    message: Message = ""
 
 
 class SandboxHandle(ApiModel):
@@ -874,7 +877,7 @@ class SWERolloutStatus(ApiModel):
     result: Result | None = None
     evaluation: EvaluationState | None = None
     reward: RewardStatus | None = None
-    message: Annotated[str, StringConstraints(max_length=32768)] = ""
+    message: Message = ""
     """Human-readable summary of the latest phase change."""
     start_time: datetime | None = None
     completion_time: datetime | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -43,3 +44,15 @@ def test_mypy_strict_is_clean() -> None:
         text=True,
     )
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
+
+
+def test_no_test_module_imports_another() -> None:
+    """Shared test helpers live in tests/support: a test module imported by another would
+    run its tests twice under another name, and couple two areas' tests."""
+    pattern = re.compile(r"^\s*(?:from|import)\s+tests(?:\.\w+)*\.test_\w+\b", re.MULTILINE)
+    offenders = [
+        f"{path.relative_to(ROOT)}: {m.group(0).strip()}"
+        for path in sorted((ROOT / "tests").rglob("*.py"))
+        for m in pattern.finditer(path.read_text())
+    ]
+    assert offenders == [], "move the helpers to tests/support:\n" + "\n".join(offenders)

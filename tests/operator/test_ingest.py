@@ -16,40 +16,26 @@ import httpx
 
 from swerollout.dev.controlplane import ControlPlane
 from swerollout.wire import ingest as wire
-from swerollout_operator.tokens import TokenKey, TokenKind
 from tests.support.operator import OperatorProcess
-from tests.operator.test_operator_cluster import get_json, mark_ready, phase, rollout, wait_for
-
-
-def _setup(operator: OperatorProcess, kubectl: Callable[..., Any], namespace: str, name: str) -> tuple[str, str]:
-    kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(rollout(name)))
-    wait_for("Starting", lambda: phase(kubectl, namespace, name) == "Starting", op=operator)
-    uid = get_json(kubectl, "swer", name, "-n", namespace)["metadata"]["uid"]
-    assert operator.key_file is not None
-    token = TokenKey.from_file(operator.key_file).derive(TokenKind.INGEST, namespace, name, uid)
-    return uid, token
-
-
-def _url(operator: OperatorProcess, namespace: str, name: str, uid: str, path: str) -> str:
-    return f"{operator.ingest_url}{wire.API_PREFIX}/{namespace}/{name}/{uid}{path}"
+from tests.support.operator_cluster import get_json, ingest_url, mark_ready, phase, rollout, setup_rollout, wait_for
 
 
 def test_tokens_are_checked_and_bad_requests_write_nothing(
     operator: OperatorProcess, kubectl: Callable[..., Any], namespace: str
 ) -> None:
-    uid_a, token_a = _setup(operator, kubectl, namespace, "ra")
-    uid_b, token_b = _setup(operator, kubectl, namespace, "rb")
+    uid_a, token_a = setup_rollout(operator, kubectl, namespace, "ra")
+    uid_b, token_b = setup_rollout(operator, kubectl, namespace, "rb")
     progress = wire.ProgressReport(turns=3, context_tokens=100, generated_tokens=50).model_dump_json()
-    url = _url(operator, namespace, "ra", uid_a, "/progress")
+    url = ingest_url(operator, namespace, "ra", uid_a, "/progress")
 
     assert httpx.post(url, content=progress).status_code == 401
     assert httpx.post(url, content=progress, headers={"Authorization": "Basic abc"}).status_code == 401
     # Rollout b's token on rollout a: forbidden.
     assert httpx.post(url, content=progress, headers={"Authorization": f"Bearer {token_b}"}).status_code == 403
     # The right token but the wrong uid (a deleted incarnation): forbidden too.
-    wrong_uid = _url(operator, namespace, "ra", uid_b, "/progress")
+    wrong_uid = ingest_url(operator, namespace, "ra", uid_b, "/progress")
     assert httpx.post(wrong_uid, content=progress, headers={"Authorization": f"Bearer {token_a}"}).status_code == 403
-    put = _url(operator, namespace, "ra", uid_a, "/objects/trajectory")
+    put = ingest_url(operator, namespace, "ra", uid_a, "/objects/trajectory")
     assert httpx.put(put, content=b"x" * 100, headers={"Authorization": f"Bearer {token_b}"}).status_code == 403
     assert not list((operator.store_dir or operator.log_path).rglob("*" + hashlib.sha256(b"x" * 100).hexdigest()))
 
@@ -68,9 +54,9 @@ def test_tokens_are_checked_and_bad_requests_write_nothing(
 def test_uploads_are_content_addressed_and_verified(
     operator: OperatorProcess, kubectl: Callable[..., Any], namespace: str
 ) -> None:
-    uid, token = _setup(operator, kubectl, namespace, "up")
+    uid, token = setup_rollout(operator, kubectl, namespace, "up")
     auth = {"Authorization": f"Bearer {token}"}
-    url = _url(operator, namespace, "up", uid, "/objects/snapshot")
+    url = ingest_url(operator, namespace, "up", uid, "/objects/snapshot")
     data = b"snapshot-bytes" * 1000
     digest = hashlib.sha256(data).hexdigest()
     for malformed in ("../../../etc/passwd", digest.upper(), digest[:-1], digest + "0"):
@@ -88,15 +74,15 @@ def test_uploads_are_content_addressed_and_verified(
     stored = [p for p in operator.store_dir.rglob("*") if p.is_file() and digest in p.name]
     assert len(stored) == 1
     # Only objects the status references can be read back.
-    assert httpx.get(_url(operator, namespace, "up", uid, f"/objects/snapshot/{digest}"), headers=auth).status_code == 404
+    assert httpx.get(ingest_url(operator, namespace, "up", uid, f"/objects/snapshot/{digest}"), headers=auth).status_code == 404
 
 
 def test_long_poll_returns_when_the_work_changes_and_events_are_idempotent(
     operator: OperatorProcess, kubectl: Callable[..., Any], namespace: str
 ) -> None:
-    uid, token = _setup(operator, kubectl, namespace, "lp")
+    uid, token = setup_rollout(operator, kubectl, namespace, "lp")
     auth = {"Authorization": f"Bearer {token}", "X-Swerollout-Role": "rollout", "X-Swerollout-Attempt": "1"}
-    url = _url(operator, namespace, "lp", uid, "/assignment")
+    url = ingest_url(operator, namespace, "lp", uid, "/assignment")
     first = httpx.get(url, headers=auth, params={"wait": "0"}).json()
     assert first["kind"] == "wait"
     for wait in ("nan", "inf", "-1", "soon"):
@@ -116,7 +102,7 @@ def test_long_poll_returns_when_the_work_changes_and_events_are_idempotent(
     poller.join(timeout=30)
     assert answer["kind"] == "run" and answer["spec"]["instance"]["instanceId"] == "demo__lp"
 
-    events = _url(operator, namespace, "lp", uid, "/events")
+    events = ingest_url(operator, namespace, "lp", uid, "/events")
     notice = "spec.inference.maxContextTokens 65536 exceeds the server's context length 32768; using 32768"
     started = wire.RunnerEvent(
         kind=wire.EventKind.STARTED, assignment_id=answer["id"], reason="InferenceNotice", message=notice,
@@ -128,7 +114,7 @@ def test_long_poll_returns_when_the_work_changes_and_events_are_idempotent(
         for e in get_json(kubectl, "events", "-n", namespace)["items"]
     ), op=operator)
     assert get_json(kubectl, "swer", "lp", "-n", namespace)["status"]["message"] == notice
-    put = _url(operator, namespace, "lp", uid, "/objects/trajectory")
+    put = ingest_url(operator, namespace, "lp", uid, "/objects/trajectory")
     traj = httpx.put(put, content=b"trajectory", headers=auth).json()
     finished = wire.RunnerEvent(
         kind=wire.EventKind.FINISHED, assignment_id=answer["id"], exit_status="exit_format", turns=4,
@@ -151,17 +137,17 @@ def test_long_poll_returns_when_the_work_changes_and_events_are_idempotent(
 def test_results_endpoint_checks_the_callers_identity(
     operator: OperatorProcess, kubectl: Callable[..., Any], control_plane: ControlPlane, namespace: str
 ) -> None:
-    uid, token = _setup(operator, kubectl, namespace, "res")
+    uid, token = setup_rollout(operator, kubectl, namespace, "res")
     auth = {"Authorization": f"Bearer {token}"}
     mark_ready(kubectl, namespace, "res-a1")
     wait_for("Running", lambda: phase(kubectl, namespace, "res") == "Running", op=operator)
-    traj = httpx.put(_url(operator, namespace, "res", uid, "/objects/trajectory"), content=b"the-trajectory", headers=auth).json()
-    assignment = httpx.get(_url(operator, namespace, "res", uid, "/assignment"), headers=auth).json()
+    traj = httpx.put(ingest_url(operator, namespace, "res", uid, "/objects/trajectory"), content=b"the-trajectory", headers=auth).json()
+    assignment = httpx.get(ingest_url(operator, namespace, "res", uid, "/assignment"), headers=auth).json()
     event = wire.RunnerEvent(
         kind=wire.EventKind.FINISHED, assignment_id=assignment["id"], exit_status="exit_max_iter_out",
         trajectory=wire.StoredObjectRef.model_validate(traj),
     )
-    assert httpx.post(_url(operator, namespace, "res", uid, "/events"), content=event.model_dump_json(), headers=auth).status_code == 200
+    assert httpx.post(ingest_url(operator, namespace, "res", uid, "/events"), content=event.model_dump_json(), headers=auth).status_code == 200
     wait_for("Succeeded", lambda: phase(kubectl, namespace, "res") == "Succeeded", op=operator)
 
     results = f"{operator.ingest_url}/v1/results/{namespace}/res/trajectory"

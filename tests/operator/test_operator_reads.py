@@ -17,8 +17,7 @@ import httpx
 
 from swerollout.wire import ingest as wire
 from tests.support.operator import OperatorProcess
-from tests.operator.test_ingest import _setup, _url
-from tests.operator.test_operator_cluster import get_json, mark_ready, phase, wait_for
+from tests.support.operator_cluster import get_json, ingest_url, mark_ready, phase, setup_rollout, wait_for
 
 
 def _requests(operator: OperatorProcess, method: str) -> float:
@@ -35,7 +34,7 @@ def _passes(operator: OperatorProcess, namespace: str, name: str) -> list[int]:
 def test_own_status_write_causes_no_reads_and_no_pass(
     operator: OperatorProcess, kubectl: Callable[..., Any], namespace: str
 ) -> None:
-    uid, token = _setup(operator, kubectl, namespace, "quiet")
+    uid, token = setup_rollout(operator, kubectl, namespace, "quiet")
     mark_ready(kubectl, namespace, "quiet-a1")
     wait_for("Running", lambda: phase(kubectl, namespace, "quiet") == "Running", op=operator)
     passes_before = len(_passes(operator, namespace, "quiet"))
@@ -44,7 +43,7 @@ def test_own_status_write_causes_no_reads_and_no_pass(
 
     # The runner reports progress: the operator writes it into status (its own write).
     progress = wire.ProgressReport(turns=3, context_tokens=100, generated_tokens=50).model_dump_json()
-    answer = httpx.post(_url(operator, namespace, "quiet", uid, "/progress"), content=progress,
+    answer = httpx.post(ingest_url(operator, namespace, "quiet", uid, "/progress"), content=progress,
                         headers={"Authorization": f"Bearer {token}"}, timeout=30)
     assert answer.status_code == 200
     written = wait_for(

@@ -16,7 +16,7 @@ from swerollout.api import v1alpha1 as api
 from swerollout.api.labels import rollout_label
 from swerollout.dev.controlplane import ControlPlane
 from tests.support.operator import OperatorProcess
-from tests.operator.test_operator_cluster import get_json, phase, rollout, wait_for
+from tests.support.operator_cluster import get_json, phase, rollout, wait_for
 
 
 def _policy(namespace: str) -> tuple[dict[str, Any], dict[str, Any]]:

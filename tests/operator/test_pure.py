@@ -232,3 +232,16 @@ def test_read_pod_treats_an_exited_container_as_the_end_of_the_pod() -> None:
     state = read_pod(pod)
     assert state.failed and state.reason == "ContainerExited"
     assert "runner exited 1" in state.message and "swerollout logs p -c runner" in state.message
+
+
+def test_status_message_is_cut_to_the_crd_bound() -> None:
+    """A runner's or pod's message can be longer than status.message may hold; the API
+    server would refuse the whole status write (and the transition with it)."""
+    long = "E" + "x" * (3 * api.MESSAGE_LIMIT)
+    change = phases.apply({}, Trigger.FAILED, reason="RunnerFailed", message=long, generation=1)
+    status = api.SWERolloutStatus.model_validate({**change.status_patch})
+    assert len(status.message) == api.MESSAGE_LIMIT and status.message.startswith("Ex")
+    assert status.message.endswith("\u2026")
+    assert all(len(c.message) <= api.MESSAGE_LIMIT for c in status.conditions)
+    short = phases.apply({}, Trigger.FAILED, reason="RunnerFailed", message="short", generation=1)
+    assert short.status_patch["message"] == "short"
