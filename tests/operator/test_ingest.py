@@ -173,9 +173,9 @@ def test_an_infrastructure_exit_fails_the_rollout_naming_the_cause(
     from swerollout.client.progress import BatchProgress
     from swerollout.client.records import TrainerStatus
 
-    uid, token = _setup(operator, kubectl, namespace, "down")
+    uid, token = setup_rollout(operator, kubectl, namespace, "down")
     auth = {"Authorization": f"Bearer {token}", "X-Swerollout-Role": "rollout", "X-Swerollout-Attempt": "1"}
-    url = _url(operator, namespace, "down", uid, "/assignment")
+    url = ingest_url(operator, namespace, "down", uid, "/assignment")
     first = httpx.get(url, headers=auth, params={"wait": "0"}).json()
     mark_ready(kubectl, namespace, "down-a1")
     run = httpx.get(url, headers=auth, params={"wait": "60", "after": first["id"]}, timeout=90).json()
@@ -185,7 +185,7 @@ def test_an_infrastructure_exit_fails_the_rollout_naming_the_cause(
     finished = wire.RunnerEvent(
         kind=wire.EventKind.FINISHED, assignment_id=run["id"], exit_status="exit_api", turns=2, message=cause,
     ).model_dump_json()
-    assert httpx.post(_url(operator, namespace, "down", uid, "/events"), content=finished, headers=auth).status_code == 200
+    assert httpx.post(ingest_url(operator, namespace, "down", uid, "/events"), content=finished, headers=auth).status_code == 200
     wait_for("Failed", lambda: phase(kubectl, namespace, "down") == "Failed", op=operator)
     obj = get_json(kubectl, "swer", "down", "-n", namespace)
     status = obj["status"]
