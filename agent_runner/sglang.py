@@ -11,7 +11,7 @@ module owns what the runner does with them (docs/sglang-protocol.md):
   request, so ``abort_in_flight()`` aborts each rid this client has in flight by
   name, and a call waiting to retry is not sent again.
 - Retry safety. Transport errors, timeouts, 5xx and 429 are retried a bounded number
-  of times with exponential backoff and full jitter (429/503 honour Retry-After). A
+  of times, paced by swerollout.backoff (the one backoff rule; 429/503 honour Retry-After). A
   /generate whose connection dropped may still run on the server, so the old rid is
   aborted (best effort) and the retry carries a NEW rid. A response with a null
   (non-finite) logprob is an error of that turn: retried, then ModelProtocolError
@@ -39,6 +39,7 @@ import httpx
 from pydantic import ValidationError
 
 from agent_runner.errors import ContextBudgetError, ModelProtocolError, ModelTimeoutError, ModelUnavailableError
+from swerollout.backoff import Backoff, Schedule
 from swerollout.wire import sglang as wire
 from swerollout.wire.sglang import ContextLimits, GenerateRequest, SamplingParams
 
@@ -87,7 +88,7 @@ class GenerateResult:
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Bounded retries; full-jitter exponential backoff, capped."""
+    """Bounded retries of one request, paced by the one backoff rule (swerollout.backoff)."""
 
     attempts: int = 4
     """Total tries of one request, first included."""
@@ -98,8 +99,8 @@ class RetryPolicy:
     abort_timeout: float = 2.0
     """Seconds allowed for one /abort_request."""
 
-    def backoff(self, retry: int, rng: random.Random) -> float:
-        return rng.uniform(0.0, min(self.max_delay, self.base_delay * (2**retry)))
+    def schedule(self, rng: random.Random) -> Schedule:
+        return Backoff(first_seconds=self.base_delay, max_seconds=self.max_delay, attempts=self.attempts).start(rng=rng)
 
 
 # --- request ids -----------------------------------------------------------------------
@@ -230,6 +231,7 @@ class SGLangClient:
     ) -> GenerateResult:
         url = f"{self.base_url}/generate"
         last: _Retryable | None = None
+        schedule = self.retry.schedule(self._rng)
         for attempt in range(1, self.retry.attempts + 1):
             rid = rid_for_attempt(attempt)
             if call.aborted:
@@ -261,17 +263,15 @@ class SGLangClient:
                 call.rid = None
                 if exc.dropped:
                     await self._abort_quietly(rid)
-                if attempt == self.retry.attempts:
+                delay = schedule.next_delay(exc.retry_after)
+                if delay is None:
                     break
-                delay = self.retry.backoff(attempt - 1, self._rng)
-                if exc.retry_after is not None:
-                    delay = min(max(delay, exc.retry_after), self.retry.max_delay)
                 log.warning("%s; retrying in %.1fs", exc, delay)
                 await self._backoff(call, delay)
             finally:
                 call.rid = None
         assert last is not None
-        detail = f"POST {url} failed {self.retry.attempts} times; last error: {last}"
+        detail = f"POST {url} failed {schedule.retries + 1} times; last error: {last}"
         if last.timeout:
             raise ModelTimeoutError(detail)
         if last.protocol:

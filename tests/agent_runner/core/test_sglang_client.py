@@ -121,7 +121,7 @@ async def test_dropped_connection_aborts_old_rid_before_resending(fake_sglang: F
 
 async def test_timeout_aborts_and_gives_up_with_timeout_error(fake_sglang: FakeSGLang) -> None:
     fake_sglang.script += [Behaviour("hang"), Behaviour("hang")]
-    client = SGLangClient(fake_sglang.url, retry=RetryPolicy(attempts=2, base_delay=0.0, abort_timeout=1.0), timeout=0.3)
+    client = SGLangClient(fake_sglang.url, retry=RetryPolicy(attempts=2, base_delay=0.001, abort_timeout=1.0), timeout=0.3)
     async with client:
         with pytest.raises(ModelTimeoutError, match="failed 2 times"):
             await client.generate([1], SamplingParams(), rid_for_attempt=_rids())  # type: ignore[arg-type]
