@@ -445,7 +445,7 @@ class Runner:
     async def _report_finish(self, assignment: wire.Assignment, inner: Model, result: LoopResult, elapsed: float) -> None:
         submission = result.submission or ""
         exit_status = result.exit_status or "exit_error"
-        prompt_tokens = response_tokens = 0
+        prompt_tokens = response_tokens = sampled_tokens = dropped_tokens = 0
         if isinstance(inner, RLTokenModel):
             trajectory = inner.trajectory(
                 exit_status=exit_status, submission=submission, timings={"total_seconds": elapsed},
@@ -453,6 +453,7 @@ class Runner:
             )
             blob = trajectory.to_bytes()
             prompt_tokens, response_tokens = len(trajectory.prompt_ids), len(trajectory.response_ids)
+            sampled_tokens, dropped_tokens = trajectory.sampled_tokens, inner.state.dropped_total
         else:
             blob = encode(
                 "chat-trajectory",
@@ -472,6 +473,8 @@ class Runner:
                 turns=result.state.turns,
                 prompt_tokens=prompt_tokens,
                 response_tokens=response_tokens,
+                sampled_tokens=sampled_tokens,
+                dropped_tokens=dropped_tokens,
                 context_tokens=inner.context_tokens,
                 truncated=is_truncated(exit_status),
             )

@@ -141,6 +141,10 @@ class _Call:
     rid: str | None = None
     aborted: bool = False
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    post: asyncio.Future[wire.GenerateResponse] | None = None
+    """The HTTP request of the current attempt."""
+    abandoned: bool = False
+    """Aborted while the server was paused: its connection was closed instead (see abort_in_flight)."""
 
 
 class SGLangClient:
@@ -251,12 +255,19 @@ class SGLangClient:
                 fields.update(image_data=list(image_data))
             request = GenerateRequest(**fields)
             call.rid = rid
+            post = call.post = asyncio.ensure_future(self._post_generate(encode_request(request, input_ids_json), timeout))
             try:
-                body = await self._post_generate(encode_request(request, input_ids_json), timeout)
+                body = await post
                 return _to_result(rid, body, attempt)
             except asyncio.CancelledError:
-                # The caller gave up on this turn; do not leave it generating on the server.
-                await asyncio.shield(self._abort_quietly(rid))
+                current = asyncio.current_task()
+                if call.abandoned and post.cancelled() and not (current is not None and current.cancelling()):
+                    return _aborted(
+                        rid, attempt, "aborted while the server was paused: the request's connection was closed"
+                    )
+                if not call.abandoned:
+                    # The caller gave up on this turn; do not leave it generating on the server.
+                    await asyncio.shield(self._abort_quietly(rid))
                 raise
             except _Retryable as exc:
                 last = exc
@@ -270,6 +281,7 @@ class SGLangClient:
                 await self._backoff(call, delay)
             finally:
                 call.rid = None
+                call.post = None
         assert last is not None
         detail = f"POST {url} failed {schedule.retries + 1} times; last error: {last}"
         if last.timeout:
@@ -342,15 +354,39 @@ class SGLangClient:
         name), and a call waiting to retry (it returns an abort without sending again).
 
         Returns how many rids were sent an abort; raises when an abort could not be
-        delivered (the caller retries those: a real failure)."""
+        delivered (the caller retries those: a real failure).
+
+        While the server is paused (``GET /ready`` answers 503) no rid is sent: SGLang
+        0.5.23 holds a request that arrives during a pause at its tokenizer's gate, where
+        the scheduler has not seen it, so an exact-rid abort is lost, and the rid is then
+        marked ``abort_sent``, which drops every later abort of it (the client's retries
+        and SGLang's own abort of a disconnected request). The request's connection is
+        closed instead: the call returns an abort at once, and after /continue_generation
+        SGLang aborts the disconnected request itself (docs/sglang-protocol.md)."""
         calls = list(self._calls)
         for call in calls:
             call.aborted = True
             call.wake.set()
-        rids = [c.rid for c in calls if c.rid is not None]
+        live = [c for c in calls if c.rid is not None]
+        if live and await self.paused():
+            for call in live:
+                call.abandoned = True
+                if call.post is not None:
+                    call.post.cancel()
+            return 0
+        rids = [c.rid for c in live if c.rid is not None]
         for rid in rids:
             await self.abort(rid)
         return len(rids)
+
+    async def paused(self) -> bool:
+        """True when the server says it is paused (``GET /ready`` answers 503); False when it
+        is ready, has no such route (before SGLang 0.5.23) or cannot be reached."""
+        try:
+            response = await self._http.get("/ready", timeout=self.retry.abort_timeout)
+        except httpx.TransportError:
+            return False
+        return response.status_code == 503
 
     async def _abort_quietly(self, rid: str) -> None:
         try:

@@ -94,7 +94,8 @@ async def _finished(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
     exit_status = event.exit_status or "exit_error"
     result = api.Result(
         exit_status=exit_status, turns=event.turns, prompt_tokens=event.prompt_tokens,
-        response_tokens=event.response_tokens, truncated=event.truncated,
+        response_tokens=event.response_tokens, sampled_tokens=event.sampled_tokens,
+        dropped_tokens=event.dropped_tokens, truncated=event.truncated,
         has_patch=event.patch is not None and event.patch.bytes > 0,
     )
     if event.trajectory:

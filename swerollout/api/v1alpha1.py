@@ -825,6 +825,10 @@ class Result(ApiModel):
     turns: int = Field(ge=0)
     prompt_tokens: int = Field(ge=0)
     response_tokens: int = Field(ge=0)
+    sampled_tokens: int = Field(default=0, ge=0)
+    """Tokens the policy sampled that the trajectory keeps (loss mask 1), those kept across aborts (`onAbort: Keep`) included."""
+    dropped_tokens: int = Field(default=0, ge=0)
+    """Tokens the policy sampled in aborted requests that were dropped (`onAbort: Drop`, or without a logprob); with `sampledTokens` they add up to what `maxSampledTokens` counts."""
     truncated: bool = False
     """True when the run ended on the context limit."""
     has_patch: bool = False

@@ -135,6 +135,10 @@ class RunnerEvent(WireModel):
     turns: int = 0
     prompt_tokens: int = 0
     response_tokens: int = 0
+    sampled_tokens: int = Field(default=0, ge=0)
+    """Sampled tokens kept in the trajectory (loss mask 1)."""
+    dropped_tokens: int = Field(default=0, ge=0)
+    """Sampled tokens of aborted requests that were dropped (onAbort Drop, or without logprobs)."""
     context_tokens: int = 0
     truncated: bool = False
     weight_version: str | None = None

@@ -48,6 +48,17 @@ def slow_policy(dev_stack: DevStack) -> Iterator[str]:
         yield server.url
 
 
+@pytest.fixture(scope="module")
+def slow_oracle(dev_stack: DevStack) -> Iterator[str]:
+    """The oracle, slowed so a batch abort lands mid-generation; SGLang 0.5.23's semantics
+    (exact-rid aborts, the context margin, routed experts over prompt + output)."""
+    with launch(
+        "oracle", subprocess=True, tokenizer="qwen-2.5", tasks=dev_stack.workdir / "tasks" / "instances.jsonl",
+        weight_version="v1", faults={"delay_per_token": 0.05},
+    ) as server:
+        yield server.url
+
+
 # Long enough to abort in the middle, short enough to finish: tiny-lm's random text is
 # never a valid action, so the run ends on max turns (reward 0, ungraded).
 SLOW_AGENT = {"maxTurns": 6, "maxRequeries": 20}
@@ -319,3 +330,75 @@ def test_max_sampled_tokens_ends_the_run_like_the_context_limit(dev_stack: DevSt
     record = build_record(dev_stack.get("budget") or {}, trajectory)
     assert record.sampled_tokens + record.dropped_tokens == 40
     assert record.summary()["dropped_tokens"] == record.dropped_tokens
+    assert done["result"]["sampledTokens"] == record.sampled_tokens
+    assert done["result"]["droppedTokens"] == record.dropped_tokens
+
+
+def _routing_row(token: int) -> list[int]:
+    from swerollout.dev.policy_server.engine import ROUTED_EXPERTS, ROUTED_LAYERS, ROUTED_TOP_K
+
+    return [(token + layer * 3 + k) % ROUTED_EXPERTS for layer in range(ROUTED_LAYERS) for k in range(ROUTED_TOP_K)]
+
+
+def test_batch_abort_keep_routed_experts_and_the_server_context_edge(dev_stack: DevStack, slow_oracle: str) -> None:
+    """One batch on the stand-in in SGLang 0.5.23 mode proves four things:
+
+    - abort(batch) reaches every runner mid-generation (exact-rid aborts), each rollout Aborted;
+    - onAbort Keep keeps the aborted request's tokens (v1) and the resumed one continues the
+      same turn (v2): the tool call parses across both and the oracle's patch still resolves;
+    - routed experts are stored one row per token, row p the server's routing of token p,
+      the final (never forwarded) row zero filler;
+    - a rollout against a server whose context its prompt nearly fills ends exit_context
+      (SGLang admits prompts below min(ctx - 1, kv - 1) - 5 and caps the output to fit).
+    """
+    post_json(f"{slow_oracle}/update_weight_version", {"new_version": "v1"})
+    batch = "sglang"
+    members = {"keep": {"onAbort": "Keep", "returnRoutedExperts": True}, "drop": {"returnRoutedExperts": True}, "edge": {}}
+    for task, (name, inference) in enumerate(members.items()):
+        dev_stack.rollout(name, endpoint=slow_oracle, task=task, batch=batch, inference=inference)
+    dev_stack.wait("every member generating", lambda: _load(slow_oracle)["num_running_reqs"] >= len(members), timeout=300)
+    used = _load(slow_oracle)["num_used_tokens"]
+    dev_stack.wait("tokens sampled", lambda: _load(slow_oracle)["num_used_tokens"] >= used + 60, timeout=60)
+    with RolloutClient.connect(dev_stack.paths.kubeconfig, namespace="default") as client:
+        client.abort(batch)
+        aborted = {name: dev_stack.wait_phase(name, {"Aborted"}, timeout=120) for name in members}
+        assert all(a["partial"]["reason"] == "Suspended" for a in aborted.values()), dump(aborted)
+        kept = Snapshot.from_bytes(dev_stack.read_object(aborted["keep"]["partial"]["snapshot"])).buffer
+        dropped = Snapshot.from_bytes(dev_stack.read_object(aborted["drop"]["partial"]["snapshot"])).buffer
+        assert kept.sampled_tokens > 0 and set(kept.weight_versions[kept.prompt_length :]) == {"v1"}
+        assert dropped.sampled_tokens == 0 and len(dropped) == dropped.prompt_length
+
+        # The same task's prompt (its size known from the aborted member) against a server
+        # whose context it nearly fills; a new rollout (a dev pod reaches only the endpoint
+        # it started with), running while the batch resumes.
+        prompt = aborted["edge"]["partial"]["tokens"]
+        with launch(
+            "oracle", subprocess=True, tokenizer="qwen-2.5", tasks=dev_stack.workdir / "tasks" / "instances.jsonl",
+            context_length=prompt + 12,
+        ) as edge:
+            dev_stack.rollout("ctx-edge", endpoint=edge.url, task=2, batch="sglang-edge")
+            post_json(f"{slow_oracle}/update_weight_version", {"new_version": "v2"})
+            client.resume(batch)
+            done = {name: dev_stack.wait_phase(name, TERMINAL, timeout=300) for name in members}
+            at_edge = dev_stack.wait_phase("ctx-edge", TERMINAL, timeout=300)
+    assert at_edge["phase"] == "Succeeded", dump(at_edge)
+    assert at_edge["result"]["exitStatus"] == "exit_context" and at_edge["result"]["truncated"] is True
+    for name in ("keep", "drop"):
+        assert done[name]["phase"] == "Succeeded" and done[name]["reward"]["value"] == 1.0, dump(done[name])
+        trajectory = Trajectory.from_bytes(dev_stack.read_object(done[name]["result"]["trajectory"]))
+        ids = [*trajectory.prompt_ids, *trajectory.response_ids]
+        rows = trajectory.routed_experts_array()
+        assert rows is not None and rows.shape == (len(ids), 4), name
+        assert trajectory.routed_experts_forwarded == len(ids) - 1, name
+        assert rows[:-1].tolist() == [_routing_row(t) for t in ids[:-1]], f"{name}: row p is token p's routing"
+        assert not rows[-1].any()
+        assert done[name]["result"]["sampledTokens"] == sum(trajectory.loss_mask)
+        assert done[name]["result"]["droppedTokens"] == trajectory.info["dropped_total"]
+    keep = Trajectory.from_bytes(dev_stack.read_object(done["keep"]["result"]["trajectory"]))
+    first = keep.info["mixed_version_turns"][0]
+    assert first["start"] == 0 and first["versions"] == ["v1", "v2"], keep.info["mixed_version_turns"]
+    assert keep.weight_versions[: kept.sampled_tokens] == ["v1"] * kept.sampled_tokens
+    assert done["keep"]["result"]["droppedTokens"] == 0
+    drop = Trajectory.from_bytes(dev_stack.read_object(done["drop"]["result"]["trajectory"]))
+    assert done["drop"]["result"]["droppedTokens"] > 0 and drop.info["mixed_version_turns"] == []
+    assert done["edge"]["phase"] == "Succeeded" and done["edge"]["reward"]["value"] == 1.0, dump(done["edge"])

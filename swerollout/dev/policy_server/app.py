@@ -178,6 +178,11 @@ async def health(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
 
+async def ready(request: web.Request) -> web.Response:
+    """SGLang 0.5.23's readiness: 503 while generation is paused (new requests are held)."""
+    return web.Response(status=503 if _engine(request).paused is not None else 200)
+
+
 async def health_generate(request: web.Request) -> web.Response:
     """Runs one decode step of the policy outside the request table (not counted as load)."""
     try:
@@ -312,6 +317,7 @@ def create_app(settings: ServerSettings, engine: Engine | None = None) -> web.Ap
         ("POST", "/flush_cache", flush_cache),
         ("GET", "/flush_cache", flush_cache),
         ("GET", "/health", health),
+        ("GET", "/ready", ready),
         ("GET", "/health_generate", health_generate),
         ("GET", "/get_model_info", get_model_info),
         ("GET", "/get_server_info", get_server_info),

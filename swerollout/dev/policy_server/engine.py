@@ -14,6 +14,9 @@ between two tokens:
   response can hold tokens of two weight versions.
 - pause ``in_place``: in-flight requests freeze and carry on after continue. The
   scheduler runs no loop meanwhile, so an abort lands only after continue.
+- in every mode, a request that arrives during the pause waits at the gate before the
+  scheduler: no abort reaches it (an exact-rid one is lost, and marks the rid so that
+  later ones are ignored), it runs after continue; ``GET /ready`` answers 503 meanwhile.
 - ``meta_info.weight_version`` is the server's version when the response is
   built; a version change while a request has output is recorded, and the
   response then carries ``weight_versions`` spans, as SGLang 0.5.23 does.
@@ -79,6 +82,8 @@ class _InFlight:
     abort_message: str | None = None
     started: bool = False
     """Past the pause gate (its generation has begun)."""
+    abort_sent: bool = False
+    """An exact-rid abort reached its state: SGLang ignores every later one (ReqState.abort_sent)."""
     parked: bool = False
     """Frozen at a token boundary by a pause."""
     generated: int = 0
@@ -152,10 +157,22 @@ class Engine:
     # --- control endpoints ------------------------------------------------------------
 
     def abort(self, rid: str, *, abort_all: bool, message: str = "Abort requested") -> int:
-        """Abort the request whose rid is exactly ``rid`` (or all); returns how many."""
+        """Abort the request whose rid is exactly ``rid`` (or all); returns how many.
+
+        As SGLang 0.5.23: a request held at the pause gate is not in the scheduler yet,
+        so no abort reaches it (it runs after continue), and an exact-rid abort marks the
+        rid so that every later abort of it is ignored (docs/sglang-protocol.md)."""
         if not abort_all and not rid:
             return 0
-        hits = [e for e in self._requests.values() if abort_all or e.rid == rid]
+        hits: list[_InFlight] = []
+        for entry in self._requests.values():
+            if not abort_all:
+                if entry.rid != rid or entry.abort_sent:
+                    continue
+                entry.abort_sent = True
+            if self._pause_mode is not None and not entry.started:
+                continue  # held at the pause gate: the scheduler has not seen it
+            hits.append(entry)
         log.info("abort rid=%r all=%s matched=%d", rid, abort_all, len(hits))
         for entry in hits:
             if entry.abort_message is None:
@@ -206,6 +223,7 @@ class Engine:
         }
 
     def close(self) -> None:
+        self._pause_mode = None  # so the abort reaches requests held at the pause gate too
         self.abort("", abort_all=True, message="Server shutting down")
         self._executor.shutdown(wait=False, cancel_futures=True)
 
@@ -334,8 +352,8 @@ class Engine:
                 stop_ids.add(int(self.tokenizer.eos_token_id))
         stop_strings = params.stop_strings()
 
-        # Held while paused (new requests wait for continue).
-        await self._wait_for(lambda: self._pause_mode is None or entry.abort_message is not None)
+        # Held while paused (new requests wait for continue; no abort reaches them there).
+        await self._wait_for(lambda: self._pause_mode is None)
         max_new = min(
             params.max_new_tokens if params.max_new_tokens is not None else 1 << 30,
             self.limits.max_req_len - len(input_ids) - 1,

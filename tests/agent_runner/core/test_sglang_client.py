@@ -342,3 +342,28 @@ async def test_requests_carry_sglang_field_names(fake_sglang: FakeSGLang) -> Non
     assert sent["sampling_params"] == {
         "max_new_tokens": 5, "top_k": 20, "stop": ["</x>"], "sampling_seed": 7, "skip_special_tokens": False,
     }
+
+
+async def test_an_abort_while_the_server_is_paused_closes_the_request_instead(oracle_server: Callable[..., Any]) -> None:
+    """SGLang 0.5.23 loses an exact-rid abort of a request held at its pause gate and then
+    ignores every later abort of the rid: the client sends none while /ready says 503; it
+    closes the request's connection and the call ends as aborted at once."""
+    import asyncio
+
+    import httpx
+
+    server = oracle_server()
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as http, SGLangClient(server.url, retry=FAST) as client:
+        (await http.post("/pause_generation", json={"mode": "in_place"})).raise_for_status()
+        turn = asyncio.create_task(
+            client.generate([1, 2, 3], SamplingParams(max_new_tokens=5), rid_for_attempt=_rids())  # type: ignore[arg-type]
+        )
+        while (await http.get("/v1/loads")).json()["loads"][0]["num_waiting_reqs"] < 1:
+            await asyncio.sleep(0.05)
+        assert await client.paused()
+        assert await client.abort_in_flight() == 0  # no rid sent: it would be lost
+        result = await asyncio.wait_for(turn, timeout=30)
+        assert result.finish == "abort" and result.output_ids == []
+        assert result.abort_message is not None and "paused" in result.abort_message
+        (await http.post("/continue_generation", json={})).raise_for_status()
+        assert not await client.paused()
