@@ -106,8 +106,10 @@ class AbortableModel:
     the loop sees a turn with finish_reason ABORT. The abort is sent again only on a
     real failure: it could not be delivered, or it was delivered and the request did
     not end within a second (it raced the request's arrival, when the rid was not
-    live yet). During an ``in_place`` pause SGLang answers aborts only after
-    /continue_generation; after 30 tries the local request is cancelled. An abort
+    live yet). While the server is paused (``GET /ready`` 503) no rid is sent: an
+    exact-rid abort of a request held at SGLang's pause gate is lost, so the client
+    closes the request and the turn ends as aborted at once (SGLangClient.
+    abort_in_flight); after 30 failed tries the local request is cancelled. An abort
     the runner did not request is ridden out here (see OWN_ABORT_GRACE_SECONDS): the
     loop never sees it, and `inference_aborts` counts it. A server that cannot be
     reached or keeps failing after the client's quick retries (ModelUnavailableError:
