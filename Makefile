@@ -26,6 +26,8 @@ $(STAMP): requirements.lock pyproject.toml hack/sglang-contract.txt hack/trainer
 	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e .
 	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -r hack/sglang-contract.txt
 	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -r hack/trainers-test.txt
+	@# verl's wheel ships its own test suite as a top-level `tests` package, which shadows ours.
+	rm -rf $(VENV)/lib/python3*/site-packages/tests
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 

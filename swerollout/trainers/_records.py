@@ -50,11 +50,14 @@ class LengthCaps:
 
     prompt: int | None = None
     response: int | None = None
+    total: int | None = None
+    """Prompt plus response (AReaL's ``gconfig.max_tokens``)."""
     prompt_setting: str = "the prompt length cap"
     response_setting: str = "the response length cap"
+    total_setting: str = "the sequence length cap"
 
     def __post_init__(self) -> None:
-        for name, value in (("prompt", self.prompt), ("response", self.response)):
+        for name, value in (("prompt", self.prompt), ("response", self.response), ("total", self.total)):
             if value is not None and value < 1:
                 raise ValueError(f"LengthCaps.{name} must be at least 1 token, got {value}")
 
@@ -68,7 +71,9 @@ class LengthCaps:
     @property
     def max_context_tokens(self) -> int | None:
         """``spec.inference.maxContextTokens`` for these caps (prompt plus response), None
-        unless both are capped."""
+        unless that is capped."""
+        if self.total is not None:
+            return self.total
         if self.prompt is None or self.response is None:
             return None
         return self.prompt + self.response
@@ -88,6 +93,11 @@ class LengthCaps:
                 f"{response - record.sampled_tokens} from the environment), more than {self.response_setting}="
                 f"{self.response}; raise {self.response_setting}, or lower spec.inference.maxContextTokens so "
                 "runs end (exit_context) before their environment output overflows it"
+            )
+        if self.total is not None and prompt + response > self.total:
+            raise LengthOverflow(
+                f"rollout {record.name}: it holds {prompt + response} tokens, more than {self.total_setting}="
+                f"{self.total}; raise {self.total_setting}"
             )
 
 
@@ -152,7 +162,7 @@ def token_arrays(record: RolloutRecord, caps: LengthCaps | None = None) -> Token
         loss_mask=record.loss_mask.astype(np.int64),
         logprobs=record.logprobs.astype(np.float32),
         reward=reward_of(record),
-        truncated=record.status is TrainerStatus.TRUNCATED,
+        truncated=record.truncated or record.status is TrainerStatus.TRUNCATED,
     )
 
 

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -133,3 +134,23 @@ def post_json(url: str, body: dict[str, Any]) -> Any:
 
 def dump(obj: Any) -> str:
     return json.dumps(obj, indent=1)[:4000]
+
+
+@contextmanager
+def running_dev_stack(workdir: Path) -> Iterator[DevStack]:
+    """`swerollout dev up` (oracle policy, the bundled tasks) under ``workdir``, then `dev down`."""
+    tasks = workdir / "tasks"
+    materialize_tasks(tasks)
+    up = swerollout_cli(
+        "dev", "up", "--policy", "oracle", "--tasks", str(tasks / "instances.jsonl"), "--workdir", str(workdir),
+    )
+    paths = DevPaths.under(workdir)
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        state = DevState.read(paths.state)
+        assert state is not None and state.sglang_url
+        with KubeClient.from_kubeconfig(paths.kubeconfig) as kube:
+            yield DevStack(workdir, paths, kube, state.sglang_url, load_instances(tasks / "instances.jsonl"))
+    finally:
+        down = swerollout_cli("dev", "down", "--workdir", str(workdir))
+        assert down.returncode == 0, down.stdout + down.stderr
