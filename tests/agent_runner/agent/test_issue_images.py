@@ -8,18 +8,16 @@ the images arrived, in order.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
-import struct
 import uuid
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from tests.support.image_bytes import data_url, png
 from tests.support.published_rows import swebench_multimodal
 from tests.support.repo_helpers import SharedServer, git
 
@@ -41,20 +39,10 @@ from swerollout.tokenizers import load_tokenizer
 VISION_TOKENIZER = "glm-4.5v"
 
 
-def png(width: int, height: int) -> bytes:
-    """A real (tiny, grey) PNG of the given size."""
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    rows = b"".join(b"\x00" + b"\x80" * width for _ in range(height))
-    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
-
-
 SCREENSHOT = png(56, 84)  # 2 x 3 tiles of 28 pixels: 6 image tokens on the stand-in
 IMAGE_URLS = [
     "https://user-images.example/legend-before.png",
-    "data:image/png;base64," + base64.b64encode(SCREENSHOT).decode(),
+    data_url(SCREENSHOT),
 ]
 
 
