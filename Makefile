@@ -17,7 +17,7 @@ help:
 	@echo "make bench  - benchmarks with ratios against in-run baselines"
 	@echo "make crds   - regenerate crds/*.yaml from the API models"
 	@echo "make lock   - re-resolve requirements.lock from pyproject.toml"
-	@echo "make test-cluster - (root) the real-node tests: kubelet + containerd (docs/real-node.md)"
+	@echo "make test-cluster - (root) only the real-node tests: kubelet + containerd (docs/real-node.md)"
 
 $(STAMP): requirements.lock pyproject.toml hack/sglang-contract.txt hack/trainers-test.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -54,13 +54,16 @@ crds: venv
 	$(BIN)/python -m swerollout.api.crdgen --out crds/ --chart helm/swerollout
 	$(BIN)/python -m swerollout.api.docgen
 
-test: venv bins system-deps
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+# tests/cluster (the real node), tests/e2e (a dev stack) and the rest run side by side:
+# see hack/run-tests.sh. The images are built by tests/cluster's session fixture
+# (`cluster up`), while the other two run. PYTEST_ARGS: options for all three.
+test: venv bins system-deps cluster-deps cluster-bins
+	hack/run-tests.sh $(PYTEST_ARGS)
 
-# Not yet part of `make test`: see docs/real-node.md for what it covers.
+# Only the real-node tests (docs/real-node.md).
 test-cluster: venv bins system-deps cluster-deps cluster-bins
 	@# The session fixture builds the image and brings the node up: minutes cold, beyond the per-test timeout.
-	SWEROLLOUT_REAL_NODE_TESTS=1 $(BIN)/python -m pytest -o timeout=3600 tests/cluster $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -o timeout=3600 tests/cluster $(PYTEST_ARGS)
 
 lint: venv
 	$(BIN)/lint-imports

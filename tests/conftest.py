@@ -11,7 +11,6 @@ garbage-collects ownerReferences, namespaces never finish deleting.
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
 import subprocess
@@ -23,11 +22,6 @@ from swerollout.dev.controlplane import ControlPlane
 from swerollout.dev.controlplane.cleanup import purge_namespace
 from swerollout.kube import NAMESPACES, AsyncKubeClient, KubeClient
 from tests.support.rbac import once_rbac_allows
-
-# tests/cluster runs against a real kubelet and containerd (root, minutes of set-up):
-# `make test-cluster` runs it; it is not yet part of the default run (docs/real-node.md).
-if os.environ.get("SWEROLLOUT_REAL_NODE_TESTS") != "1":
-    collect_ignore = ["cluster"]
 
 CLUSTER_FIXTURES = {"control_plane", "kube", "akube", "kubectl", "helm", "namespace"}
 

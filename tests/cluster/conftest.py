@@ -25,10 +25,11 @@ WORKDIR = Path("/var/tmp/swerollout-realnode-tests")
 def real_node() -> Iterator[RealNode]:
     workdir = WORKDIR
     workdir.mkdir(parents=True, exist_ok=True)
-    up = swerollout_cli("cluster", "up", "--workdir", str(workdir), "--policy", "oracle", timeout=3600)
     paths = ClusterPaths.under(workdir)
     node = RealNode(workdir=workdir, paths=paths, config=ClusterConfig())
     try:
+        # Inside the try: a run interrupted while the node comes up still brings it down.
+        up = swerollout_cli("cluster", "up", "--workdir", str(workdir), "--policy", "oracle", timeout=3600)
         assert up.returncode == 0, f"cluster up failed:\n{up.stdout}\n{up.stderr}"
         node.import_image(base_image_archive())
         yield node

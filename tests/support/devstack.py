@@ -141,11 +141,12 @@ def running_dev_stack(workdir: Path) -> Iterator[DevStack]:
     """`swerollout dev up` (oracle policy, the bundled tasks) under ``workdir``, then `dev down`."""
     tasks = workdir / "tasks"
     materialize_tasks(tasks)
-    up = swerollout_cli(
-        "dev", "up", "--policy", "oracle", "--tasks", str(tasks / "instances.jsonl"), "--workdir", str(workdir),
-    )
     paths = DevPaths.under(workdir)
     try:
+        # Inside the try: a run interrupted while the stack comes up still brings it down.
+        up = swerollout_cli(
+            "dev", "up", "--policy", "oracle", "--tasks", str(tasks / "instances.jsonl"), "--workdir", str(workdir),
+        )
         assert up.returncode == 0, up.stdout + up.stderr
         state = DevState.read(paths.state)
         assert state is not None and state.sglang_url

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -103,10 +104,24 @@ def leftovers(config: ClusterConfig, paths: ClusterPaths) -> list[str]:
     found += [f"route {r}" for r in routes.splitlines() if any(c in r for c in config.blackholes())]
     for cg in Path("/sys/fs/cgroup").glob("*/kubepods"):
         found.append(f"cgroup {cg}")
+    # containerd 1.6 writes its shims' sockets here whatever its state dir; no other
+    # containerd runs on the machines this suite runs on, so any dead one is ours.
+    for sock in sorted(containerd.SHIM_SOCKET_DIR.glob("*")) if containerd.SHIM_SOCKET_DIR.is_dir() else []:
+        if not _listening(sock):
+            found.append(f"dead shim socket {sock}")
     for directory in (paths.containerd_root, paths.containerd_state, paths.kubelet_root):
         if directory.exists():
             found.append(f"directory {directory}")
     return found
+
+
+def _listening(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX) as s:
+        try:
+            s.connect(str(path))
+        except OSError:
+            return False
+    return True
 
 
 TERMINAL = {"Succeeded", "Failed"}

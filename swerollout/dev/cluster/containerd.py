@@ -8,6 +8,7 @@ containerd's /var/lib/containerd or /run/containerd.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -55,6 +56,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
+        # runc's own state, which would default to /run/containerd/runc: with ours, removed with it.
+        Root = "{paths.containerd_state / 'runc'}"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{CNI_BIN_DIR}"
     conf_dir = "{paths.cni_conf_dir}"
@@ -123,6 +126,36 @@ def wait_socket(paths: ClusterPaths, alive: Callable[[], bool], timeout: float) 
             return
         time.sleep(0.2)
     raise RuntimeError(f"containerd did not answer on {paths.containerd_socket} within {timeout:.0f}s")
+
+
+# containerd 1.6 puts every shim's socket in this directory whatever its own state
+# dir is (the path is compiled in), named by a hash of our address, namespace and id.
+SHIM_SOCKET_DIR = Path("/run/containerd/s")
+
+
+def shim_sockets(paths: ClusterPaths) -> list[Path]:
+    """The shim sockets our containerd's tasks use (they outlive the shims), found
+    from the task ids in its state dir: never another containerd's."""
+    tasks = paths.containerd_state / "io.containerd.runtime.v2.task"
+    found = []
+    for namespace in (tasks.iterdir() if tasks.is_dir() else ()):
+        for task in namespace.iterdir():
+            key = f"{paths.containerd_socket}/{namespace.name}/{task.name}"
+            socket = SHIM_SOCKET_DIR / hashlib.sha256(key.encode()).hexdigest()
+            if socket.exists() or socket.is_symlink():
+                found.append(socket)
+    return found
+
+
+def remove_shim_sockets(paths: ClusterPaths) -> None:
+    for socket in shim_sockets(paths):
+        socket.unlink(missing_ok=True)
+    # Made for our shims when no other containerd runs here; rmdir only removes it empty.
+    for directory in (SHIM_SOCKET_DIR, SHIM_SOCKET_DIR.parent):
+        try:
+            directory.rmdir()
+        except OSError:
+            pass
 
 
 def shim_pids(paths: ClusterPaths) -> list[int]:

@@ -8,6 +8,7 @@ docker-archive that `ctr images import` loads into the cluster's containerd.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -20,6 +21,13 @@ from .buildimage import BASE_PACKAGES
 
 WORKDIR = "/testbed"
 REGISTRY = "swerollout.local/tasks"
+
+BUNDLE_LIBRARIES = ("libssl3", "libffi8", "zlib1g", "libexpat1")
+"""What the swerex bundle built with ``BUNDLE_PYTHON=base`` needs from a task image
+besides glibc (Debian's essential set): its CPython's shared libraries."""
+MINIMAL_PACKAGES = ("git", "patch", *BUNDLE_LIBRARIES)
+"""A task image without Python: git and patch (the agent's and the eval's patches),
+and the bundle's libraries. The bundle brings the only Python the sandbox runs."""
 
 
 class TaskImage(BaseModel):
@@ -55,3 +63,13 @@ def build_task_images(tasks_dir: Path = tasks.DEFAULT_TASKS_DIR) -> list[TaskIma
                 images.docker_archive(name, [rootfs, python_alias, layer], config, archive)
             built.append(TaskImage(instance=instance.model_copy(update={"image": name}), archive=archive))
     return built
+
+
+def repo_image(name: str, repo: Path, packages: Sequence[str], archive: Path) -> Path:
+    """An image of a Debian root filesystem with ``packages`` and ``repo`` (a git
+    repository, .git included) in /testbed: any task image, Python or not."""
+    rootfs = images.base_rootfs(packages)
+    with images.scratch_dir() as scratch:
+        layer = images.tree_layer(repo, WORKDIR, Path(scratch) / "repo.tar")
+        config = images.ImageConfig(working_dir=WORKDIR, cmd=("/bin/sh",))
+        return images.docker_archive(name, [rootfs, layer], config, archive)

@@ -45,6 +45,7 @@ def clean_node(config: ClusterConfig, paths: ClusterPaths) -> list[str]:
     problems: list[str] = []
     problems += cgroups.kill_and_remove()          # the containers themselves
     containerd.kill_pids(containerd.shim_pids(paths))
+    containerd.remove_shim_sockets(paths)
     problems += containerd.remove_netns()
     problems += containerd.unmount_all(paths.kubelet_root, paths.containerd_root, paths.containerd_state)
     problems += network.tear_down(config, paths.saved_sysctls)

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# `make test`: the whole suite as three pytest processes at once, each with its own log.
+#
+#   cluster  tests/cluster: `cluster up` (our image, task images, a real kubelet), then
+#            rollouts on it; mostly waiting on containers
+#   e2e      tests/e2e: one `dev up` stack and rollouts on it; mostly waiting on rollouts
+#   rest     everything else, in the foreground
+#
+# Run one after another they take the sum; side by side the longest, because the two
+# long ones spend their time waiting, not computing. They cannot fight: the real node
+# uses 10.244-245.x.x and 10.96.x.x and holds a machine lock, the dev stack and the
+# node agent use free loopback ports and 127.x.y.z pod addresses, and each process
+# has its own control plane and temporary directories.
+#
+# Arguments go to every process (options only: -x, -k, --lf ...). SWEROLLOUT_TEST_LOGS
+# names the log directory (default .swerollout/test-logs).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+LOGS=${SWEROLLOUT_TEST_LOGS:-.swerollout/test-logs}
+mkdir -p "$LOGS"
+
+declare -A pids
+# A script's background jobs start with SIGINT ignored, and a Python started so never
+# turns Ctrl-C into KeyboardInterrupt: restore the default first, so an interrupted run
+# still runs each fixture's teardown (`cluster down`, `dev down`).
+INTERRUPTIBLE='import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.executable, [sys.executable, *sys.argv[1:]])'
+start() {   # start NAME ARGS...: one pytest process in the background, its output in $LOGS/NAME.log
+    local name=$1; shift
+    "$PY" -c "$INTERRUPTIBLE" -m pytest -p no:cacheprovider --durations=10 "$@" >"$LOGS/$name.log" 2>&1 &
+    pids[$name]=$!
+}
+
+# Ctrl-C reached every process of the group already (a second SIGINT would cut their
+# teardown short): only wait. SIGTERM (a cancelled CI job) is passed on as SIGINT.
+trap 'wait; exit 130' INT
+trap 'for pid in "${pids[@]}"; do kill -INT "$pid" 2>/dev/null; done; wait; exit 143' TERM
+
+begin=$SECONDS
+# The session fixture builds the images and brings the node up: minutes cold, past the per-test timeout.
+start cluster -o timeout=3600 tests/cluster "$@"
+start e2e tests/e2e "$@"
+echo "tests/cluster and tests/e2e run in the background; logs in $LOGS/{cluster,e2e}.log"
+"$PY" -m pytest -p no:cacheprovider --durations=10 --ignore=tests/cluster --ignore=tests/e2e "$@" 2>&1 | tee "$LOGS/rest.log"
+status=${PIPESTATUS[0]}
+declare -A codes=([rest]=$status)
+for name in e2e cluster; do
+    wait "${pids[$name]}"
+    codes[$name]=$?
+done
+trap - INT TERM
+
+failed=0
+for name in rest e2e cluster; do
+    code=${codes[$name]}
+    # 5: nothing selected in this part (a -k that matches only the others' tests).
+    if [ "$code" -eq 5 ] && [ $# -gt 0 ]; then codes[$name]=0; code=0; fi
+    if [ "$code" -ne 0 ]; then
+        failed=1
+        if [ "$name" != rest ]; then
+            echo
+            echo "================ $name ($LOGS/$name.log) ================"
+            # The failures and the summary; the whole log stays in the file.
+            sed -n '/^=\+ \(FAILURES\|ERRORS\) =\+$/,$p' "$LOGS/$name.log" | tail -n 400
+            grep -q '^=\+ \(FAILURES\|ERRORS\) =\+$' "$LOGS/$name.log" || tail -n 80 "$LOGS/$name.log"
+        fi
+    fi
+done
+echo
+for name in rest e2e cluster; do
+    printf '%-8s exit %-3s %s\n' "$name" "${codes[$name]}" "$(tail -n 1 "$LOGS/$name.log")"
+done
+echo "make test: $((SECONDS - begin)) s wall"
+exit "$failed"
