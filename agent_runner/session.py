@@ -40,6 +40,7 @@ from .chat_model import chat_model_from_spec
 from .config import ActionFormat, AgentConfig, AgentConfigError
 from .eval import EvalRequest, evaluate
 from .ingest_client import IngestClient
+from .log_tail import LogTail
 from .loop import AgentLoop, LoopResult, LoopState, StepInfo, TaskInfo
 from .errors import ModelError, ModelUnavailableError
 from .model import FinishReason, Model, ModelTurn
@@ -231,8 +232,10 @@ class AbortableModel:
 
 
 class Runner:
-    def __init__(self, env: RunnerEnv) -> None:
+    def __init__(self, env: RunnerEnv, log_tail: LogTail | None = None) -> None:
         self.env = env
+        self.log_tail = log_tail
+        """This process's log, uploaded with each final report (None: not kept)."""
         self.ingest = IngestClient(
             env.ingest_url, namespace=env.namespace, name=env.name, uid=env.uid, token=env.read_ingest_token(),
             role=env.role.value, attempt=env.attempt,
@@ -259,6 +262,16 @@ class Runner:
             if self.sandbox is not None:
                 await self.sandbox.close()
             await self.ingest.aclose()
+
+    async def _log_ref(self) -> wire.StoredObjectRef | None:
+        """Upload the log so far (best effort: a report never fails for want of its log)."""
+        if self.log_tail is None:
+            return None
+        try:
+            return await self.ingest.upload(wire.ObjectKind.LOG, self.log_tail.value())
+        except Exception as exc:  # noqa: BLE001
+            log.warning("could not upload the runner log: %s", exc)
+            return None
 
     async def _connect_sandbox(self) -> Sandbox:
         deadline = time.monotonic() + 300
@@ -337,7 +350,7 @@ class Runner:
             if problem:
                 await self.ingest.event(
                     wire.RunnerEvent(kind=wire.EventKind.FAILED, assignment_id=assignment.id, reason="ReplayFailed",
-                                     message=problem)
+                                     message=problem, log=await self._log_ref())
                 )
                 return
         notice = await _apply_server_limits(inner, client) if client else ""
@@ -374,7 +387,7 @@ class Runner:
     async def _setup_failed(self, assignment: wire.Assignment, message: str) -> None:
         await self.ingest.event(
             wire.RunnerEvent(kind=wire.EventKind.FAILED, assignment_id=assignment.id, reason="RunnerSetupFailed",
-                             message=message)
+                             message=message, log=await self._log_ref())
         )
 
     async def _watch_for_abort(self, assignment_id: str, model: AbortableModel) -> None:
@@ -441,6 +454,7 @@ class Runner:
                 turns=result.state.turns,
                 context_tokens=inner.context_tokens,
                 weight_version=weight_version,
+                log=await self._log_ref(),
             )
         )
 
@@ -479,6 +493,7 @@ class Runner:
                 dropped_tokens=dropped_tokens,
                 context_tokens=inner.context_tokens,
                 truncated=is_truncated(exit_status),
+                log=await self._log_ref(),
             )
         )
 
@@ -506,6 +521,7 @@ class Runner:
                     pass_to_pass_passed=reward.pass_to_pass_passed, pass_to_pass_total=reward.pass_to_pass_total,
                     message=reward.message,
                 ),
+                log=await self._log_ref(),
             )
         )
 
@@ -562,9 +578,13 @@ class _ProgressReporter:
 
 
 def main() -> int:
-    logging.basicConfig(level=os.environ.get("SWEROLLOUT_LOG_LEVEL", "INFO"), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log_format = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    logging.basicConfig(level=os.environ.get("SWEROLLOUT_LOG_LEVEL", "INFO"), format=log_format)
+    tail = LogTail()
+    tail.setFormatter(logging.Formatter(log_format))
+    logging.getLogger().addHandler(tail)
     try:
         env = RunnerEnv.from_environ(os.environ)
     except RunnerEnvError as exc:
         raise SystemExit(f"agent_runner: {exc}") from exc
-    return asyncio.run(Runner(env).serve())
+    return asyncio.run(Runner(env, log_tail=tail).serve())

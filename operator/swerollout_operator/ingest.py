@@ -44,6 +44,7 @@ _STORE_KIND = {
     wire.ObjectKind.SNAPSHOT: StoreKind.SNAPSHOT,
     wire.ObjectKind.REPORT: StoreKind.REPORT,
     wire.ObjectKind.PATCH: StoreKind.OTHER,
+    wire.ObjectKind.LOG: StoreKind.LOG,
 }
 
 
@@ -183,8 +184,11 @@ class IngestServer:
             kind = wire.ObjectKind(request.match_info["kind"])
         except ValueError:
             return _error(400, "Invalid", f"object kind must be one of {[k.value for k in wire.ObjectKind]}")
-        if request.content_length is not None and request.content_length > wire.MAX_OBJECT_BYTES:
-            raise web.HTTPRequestEntityTooLarge(max_size=wire.MAX_OBJECT_BYTES, actual_size=request.content_length)
+        limit = wire.MAX_LOG_BYTES if kind is wire.ObjectKind.LOG else wire.MAX_OBJECT_BYTES
+        if request.content_length is None and kind is wire.ObjectKind.LOG:
+            return _error(411, "LengthRequired", "a log upload needs a Content-Length")
+        if request.content_length is not None and request.content_length > limit:
+            raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=request.content_length)
         claimed = request.headers.get(wire.SHA256_HEADER) or None
         if claimed is not None and not _SHA256_HEX.fullmatch(claimed):
             return _error(400, "Invalid", f"{wire.SHA256_HEADER} must be 64 lowercase hex digits (the body's sha256)")

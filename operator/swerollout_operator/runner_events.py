@@ -41,6 +41,10 @@ def object_ref(ref: StoredObjectRef) -> api.ObjectRef:
 
 async def apply_runner_event(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
     """Apply one report (entry.lock held); False when it no longer applies (a duplicate)."""
+    if event.log is not None and not entry.phase.is_terminal:
+        # Kept in the store so that `swerollout logs` still has it once the pod is deleted.
+        role = "eval" if entry.phase == api.Phase.EVALUATING else "runner"
+        await r.write_status(entry, {"logs": {role: object_ref(event.log).to_patch()}})
     if event.kind == EventKind.STARTED:
         # A runner notice: what it found out about the inference server (a smaller
         # context than the spec asked, routing rows the server cannot return).

@@ -790,6 +790,16 @@ class ObjectRef(ApiModel):
     bytes: int = Field(ge=0)
 
 
+class ContainerLogs(ApiModel):
+    """The runner containers' own logs, kept in the result store (the last 1 MiB of each),
+    so they outlive the pods; `swerollout logs` reads them once the pods are gone."""
+
+    runner: ObjectRef | None = None
+    """The rollout pod's runner, as of its latest report (finish, abort, failure)."""
+    eval: ObjectRef | None = None
+    """The eval pod's runner, as of its report."""
+
+
 class Partial(ApiModel):
     """The snapshot of an aborted run, from which resume continues."""
 
@@ -881,6 +891,7 @@ class SWERolloutStatus(ApiModel):
     result: Result | None = None
     evaluation: EvaluationState | None = None
     reward: RewardStatus | None = None
+    logs: ContainerLogs | None = None
     message: Message = ""
     """Human-readable summary of the latest phase change."""
     start_time: datetime | None = None

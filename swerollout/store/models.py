@@ -45,8 +45,10 @@ class ObjectKind(StrEnum):
     """An evaluation report (test output, grading)."""
     PATCH = "patch"
     """The working-tree diff a run submitted (or the one captured at an abort, for replay)."""
+    LOG = "log"
+    """A runner container's own log (bounded by MAX_LOG_BYTES), kept when its pod is deleted."""
     OTHER = "other"
-    """Anything else a runner attaches (logs, patches)."""
+    """Anything else a runner attaches."""
 
 
 class Owner(BaseModel):

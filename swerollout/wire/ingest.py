@@ -31,6 +31,8 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 SHA256_HEADER = "X-Content-SHA256"
 MAX_OBJECT_BYTES = 512 * 1024 * 1024
 """Largest object a runner may upload (trajectories at 1M tokens are ~10 MiB)."""
+MAX_LOG_BYTES = 1024 * 1024
+"""Largest runner log upload: the runner keeps the last this-many bytes of its log."""
 MAX_JSON_BYTES = 1024 * 1024
 """Largest JSON body (progress, events)."""
 MAX_WAIT_SECONDS = 60.0
@@ -142,6 +144,8 @@ class RunnerEvent(WireModel):
     context_tokens: int = 0
     truncated: bool = False
     weight_version: str | None = None
+    log: StoredObjectRef | None = None
+    """The runner's own log so far (kind `log`), kept in status.logs after its pod is gone."""
 
 
 class Ack(WireModel):

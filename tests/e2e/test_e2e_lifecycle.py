@@ -239,7 +239,8 @@ def test_operator_sigkill_during_a_batch_finishes_each_rollout_exactly_once(
             body = dev_stack.rollout(name, endpoint=null_policy, task=i % 5)
             dev_stack.kube.patch(SWEROLLOUTS, name, {"metadata": {"labels": {api.LABEL_BATCH: "kill"}}}, "default")
             assert body["metadata"]["name"] == name
-        for delay in (1.0, 6.0, 12.0):
+        # Five kills (the chaos list): early, while pods start, and while the batch runs.
+        for delay in (1.0, 3.0, 5.0, 8.0, 10.0):
             time.sleep(delay)
             operator = dev_stack.state().components["operator"]
             assert operator.pid

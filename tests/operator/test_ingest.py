@@ -182,8 +182,15 @@ def test_an_infrastructure_exit_fails_the_rollout_naming_the_cause(
     assert run["kind"] == "run"
     cause = ("ModelUnavailableError: the inference server stayed unavailable for 601 s, past "
              "spec.inference.outageBudgetSeconds (600 s); last error: cannot connect")
+    # The runner's own log goes to the store (bounded), and status.logs points at it.
+    logs_url = _url(operator, namespace, "down", uid, "/objects/log")
+    too_big = httpx.put(logs_url, content=b"x" * (wire.MAX_LOG_BYTES + 1), headers=auth)
+    assert too_big.status_code == 413
+    runner_log = b"2026-01-01 WARNING agent_runner.session: inference server unavailable\n"
+    log_ref = wire.StoredObjectRef.model_validate(httpx.put(logs_url, content=runner_log, headers=auth).json())
     finished = wire.RunnerEvent(
         kind=wire.EventKind.FINISHED, assignment_id=run["id"], exit_status="exit_api", turns=2, message=cause,
+        log=log_ref,
     ).model_dump_json()
     assert httpx.post(ingest_url(operator, namespace, "down", uid, "/events"), content=finished, headers=auth).status_code == 200
     wait_for("Failed", lambda: phase(kubectl, namespace, "down") == "Failed", op=operator)
@@ -191,6 +198,9 @@ def test_an_infrastructure_exit_fails_the_rollout_naming_the_cause(
     status = obj["status"]
     assert status["message"] == f"exit_api: {cause}"
     assert status["result"]["exitStatus"] == "exit_api" and status["result"]["turns"] == 2
+    assert status["logs"]["runner"]["sha256"] == hashlib.sha256(runner_log).hexdigest()
+    assert operator.store_dir is not None
+    assert any(p.read_bytes() == runner_log for p in operator.store_dir.rglob("*") if p.is_file())
     wait_for("the failure event", lambda: any(
         e["reason"] == "InferenceFailed" and "outageBudgetSeconds" in e["message"] and e["type"] == "Warning"
         and e["involvedObject"]["name"] == "down"

@@ -58,7 +58,7 @@ async def test_every_kind_is_accepted_and_kinds_are_separate_objects(store: Resu
 
 
 async def test_unknown_kind_is_refused_naming_the_valid_ones(store: ResultStore) -> None:
-    with pytest.raises(InvalidRefError, match="unknown object kind 'logs'.*trajectory, snapshot, report, patch, other"):
+    with pytest.raises(InvalidRefError, match="unknown object kind 'logs'.*trajectory, snapshot, report, patch, log, other"):
         await store.put(ROLLOUT, "logs", b"x")
     assert await store.usage() == StoreUsage(objects=0, bytes=0)
 
