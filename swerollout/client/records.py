@@ -80,11 +80,11 @@ def align_routed_experts(trajectory: Trajectory) -> npt.NDArray[np.int32] | None
     each layer routed token *i* to when the model read it. None when the run did not
     record routing (``spec.inference.returnRoutedExperts`` off, or the server returned none).
 
-    The one place that knows how stored rows line up with tokens. SGLang routes only the
-    tokens it reads; the final sampled token is never fed back, so a runner may store
-    ``N - 1`` rows (trajectory schema v2, see docs/sglang-protocol.md) or ``N``. Missing
-    trailing rows (only the final token's) are zero, as verl pads routing; a frame that
-    wants SGLang's own ``N - 1`` rows (slime) slices ``[:-1]``. More rows than tokens, or
+    How stored rows line up with tokens is stated in :mod:`swerollout.wire.trajectory`:
+    schema v3 stores one row per token (zero filler where the server forwarded none, at
+    least the final sampled token's); v2 blobs stored ``N - 1`` rows, so their final row
+    is added here as the same zero filler. slime wants SGLang's ``N - 1`` rows: ``[:-1]``.
+    More rows than tokens, or
     more than one missing, is a corrupt trajectory and raises ClientError.
     """
     rows = trajectory.routed_experts_array()

@@ -37,7 +37,9 @@ def routed(trajectory: Trajectory, rows: int) -> Trajectory:
     """The trajectory with ``rows`` routing rows whose values name their row."""
     values = np.repeat(np.arange(rows, dtype="<i4"), WIDTH)
     # model_copy does not validate: other row counts than the runner's are built on purpose.
-    return trajectory.model_copy(update={"routed_experts": values.tobytes(), "routed_experts_width": WIDTH})
+    return trajectory.model_copy(update={
+        "routed_experts": values.tobytes(), "routed_experts_width": WIDTH, "routed_experts_forwarded": rows - 1,
+    })
 
 
 def with_int_versions(seed: int, exit_status: str = "submitted") -> Trajectory:
@@ -78,7 +80,7 @@ async def test_submit_one_and_result_share_one_watch(
     sent: dict[str, Trajectory] = {}
     for i, name in enumerate(reversed(names)):  # finish in another order than waited for
         trajectory = with_int_versions(i, "exit_context" if name == "one-1-0" else "submitted")
-        sent[name] = routed(trajectory, len(trajectory.prompt_ids) + len(trajectory.response_ids) - 1)
+        sent[name] = routed(trajectory, len(trajectory.prompt_ids) + len(trajectory.response_ids))
         await finish(akube, store, namespace, name, trajectory=sent[name], reward=float(i % 2), resolved=bool(i % 2))
     records = await asyncio.gather(*waiting)
     assert watches == 1, "every result() of a client is served by one watch"
@@ -98,8 +100,7 @@ async def test_submit_one_and_result_share_one_watch(
         experts = record.routed_experts
         assert experts is not None and experts.dtype == np.int32
         assert experts.shape == (len(record.tokens), WIDTH)
-        assert experts[:-1, 0].tolist() == list(range(len(record.tokens) - 1))
-        assert experts[-1].tolist() == [0] * WIDTH, "the final token was never read: its row is padding"
+        assert experts[:, 0].tolist() == list(range(len(record.tokens))), "row i routes token i"
         assert record.generated_tokens == len(trajectory.response_ids)
         assert record.to_dict()["trainer_labels"] == record.trainer_labels
 

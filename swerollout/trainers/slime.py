@@ -1,0 +1,313 @@
+"""slime hooks: a custom generate function and a rollout function for whole groups.
+
+slime (github.com/THUDM/slime) calls
+
+- ``--custom-generate-function-path``: ``async generate(args, sample, sampling_params)``
+  once per sample; here one call runs one whole agentic rollout on the cluster;
+- ``--rollout-function-path``: ``generate_rollout(args, rollout_id, data_source,
+  evaluation=False)`` once per step; here the step's groups run concurrently and, with
+  ``--partial-rollout``, the groups still running when enough are done are suspended
+  (their pods keep the sandbox) and go back to slime's buffer; the next step resumes
+  them by name.
+
+A sample's rollout is ``<prefix>-<group_index>-<index>`` (slime numbers both across the
+whole run), so a sample that comes back from the buffer finds its rollout again. The
+SWE-bench instance is read from ``sample.metadata[instance_key]`` (slime's
+``--metadata-key`` column of the dataset).
+
+Mapping of one finished record onto slime's ``Sample``: ``tokens`` = prompt + response,
+``response_length``, ``loss_mask`` and ``rollout_log_probs`` of length
+``response_length``, ``weight_versions`` one entry per ``/generate`` call whose tokens
+are in the sample (SGLang's ``"default"`` where the server reported none),
+``rollout_routed_experts`` ``[len(tokens) - 1, layers, top_k]`` (``top_k`` from
+``args.moe_router_topk``), ``reward``, ``status`` (completed / truncated / aborted /
+failed by name; a FAILED sample also gets ``remove_sample``), and ``metadata`` (the
+rollout's name, exit status, resolved, turns, trainer labels).
+
+slime is not imported: the functions work on the ``Sample`` objects slime hands them
+(``type(sample).Status`` is slime's enum). The page: docs/trainers-slime.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+
+from swerollout.client import AsyncRolloutClient, RolloutRecord, TrainerStatus, rollout_name
+from swerollout.trainers._records import TrainerAdapterError, reward_of, sampling_from, token_arrays
+
+# What SGLang reports as the weight version of a server that was never given one.
+UNSET_VERSION = "default"
+# metadata keys this adapter writes on a sample.
+META_ROLLOUT = "swerollout_rollout"
+
+
+@dataclass
+class SlimeAdapter:
+    """The hooks' configuration: the client, the policy servers as the rollout pods reach
+    them, and where a sample keeps its instance."""
+
+    client: AsyncRolloutClient
+    inference: Mapping[str, Any]
+    """``spec.inference`` (at least ``endpoint``, the slime router or SGLang server as the
+    rollout pods reach it, and ``tokenizer``)."""
+    prefix: str = "slime"
+    """Rollout names are ``<prefix>-<group_index>-<index>``; one prefix per training run."""
+    instance_key: str = "instance"
+    agent: Mapping[str, Any] | None = None
+    reward: Mapping[str, Any] | None = None
+    sandbox: Mapping[str, Any] | None = None
+    timeout: float | None = None
+    """Seconds one sample may take (None: no limit)."""
+    _portal: BlockingPortal | None = field(default=None, init=False, repr=False)
+    _portal_cm: AbstractContextManager[BlockingPortal] | None = field(default=None, init=False, repr=False)
+
+    def name_of(self, sample: Any) -> str:
+        if sample.group_index is None or sample.index is None:
+            raise TrainerAdapterError(
+                "a slime sample without group_index/index cannot be named; slime's data source sets both "
+                "(a custom data source must set them too)"
+            )
+        return rollout_name(self.prefix, int(sample.group_index), int(sample.index))
+
+    def _instance(self, sample: Any) -> Any:
+        instance = (sample.metadata or {}).get(self.instance_key)
+        if instance is None:
+            raise TrainerAdapterError(
+                f"sample {sample.index}: metadata has no {self.instance_key!r}; put the SWE-bench row in the "
+                f"dataset's metadata column (slime --metadata-key) under {self.instance_key!r}"
+            )
+        return instance
+
+    async def generate(self, args: Any, sample: Any, sampling_params: Mapping[str, Any]) -> Any:
+        """slime's custom generate function: run (or resume) the sample's rollout, wait for
+        it, and fill the sample. A sample that already holds a finished result is returned
+        as it is."""
+        status = type(sample).Status
+        name = (sample.metadata or {}).get(META_ROLLOUT)
+        if name is not None and sample.status in (status.COMPLETED, status.TRUNCATED, status.FAILED):
+            return sample
+        if name is not None and sample.status is status.ABORTED:
+            await self.client.resume(names=[name])
+        else:
+            name = await self.submit(args, sample, sampling_params)
+        record = await self.client.result(name, timeout=self.timeout)
+        return fill_sample(sample, record, top_k=_top_k(args))
+
+    async def submit(self, args: Any, sample: Any, sampling_params: Mapping[str, Any]) -> str:
+        """Create the sample's rollout (idempotent) and note its name in the metadata."""
+        inference = dict(self.inference)
+        sampling = {**(inference.get("sampling") or {}), **sampling_from(dict(sampling_params))}
+        if sampling:
+            inference["sampling"] = sampling
+        max_context = getattr(args, "rollout_max_context_len", None)
+        if max_context:
+            inference["maxContextTokens"] = int(max_context)
+        # slime's response cap per generate call is the cap of the whole rollout here.
+        max_new = sampling_params.get("max_new_tokens") or getattr(args, "rollout_max_response_len", None)
+        name = await self.client.submit_one(
+            self._instance(sample), batch=self.prefix, sample=int(sample.group_index), member=int(sample.index),
+            inference=inference, agent=self.agent, reward=self.reward, sandbox=self.sandbox,
+            max_sampled_tokens=int(max_new) if max_new else None,
+            trainer_labels={"group_index": int(sample.group_index), "index": int(sample.index)},
+        )
+        sample.metadata = {**(sample.metadata or {}), META_ROLLOUT: name}
+        return name
+
+    async def rollout_groups(
+        self, args: Any, groups: Sequence[list[Any]], target: int
+    ) -> tuple[list[list[Any]], list[list[Any]]]:
+        """Run ``groups`` until ``target`` of them are whole (every member finished), then
+        suspend the members still running. Returns (the first ``target`` whole groups in
+        completion order, the other groups: members that were running marked ABORTED,
+        finished ones filled, not started ones untouched)."""
+        params = _sampling_params(args)
+        tasks = [
+            asyncio.ensure_future(asyncio.gather(*(self.generate(args, s, params) for s in group)))
+            for group in groups
+        ]
+        position = {task: i for i, task in enumerate(tasks)}
+        whole: list[int] = []
+        pending = set(tasks)
+        while pending and len(whole) < target:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in sorted(done, key=position.__getitem__):
+                task.result()  # a broken sample fails the step loudly
+                whole.append(position[task])
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        kept = whole[:target]
+        left = [group for i, group in enumerate(groups) if i not in kept]
+        final = {"COMPLETED", "TRUNCATED", "FAILED"}
+        running = [
+            s for group in left for s in group
+            if (s.metadata or {}).get(META_ROLLOUT) and s.status.name not in final
+        ]
+        if running:
+            await self.client.abort(names=[s.metadata[META_ROLLOUT] for s in running])
+            for sample in running:
+                sample.status = type(sample).Status.ABORTED
+        return [groups[i] for i in kept], left
+
+    def generate_rollout(self, args: Any, rollout_id: int, data_source: Any, evaluation: bool = False) -> list[list[Any]]:
+        """slime's rollout function: ``args.rollout_batch_size`` whole groups per step.
+
+        With ``args.partial_rollout`` it takes ``args.over_sampling_batch_size`` groups,
+        returns the first ``rollout_batch_size`` that finish, and hands the others back
+        to ``data_source.add_samples`` (their running members suspended, resumed by name
+        when slime hands them out again). Without it, every group is waited for. The
+        client runs on this adapter's own event loop (a portal thread), so the function
+        may be called from slime's synchronous rollout manager step after step."""
+        target = int(args.rollout_batch_size)
+        partial = bool(getattr(args, "partial_rollout", False)) and not evaluation
+        take = max(target, int(getattr(args, "over_sampling_batch_size", None) or target)) if partial else target
+        groups = data_source.get_samples(take)
+        if self._portal is None:
+            self._portal_cm = start_blocking_portal(backend="asyncio")
+            self._portal = self._portal_cm.__enter__()
+        finished: list[list[Any]]
+        finished, left = self._portal.call(self.rollout_groups, args, groups, target if partial else len(groups))
+        if left:
+            data_source.add_samples(left)
+        return finished
+
+    def close(self) -> None:
+        """Stop the portal thread of :meth:`generate_rollout` (closing the client on it)."""
+        if self._portal is not None and self._portal_cm is not None:
+            self._portal.call(self.client.aclose)
+            self._portal_cm.__exit__(None, None, None)
+            self._portal = self._portal_cm = None
+
+
+def fill_sample(sample: Any, record: RolloutRecord, *, top_k: int | None = None) -> Any:
+    """Write one record into a slime ``Sample`` (see the module doc for the mapping)."""
+    status = type(sample).Status
+    sample.metadata = {
+        **(sample.metadata or {}), META_ROLLOUT: record.name, "exit_status": record.exit_status,
+        "resolved": record.resolved, "turns": record.turns, "trainer_labels": record.trainer_labels,
+    }
+    if record.status is TrainerStatus.ABORTED:
+        sample.status = status.ABORTED
+        return sample
+    sample.status = status(record.status.value)
+    sample.remove_sample = record.status is TrainerStatus.FAILED
+    sample.reward = reward_of(record)
+    if record.prompt_ids.size == 0:  # failed before the first request: nothing to train on
+        sample.remove_sample = True
+        return sample
+    arrays = token_arrays(record)
+    sample.tokens = arrays.input_ids.tolist()
+    sample.response_length = int(arrays.response_ids.size)
+    sample.loss_mask = arrays.loss_mask.tolist()
+    sample.rollout_log_probs = arrays.logprobs.astype(float).tolist()
+    sample.weight_versions = weight_versions_per_call(record)
+    sample.rollout_routed_experts = routed_experts(record, top_k)
+    return sample
+
+
+def weight_versions_per_call(record: RolloutRecord) -> list[str]:
+    """One entry per ``/generate`` call whose tokens are in the record, in order (the
+    runner's turn log); SGLang's ``"default"`` for a call without a version."""
+    log = record.info.get("turn_log")
+    if isinstance(log, list):
+        return [str(t.get("weight_version") or UNSET_VERSION) for t in log if isinstance(t, dict) and t.get("kept")]
+    # No turn log (an older runner): one entry per run of sampled tokens.
+    versions: list[str] = []
+    previous = 0
+    for mask, version in zip(record.loss_mask.tolist(), record.weight_versions.tolist()):
+        if mask and not previous:
+            versions.append(str(version or UNSET_VERSION))
+        previous = mask
+    return versions
+
+
+def routed_experts(record: RolloutRecord, top_k: int | None) -> np.ndarray[Any, np.dtype[np.int32]] | None:
+    """``[len(tokens) - 1, layers, top_k]``: SGLang's rows, one per token the model read."""
+    rows = record.routed_experts
+    if rows is None:
+        return None
+    if not top_k:
+        raise TrainerAdapterError(
+            f"rollout {record.name} carries MoE routing but args.moe_router_topk is not set; set --moe-router-topk "
+            "(or turn spec.inference.returnRoutedExperts off)"
+        )
+    width = rows.shape[1]
+    if width % top_k:
+        raise TrainerAdapterError(
+            f"rollout {record.name}: a routing row holds {width} experts, not a multiple of --moe-router-topk={top_k}"
+        )
+    return np.ascontiguousarray(rows[:-1].reshape(rows.shape[0] - 1, width // top_k, top_k))
+
+
+def _top_k(args: Any) -> int | None:
+    value = getattr(args, "moe_router_topk", None)
+    return int(value) if value else None
+
+
+def _sampling_params(args: Any) -> dict[str, Any]:
+    """What slime's own rollout passes to generate, from its arguments."""
+    return {
+        "temperature": getattr(args, "rollout_temperature", None),
+        "top_p": getattr(args, "rollout_top_p", None),
+        "top_k": getattr(args, "rollout_top_k", None),
+        "max_new_tokens": getattr(args, "rollout_max_response_len", None),
+    }
+
+
+# --- the module-level hooks slime's flags point at ------------------------------------------
+
+_ADAPTER: SlimeAdapter | None = None
+
+
+def configure(adapter: SlimeAdapter) -> None:
+    """Use ``adapter`` for the module-level :func:`generate` / :func:`generate_rollout`."""
+    global _ADAPTER
+    _ADAPTER = adapter
+
+
+def _from_environment(args: Any) -> SlimeAdapter:
+    """The adapter slime's flags get when nothing was configured: the client from
+    SWEROLLOUT_KUBECONFIG / SWEROLLOUT_NAMESPACE / SWEROLLOUT_STORE_URL, the endpoint from
+    SWEROLLOUT_ENDPOINT or slime's router (``args.sglang_router_ip``/``port``), the
+    tokenizer from SWEROLLOUT_TOKENIZER or ``args.hf_checkpoint``."""
+    endpoint = os.environ.get("SWEROLLOUT_ENDPOINT")
+    if not endpoint and getattr(args, "sglang_router_ip", None):
+        endpoint = f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
+    tokenizer = os.environ.get("SWEROLLOUT_TOKENIZER") or getattr(args, "hf_checkpoint", None)
+    if not endpoint or not tokenizer:
+        raise TrainerAdapterError(
+            "swerollout.trainers.slime needs the policy endpoint and tokenizer: set SWEROLLOUT_ENDPOINT and "
+            "SWEROLLOUT_TOKENIZER, or call swerollout.trainers.slime.configure(SlimeAdapter(...))"
+        )
+    client = AsyncRolloutClient.connect(
+        os.environ.get("SWEROLLOUT_KUBECONFIG"), namespace=os.environ.get("SWEROLLOUT_NAMESPACE"),
+        store_url=os.environ.get("SWEROLLOUT_STORE_URL"),
+    )
+    return SlimeAdapter(client, {"endpoint": endpoint, "tokenizer": tokenizer},
+                        prefix=os.environ.get("SWEROLLOUT_PREFIX", "slime"))
+
+
+def _adapter(args: Any) -> SlimeAdapter:
+    global _ADAPTER
+    if _ADAPTER is None:
+        _ADAPTER = _from_environment(args)
+    return _ADAPTER
+
+
+async def generate(args: Any, sample: Any, sampling_params: dict[str, Any]) -> Any:
+    """``--custom-generate-function-path swerollout.trainers.slime.generate``."""
+    return await _adapter(args).generate(args, sample, sampling_params)
+
+
+def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: bool = False) -> list[list[Any]]:
+    """``--rollout-function-path swerollout.trainers.slime.generate_rollout``."""
+    groups: list[list[Any]] = _adapter(args).generate_rollout(args, rollout_id, data_source, evaluation)
+    return groups

@@ -1,0 +1,213 @@
+"""The slime hooks (swerollout.trainers.slime) on records of the real API server, the
+operator's part played by tests.support.client_support; slime's ``Sample`` is a double
+whose fields are checked against slime's own source (a fixture)."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+from argparse import Namespace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from swerollout.client import AsyncRolloutClient, TrainerStatus
+from swerollout.kube import SWEROLLOUTS, AsyncKubeClient
+from swerollout.store import ResultStore
+from swerollout.trainers import slime
+from swerollout.trainers._records import TrainerAdapterError
+from swerollout.wire.trajectory import Trajectory
+from tests.support.client_fixtures import client, crd, store, store_url  # noqa: F401 (fixtures)
+from tests.support.client_support import INFERENCE, finish, instance, make_trajectory
+from tests.support.slime_double import DataSource, Sample
+
+FIXTURE = Path(__file__).parent / "fixtures" / "slime_sample.py.txt"
+DOUBLE = Path(__file__).parents[2] / "support" / "slime_double.py"
+LAYERS, TOP_K = 3, 2
+
+
+def _sample_class(path: Path) -> tuple[list[tuple[str, str, str]], dict[str, str]]:
+    """(name, annotation, default) of each field of class Sample, and its Status members."""
+    tree = ast.parse(path.read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Sample")
+    fields = [
+        (n.target.id, ast.unparse(n.annotation), ast.unparse(n.value) if n.value else "")
+        for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+    ]
+    status = next(n for n in cls.body if isinstance(n, ast.ClassDef) and n.name == "Status")
+    members = {
+        n.targets[0].id: ast.literal_eval(n.value)
+        for n in status.body if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name)
+    }
+    return fields, members
+
+
+def test_the_double_carries_slimes_sample_fields_exactly() -> None:
+    slime_fields, slime_status = _sample_class(FIXTURE)
+    double_fields, double_status = _sample_class(DOUBLE)
+    assert double_fields == slime_fields
+    assert double_status == slime_status == {
+        "PENDING": "pending", "COMPLETED": "completed", "TRUNCATED": "truncated", "ABORTED": "aborted",
+        "FAILED": "failed",
+    }
+    # The adapter maps our statuses onto slime's by value.
+    assert {s.value for s in TrainerStatus} <= set(slime_status.values())
+
+
+def _args(**extra: Any) -> Namespace:
+    values: dict[str, Any] = dict(
+        rollout_batch_size=1, partial_rollout=True, over_sampling_batch_size=3, moe_router_topk=TOP_K,
+        rollout_temperature=0.7, rollout_top_p=0.9, rollout_top_k=0, rollout_max_response_len=3000,
+    )
+    return Namespace(**{**values, **extra})
+
+
+def _trajectory(seed: int, exit_status: str = "submitted") -> Trajectory:
+    """A trajectory with a turn log (one entry per /generate call, one of them dropped)
+    and MoE routing rows, as the runner writes them."""
+    t = make_trajectory(seed, exit_status)
+    rows = len(t.prompt_ids) + len(t.response_ids)  # one row per token (trajectory schema v3)
+    routing = np.arange(rows * LAYERS * TOP_K, dtype="<i4")
+    turn_log = [
+        {"rid": "a", "finish": "stop", "sampled": 3, "kept": True, "weight_version": "4"},
+        {"rid": "b", "finish": "abort", "sampled": 2, "kept": False, "weight_version": "4"},
+        {"rid": "c", "finish": "stop", "sampled": 5, "kept": True, "weight_version": "5"},
+        {"rid": "d", "finish": "stop", "sampled": 1, "kept": True, "weight_version": None},
+    ]
+    return Trajectory.model_validate({
+        **t.model_dump(), "routed_experts": routing.tobytes(), "routed_experts_width": LAYERS * TOP_K,
+        "routed_experts_forwarded": rows - 1, "info": {"turn_log": turn_log},
+    })
+
+
+async def _play(akube: AsyncKubeClient, store: ResultStore, namespace: str, outcomes: dict[str, tuple[str, str]],
+                sent: dict[str, Trajectory]) -> None:
+    """Finish each named rollout (exit status, phase) once it exists and is not suspended
+    (a suspended rollout does not run), in the given order."""
+    pending = dict(outcomes)
+    while pending:
+        existing = {
+            o["metadata"]["name"] for o in (await akube.list(SWEROLLOUTS, namespace))["items"]
+            if not o["spec"].get("suspend")
+        }
+        name = next(iter(pending))
+        if name in existing:
+            exit_status, phase = pending.pop(name)
+            sent[name] = _trajectory(len(sent), exit_status)
+            await finish(akube, store, namespace, name, trajectory=sent[name], phase=phase,
+                         reward=1.0 if exit_status == "submitted" else 0.0)
+            continue
+        await asyncio.sleep(0.1)
+
+
+async def test_generate_maps_a_record_onto_slimes_sample(
+    client: AsyncRolloutClient, akube: AsyncKubeClient, store: ResultStore, namespace: str
+) -> None:
+    adapter = slime.SlimeAdapter(client, INFERENCE, prefix="sl", timeout=120)
+    samples = [Sample(group_index=4, index=8 + m, metadata={"instance": instance(4)}) for m in range(3)]
+    sent: dict[str, Trajectory] = {}
+    outcomes = {"sl-4-8": ("submitted", "Succeeded"), "sl-4-9": ("exit_context", "Succeeded"),
+                "sl-4-10": ("exit_error", "Failed")}
+    player = asyncio.create_task(_play(akube, store, namespace, outcomes, sent))
+    params = {"temperature": 0.7, "top_p": 0.9, "top_k": 0, "max_new_tokens": 3000}
+    out = await asyncio.gather(*(adapter.generate(_args(), s, params) for s in samples))
+    await player
+    assert out == samples
+
+    obj = await akube.get(SWEROLLOUTS, "sl-4-8", namespace)
+    assert obj["spec"]["inference"]["maxSampledTokens"] == 3000
+    assert obj["spec"]["inference"]["sampling"] == {**obj["spec"]["inference"]["sampling"],
+                                                    "temperature": 0.7, "topP": 0.9, "topK": -1}
+    for sample in samples:
+        t = sent[sample.metadata[slime.META_ROLLOUT]]
+        assert sample.tokens == t.prompt_ids + t.response_ids
+        assert sample.response_length == len(t.response_ids)
+        assert sample.loss_mask == t.loss_mask and len(sample.rollout_log_probs or []) == sample.response_length
+        assert sample.rollout_log_probs == pytest.approx(t.logprobs)
+        assert sample.weight_versions == ["4", "5", "default"], "one entry per generate call whose tokens are kept"
+        experts = sample.rollout_routed_experts
+        assert isinstance(experts, np.ndarray) and experts.shape == (len(sample.tokens) - 1, LAYERS, TOP_K)
+        assert experts.reshape(-1).tolist() == list(range(experts.size)), "SGLang's rows, the final token's left out"
+        assert sample.metadata["trainer_labels"] == {"group_index": 4, "index": sample.index}
+    assert [s.status for s in samples] == [Sample.Status.COMPLETED, Sample.Status.TRUNCATED, Sample.Status.FAILED]
+    assert [s.remove_sample for s in samples] == [False, False, True]
+    assert [s.reward for s in samples] == [1.0, 0.0, 0.0]
+
+    # A finished sample handed in again is not run again.
+    assert await adapter.generate(_args(), samples[0], params) is samples[0]
+    # Routing without slime's top-k fails loudly instead of guessing the layer count.
+    with pytest.raises(TrainerAdapterError, match="moe-router-topk"):
+        slime.fill_sample(Sample(), await client.record(obj), top_k=None)
+
+
+async def test_partial_rollout_returns_running_groups_and_resumes_them_by_name(
+    client: AsyncRolloutClient, akube: AsyncKubeClient, store: ResultStore, namespace: str
+) -> None:
+    adapter = slime.SlimeAdapter(client, INFERENCE, prefix="pr", timeout=120)
+    source = DataSource([instance(i) for i in range(3)], group_size=2)
+    groups = source.get_samples(3)
+    sent: dict[str, Trajectory] = {}
+    # One member of group 2 finishes, then group 1; groups 0 and 2 are still running then.
+    player = asyncio.create_task(_play(akube, store, namespace, {
+        "pr-2-4": ("submitted", "Succeeded"), "pr-1-2": ("submitted", "Succeeded"),
+        "pr-1-3": ("exit_format", "Succeeded"),
+    }, sent))
+    finished, left = await asyncio.wait_for(adapter.rollout_groups(_args(), groups, 1), timeout=120)
+    await player
+    assert finished == [groups[1]] and left == [groups[0], groups[2]]
+    assert [s.status for s in groups[1]] == [Sample.Status.COMPLETED, Sample.Status.COMPLETED]
+    assert [s.status for s in groups[0]] == [Sample.Status.ABORTED, Sample.Status.ABORTED]
+    # pr-2-4 finished first: filled, or (its result not yet read when the step ended) marked
+    # ABORTED and picked up by name next step. Either way it is never suspended.
+    assert groups[2][0].status in (Sample.Status.COMPLETED, Sample.Status.ABORTED)
+    assert groups[2][1].status is Sample.Status.ABORTED
+    suspend = {o["metadata"]["name"]: o["spec"]["suspend"] for o in (await akube.list(SWEROLLOUTS, namespace))["items"]}
+    assert suspend == {"pr-0-0": True, "pr-0-1": True, "pr-1-2": False, "pr-1-3": False,
+                       "pr-2-4": False, "pr-2-5": True}
+
+    # Next step: slime hands the buffered groups out again; the aborted members resume by name.
+    source.add_samples(left)
+    again = source.get_samples(2)
+    assert again == [groups[0], groups[2]]
+    player = asyncio.create_task(_play(akube, store, namespace, {
+        n: ("submitted", "Succeeded") for n in ("pr-0-0", "pr-0-1", "pr-2-5")}, sent))
+    finished, left = await asyncio.wait_for(adapter.rollout_groups(_args(), again, 2), timeout=120)
+    await player
+    assert finished == again and left == []
+    assert all(s.status is Sample.Status.COMPLETED for g in again for s in g)
+    suspend = {o["metadata"]["name"]: o["spec"]["suspend"] for o in (await akube.list(SWEROLLOUTS, namespace))["items"]}
+    assert suspend["pr-0-0"] is False and suspend["pr-2-5"] is False
+    assert len((await akube.list(SWEROLLOUTS, namespace))["items"]) == 6, "resumed, not submitted again"
+
+
+def test_the_rollout_function_runs_steps_on_its_own_loop(crd: Any, namespace: str, store_url: str) -> None:
+    """generate_rollout is synchronous (slime's rollout manager calls it step after step)."""
+    adapter = slime.SlimeAdapter(
+        AsyncRolloutClient.connect(crd.kubeconfig_path, namespace=namespace, store_url=store_url), INFERENCE,
+        prefix="gr", timeout=120,
+    )
+    source = DataSource([instance(0)], group_size=2)
+    sent: dict[str, Trajectory] = {}
+
+    async def play() -> None:
+        from swerollout.store import open_store
+        async with crd.admin_async_client() as kube:
+            opened = open_store(store_url)
+            try:
+                await _play(kube, opened, namespace, {"gr-0-0": ("submitted", "Succeeded"),
+                                                      "gr-0-1": ("submitted", "Succeeded")}, sent)
+            finally:
+                await opened.aclose()
+
+    import threading
+    player = threading.Thread(target=asyncio.run, args=(play(),))
+    player.start()
+    try:
+        groups = adapter.generate_rollout(_args(partial_rollout=False), 0, source)
+    finally:
+        player.join(timeout=120)
+        adapter.close()
+    assert len(groups) == 1 and [s.status for s in groups[0]] == [Sample.Status.COMPLETED] * 2
+    assert source.buffer == []
