@@ -78,3 +78,21 @@ async def test_a_bad_agent_config_reports_runner_setup_failed(
     (event,) = events
     assert event["kind"] == wire.EventKind.FAILED.value and event["reason"] == "RunnerSetupFailed"
     assert event["message"].startswith(expected), json.dumps(event)
+
+
+async def test_issue_images_for_a_text_only_template_fail_setup_before_any_request(
+    ingest: tuple[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    """Never a silent drop, also for a runner the operator could not check (a tokenizer directory)."""
+    url, events = ingest
+    spec = {**SPEC, "instance": {**SPEC["instance"], "issueImages": ["https://user-images.example/a.png"]}}
+    runner = _runner(url, tmp_path)
+    try:
+        await runner._execute(wire.Assignment(id="a1", kind=wire.AssignmentKind.RUN, spec=spec))
+    finally:
+        await runner.ingest.aclose()
+    (event,) = events
+    assert event["kind"] == wire.EventKind.FAILED.value and event["reason"] == "RunnerSetupFailed"
+    assert event["message"].startswith(
+        "IssueImageError: spec.inference.tokenizer 'qwen-2.5': its chat template cannot show images"
+    ), json.dumps(event)
