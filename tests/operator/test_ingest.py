@@ -183,7 +183,7 @@ def test_an_infrastructure_exit_fails_the_rollout_naming_the_cause(
     cause = ("ModelUnavailableError: the inference server stayed unavailable for 601 s, past "
              "spec.inference.outageBudgetSeconds (600 s); last error: cannot connect")
     # The runner's own log goes to the store (bounded), and status.logs points at it.
-    logs_url = _url(operator, namespace, "down", uid, "/objects/log")
+    logs_url = ingest_url(operator, namespace, "down", uid, "/objects/log")
     too_big = httpx.put(logs_url, content=b"x" * (wire.MAX_LOG_BYTES + 1), headers=auth)
     assert too_big.status_code == 413
     runner_log = b"2026-01-01 WARNING agent_runner.session: inference server unavailable\n"
@@ -201,6 +201,23 @@ def test_an_infrastructure_exit_fails_the_rollout_naming_the_cause(
     assert status["logs"]["runner"]["sha256"] == hashlib.sha256(runner_log).hexdigest()
     assert operator.store_dir is not None
     assert any(p.read_bytes() == runner_log for p in operator.store_dir.rglob("*") if p.is_file())
+    # The pod is gone (none ever ran here): `swerollout logs` reads the stored copy.
+    import subprocess
+    import sys
+
+    logs = subprocess.run(
+        [sys.executable, "-m", "swerollout.cli.main", "logs", "down-a1", "-c", "runner", "-n", namespace,
+         "--kubeconfig", str(operator.kubeconfig), "--store-url", operator.store_dir.as_uri(),
+         "--node-root", str(operator.store_dir / "no-node")],
+        capture_output=True, timeout=120,
+    )
+    assert logs.returncode == 0 and logs.stdout == runner_log, logs.stderr
+    sandbox = subprocess.run(
+        [sys.executable, "-m", "swerollout.cli.main", "logs", "down-a1", "-c", "sandbox", "-n", namespace,
+         "--kubeconfig", str(operator.kubeconfig), "--node-root", str(operator.store_dir / "no-node")],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert sandbox.returncode == 1 and "only its runner's log is kept" in sandbox.stderr
     wait_for("the failure event", lambda: any(
         e["reason"] == "InferenceFailed" and "outageBudgetSeconds" in e["message"] and e["type"] == "Warning"
         and e["involvedObject"]["name"] == "down"
