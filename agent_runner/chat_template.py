@@ -113,7 +113,12 @@ class ChatTemplate:
         self._added = {str(tok.content): int(i) for i, tok in tokenizer.added_tokens_decoder.items()}
         self._added_re = re.compile("|".join(re.escape(t) for t in sorted(self._added, key=len, reverse=True)))
         self._text_model = _text_only(tokenizer)
+        # Reasoning tags the template splits assistant content at (``<think>``, ``</mm:think>``):
+        # markers keep them, so a template that branches on them renders the same structure.
+        tags = sorted(set(re.findall(r"</?(?:[A-Za-z]+:)?think>", self.source)), key=len, reverse=True)
+        self._tags_re = re.compile("|".join(re.escape(t) for t in tags)) if tags else None
         self._args_as_text = self._needs_text_arguments()
+        self.opening_gap = self._opening_gap()
 
     @property
     def source(self) -> str:
@@ -142,7 +147,7 @@ class ChatTemplate:
     def render_pieces(self, messages: Sequence[Message], *, add_generation_prompt: bool) -> list[Piece]:
         """The rendering of ``messages`` split into structure and content pieces."""
         values: list[str] = []
-        marked = [_mark(m, self._marker_for(values)) for m in messages]
+        marked = [_mark(m, self._marker_for(values), self._tags_re) for m in messages]
         self._check_markers_absent(values)
         structure = self.render(marked, add_generation_prompt=add_generation_prompt)
         real = self.render(messages, add_generation_prompt=add_generation_prompt)
@@ -221,6 +226,84 @@ class ChatTemplate:
             return True
         return "{'command'" in text
 
+    def _opening_gap(self) -> str:
+        """Whitespace a history turn puts between the assistant opening and the content that
+        the generation prompt stops before: DeepSeek V2 prompts ``Assistant:`` and renders
+        ``Assistant: {content}``, GLM-4 prompts ``<|assistant|>`` and renders
+        ``<|assistant|>\n{content}``. The policy samples that whitespace; ``reply_content``
+        drops it from the message record, so the template does not render it twice.
+
+        Refuses a template whose rendering ignores the generation prompt and does not end
+        where an assistant turn begins (a reward-model template closing every rendering
+        with ``<|endoftext|>``): there is no place for a policy to continue."""
+        probe: list[dict[str, Any]] = [{"role": "user", "content": "u"}]
+        marker = f"{self.nonce}0Z"
+        try:
+            prompt = self.render(probe, add_generation_prompt=True)
+            bare = self.render(probe, add_generation_prompt=False)
+            turn = self.render([*probe, {"role": "assistant", "content": marker}], add_generation_prompt=False)
+        except ChatTemplateError:
+            return ""  # the template needs more than this probe; rendering reports it later
+        opening = turn[: turn.find(marker)] if marker in turn else ""
+        if prompt == bare and opening and not opening.startswith(prompt):
+            raise ChatTemplateError(
+                f"the chat template has no generation prompt: its rendering ends {prompt[-40:]!r} whether or not "
+                f"one is asked for, while an assistant turn opens {opening[-40:]!r}; it cannot prompt a policy "
+                "(a reward-model template?); pick the tokenizer of a chat/instruct model"
+            )
+        gap = opening[len(prompt) :] if opening.startswith(prompt) else ""
+        return gap if not gap.strip() else ""
+
+    def check_tool_turns(self) -> None:
+        """Refuse the tool-call action format when the template cannot render it consistently.
+
+        Two probes on a two-turn tool conversation (assistant turns with content and one
+        call each): every call's arguments appear in the rendering (early DeepSeek V3/R1
+        templates render calls only when the content is None), and each turn's rendering
+        in history begins as the generation prompt before it ends, reasoning tags aside
+        (the R1 template closes tool outputs before a text reply only, so the prompt after
+        tool outputs is not how the next tool-call turn is rendered)."""
+        values: list[str] = []
+        marker = self._marker_for(values)
+
+        def call(i: int) -> dict[str, Any]:
+            return {"id": f"c{i}", "type": "function", "function": {"name": "bash", "arguments": {"command": marker("x")}}}
+
+        conversation: list[dict[str, Any]] = [{"role": "user", "content": "u"}]
+        for i in range(2):
+            conversation += [
+                {"role": "assistant", "content": marker("a"), "tool_calls": [call(i)]},
+                {"role": "tool", "tool_call_id": f"c{i}", "content": "r"},
+            ]
+        problem = None
+        full = self.render(conversation, add_generation_prompt=True)
+        if any(f"{self.nonce}{i}Z" not in full for i in range(len(values))):
+            problem = "it drops the content or the tool calls of a tool-call turn (it renders calls only when content is None, or only in the first turn)"
+        for i, at in enumerate((1, 3)):
+            if problem:
+                break
+            prompt = self.render(conversation[:at], add_generation_prompt=True)
+            turn = self.render(conversation[: at + 1], add_generation_prompt=False)
+            # The turn's own markers: its content (2i) and its call's argument (2i + 1).
+            starts = [turn.find(f"{self.nonce}{k}Z") for k in (2 * i, 2 * i + 1)]
+            opening = turn[: min(x for x in starts if x >= 0)]
+            a, b = (self._tags_re.sub("", x).rstrip() if self._tags_re else x.rstrip() for x in (prompt, opening))
+            if not (a.startswith(b) or b.startswith(a)):
+                problem = (
+                    f"its generation prompt after tool outputs ends {prompt[-40:]!r}, but it renders the next "
+                    f"tool-call turn as {opening[-60:]!r}"
+                )
+        if problem:
+            raise ChatTemplateError(
+                f"the chat template cannot carry tool calls exactly: {problem}; use the text action format "
+                "(a text agent) or a tokenizer whose template renders tool calls"
+            )
+
+    def reply_content(self, text: str) -> str:
+        """The message-record content of a sampled reply (see ``_opening_gap``)."""
+        gap = self.opening_gap
+        return text[len(gap) :] if gap and text.startswith(gap) else text
+
     # --- encoding ----------------------------------------------------------------------
 
     def encode(self, text: str) -> list[int]:
@@ -283,12 +366,15 @@ class ChatTemplate:
         values: list[str] = []
         marker = self._marker_for(values)
         # The sampled turn's text is in the list already: placeholders stand in for it.
-        last = _stub(history[-1], lambda value: marker(_STUB))
-        last["content"] = marker(_STUB)
+        last = _stub(history[-1], lambda value: marker(_STUB), self._tags_re)
+        if not self._tags_re or not self._tags_re.search(str(last.get("content") or "")):
+            last["content"] = marker(_STUB)
+        elif not values:  # reasoning tags and whitespace only: a marker still ends the turn's body
+            last["content"] += marker(_STUB)
         body_end = len(values)  # markers of the sampled turn: its content and argument strings
-        marked_new = [_mark(m, marker) for m in new_messages]
+        marked_new = [_mark(m, marker, self._tags_re) for m in new_messages]
         self._check_markers_absent(values)
-        earlier = [_stub(m) for m in history[:-1]]
+        earlier = [_stub(m, None, self._tags_re) for m in history[:-1]]
         structure = self.render([*earlier, last, *marked_new], add_generation_prompt=True)
         real = self.render([*earlier, self._with_values(last, values), *new_messages], add_generation_prompt=True)
         pieces = self._align(structure, real, values)
@@ -310,8 +396,7 @@ class ChatTemplate:
         """Undo the marking: every marker string back to its value."""
 
         def back(text: str) -> str:
-            match = self._marker_re.fullmatch(text)
-            return values[int(match.group(1))] if match else text
+            return self._marker_re.sub(lambda match: values[int(match.group(1))], text)
 
         out = dict(marked)
         for key in ("content", "reasoning_content"):
@@ -406,12 +491,31 @@ def _build_text_only(tokenizer: PreTrainedTokenizerBase) -> Tokenizer:
     # Added tokens live in the Tokenizer, not in its model: a Tokenizer around the same
     # model, normalizer and pre-tokenizer (shared, not copied: no vocabulary round trip
     # through JSON, which took seconds per tokenizer) has none, and no post-processor.
-    text_only = Tokenizer(backend.model)
+    model = backend.model
+    if type(model).__name__ == "Unigram":
+        model = _unigram_without_added(tokenizer, backend)
+    text_only = Tokenizer(model)
     if backend.normalizer is not None:
         text_only.normalizer = backend.normalizer
     if backend.pre_tokenizer is not None:
         text_only.pre_tokenizer = backend.pre_tokenizer
     return text_only
+
+
+def _unigram_without_added(tokenizer: PreTrainedTokenizerBase, backend: Tokenizer) -> Any:
+    """The backend's Unigram model with its added tokens' pieces scored below every other piece.
+
+    A Unigram vocabulary may hold ``<s>`` as a piece scored 0.0 (the most likely): the
+    model alone then segments the text ``a<s>b`` as ``a``, the control token, ``b``."""
+    from tokenizers.models import Unigram
+
+    spec = json.loads(backend.to_str())["model"]
+    vocab = [(str(piece), float(score)) for piece, score in spec["vocab"]]
+    floor = min(score for _, score in vocab) - 1000.0
+    for token_id in tokenizer.added_tokens_decoder:
+        if 0 <= int(token_id) < len(vocab) and int(token_id) != spec.get("unk_id"):
+            vocab[int(token_id)] = (vocab[int(token_id)][0], floor)
+    return Unigram(vocab, spec.get("unk_id"), bool(spec.get("byte_fallback", False)))
 
 
 def _renderings(value: str) -> Iterator[str]:
@@ -438,14 +542,15 @@ def _renderings(value: str) -> Iterator[str]:
             yield candidate
 
 
-def _mark(message: Message, marker: Callable[[str], str]) -> dict[str, Any]:
+def _mark(message: Message, marker: Callable[[str], str], tags: re.Pattern[str] | None = None) -> dict[str, Any]:
     """``message`` with every non-empty content string replaced by a marker (order: content,
-    reasoning, tool-call argument strings)."""
+    reasoning, tool-call argument strings). An assistant's content keeps the template's
+    reasoning tags between its markers (see ``_mark_reply``)."""
     out = dict(message)
     for key in ("content", "reasoning_content"):
         value = out.get(key)
         if isinstance(value, str) and value:
-            out[key] = marker(value)
+            out[key] = _mark_reply(value, marker, tags) if key == "content" and _is_reply(message, tags) else marker(value)
         elif isinstance(value, list):  # content parts: text is content, images are structure
             out[key] = map_text_parts(value, marker)
     if out.get("tool_calls"):
@@ -475,14 +580,46 @@ def _map_strings(value: Any, fn: Callable[[str], str]) -> Any:
     return value
 
 
-def _stub(message: Message, marker: Callable[[str], str] | None = None) -> dict[str, Any]:
+def _is_reply(message: Message, tags: re.Pattern[str] | None) -> bool:
+    content = message.get("content")
+    return bool(tags and message.get("role") == "assistant" and isinstance(content, str) and tags.search(content))
+
+
+def _mark_reply(value: str, marker: Callable[[str], str], tags: re.Pattern[str] | None) -> str:
+    """An assistant reply with each text run between reasoning tags replaced by a marker.
+
+    Templates split a reply at ``</think>`` and render the parts in their own structure,
+    or drop the reasoning of history turns, or branch on whether the reasoning is empty:
+    the tags stay, and whitespace-only runs stay verbatim (a template that strips them
+    sees them empty, as it sees the real text). Only the policy's own replies are split so:
+    environment content never turns tag text into structure."""
+    if tags is None:
+        return marker(value)
+    out: list[str] = []
+    at = 0
+    for match in tags.finditer(value):
+        run = value[at : match.start()]
+        out.append(marker(run) if run.strip() else run)
+        out.append(match.group())
+        at = match.end()
+    run = value[at:]
+    out.append(marker(run) if run.strip() else run)
+    return "".join(out)
+
+
+def _stub(
+    message: Message, marker: Callable[[str], str] | None = None, tags: re.Pattern[str] | None = None
+) -> dict[str, Any]:
     """The fields templates decide structure from, with placeholder text (or markers)."""
     placeholder = marker or (lambda value: _STUB)
     stub: dict[str, Any] = {"role": message.get("role", "user")}
     for key in ("content", "reasoning_content"):
         if key in message:
             value = message[key]
-            stub[key] = placeholder(value) if isinstance(value, str) and value else value
+            if key == "content" and _is_reply(message, tags):
+                stub[key] = _mark_reply(value, lambda run: placeholder(_STUB), tags)
+            else:
+                stub[key] = placeholder(value) if isinstance(value, str) and value else value
             if isinstance(value, list):
                 stub[key] = map_text_parts(value, placeholder)
     for key in ("tool_call_id", "name"):

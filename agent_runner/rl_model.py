@@ -112,6 +112,8 @@ class RLTokenModel:
         self.template = ChatTemplate(tokenizer, tools=tools, template_kwargs=template_kwargs)
         fmt = detect_parser(self.template.source) if tool_call_format == "auto" else tool_call_format
         self.parser = ToolCallParser(fmt, tools) if fmt else None
+        if self.parser is not None:
+            self.template.check_tool_turns()
         # Reasoning tags too: the parser splits at "</think>", which only a sampled tag may move.
         self._markup = [*(str(t.content) for t in tokenizer.added_tokens_decoder.values()), "<think>", "</think>"]
         self.buffer = TokenBuffer()
@@ -209,7 +211,7 @@ class RLTokenModel:
             parsed = self.parser.parse(self._markup_text(ids), id_prefix=f"call_{state.turn_counter}")
             tool_calls, parse_error = parsed.tool_calls, parsed.error
             content = parsed.content if parsed.error is None else text
-        state.messages.append(_assistant_message(content, tool_calls))
+        state.messages.append(_assistant_message(self.template.reply_content(content), tool_calls))
         return ModelTurn(
             text=text,
             tool_calls=tool_calls,

@@ -8,6 +8,8 @@ was trained to emit), never from a model name:
 - ``glm``: GLM-4.5+ ``<tool_call>name<arg_key>k</arg_key><arg_value>v</arg_value></tool_call>``
 - ``deepseek-v3``: ``<｜tool▁call▁begin｜>function<｜tool▁sep｜>name\\n```json\\n{..}\\n```<｜tool▁call▁end｜>``
 - ``deepseek-v3.1``: ``<｜tool▁call▁begin｜>name<｜tool▁sep｜>{..}<｜tool▁call▁end｜>``
+- ``minimax-xml``: MiniMax-M3 ``NS<tool_call>\nNS<invoke name="name">NS<k>vNS</k>NS</invoke>\nNS</tool_call>``
+  with ``NS`` = ``]<]minimax[>[`` (nested objects and lists as ``NS<key>``/``NS<item>`` elements)
 
 Malformed markup never raises: the reply comes back with ``error`` set (the agent
 loop turns it into a format-error observation, SWE-agent's ``exit_format`` path).
@@ -45,6 +47,8 @@ _DS_SEP = "<｜tool▁sep｜>"
 def detect_parser(chat_template: str | None) -> ParserName | None:
     """The tool-call markup a chat template teaches, or None if it teaches none."""
     source = chat_template or ""
+    if _MM_NS in source and "<invoke name=" in source:
+        return "minimax-xml"
     if _DS_SEP in source:
         return "deepseek-v3" if "```json" in source else "deepseek-v3.1"
     if "<arg_key>" in source:
@@ -278,7 +282,64 @@ def _parse_deepseek_v31(text: str, string_params: dict[str, set[str]]) -> Parsed
     return _deepseek(text, _split_v31)
 
 
+_MM_NS = "]<]minimax[>["
+_MM_INVOKE = re.compile(re.escape(_MM_NS) + r'<invoke name="([^"]+)">(.*?)' + re.escape(_MM_NS) + r"</invoke>\n?", re.S)
+_MM_ELEMENT = re.compile(re.escape(_MM_NS) + r"<([^<>/\s]+)>(.*?)" + re.escape(_MM_NS) + r"</\1>", re.S)
+
+
+def _mm_elements(text: str) -> list[tuple[str, str]] | None:
+    """The top-level ``NS<k>..NS</k>`` elements of ``text``; None if it is a scalar."""
+    if not text.startswith(_MM_NS + "<"):
+        return None
+    found, at = [], 0
+    while at < len(text):
+        match = _MM_ELEMENT.match(text, at)
+        if match is None:
+            raise _Malformed(f"unbalanced {_MM_NS} elements: {text[at : at + 60]!r}")
+        # The lazy match may stop at an inner element of the same name: extend to balance.
+        end, depth = match.end(), text.count(f"{_MM_NS}<{match.group(1)}>", match.start() + 1, match.end())
+        while depth:
+            close = text.find(f"{_MM_NS}</{match.group(1)}>", end)
+            if close < 0:
+                raise _Malformed(f"{_MM_NS}<{match.group(1)}> is never closed")
+            depth += text.count(f"{_MM_NS}<{match.group(1)}>", end, close) - 1
+            end = close + len(f"{_MM_NS}</{match.group(1)}>")
+        inner = text[match.start() + len(_MM_NS) + len(match.group(1)) + 2 : end - len(_MM_NS) - len(match.group(1)) - 3]
+        found.append((match.group(1), inner))
+        at = end
+    return found
+
+
+def _mm_value(text: str) -> Any:
+    elements = _mm_elements(text)
+    if elements is None:
+        return text
+    if all(key == "item" for key, _ in elements):
+        return [_mm_value(inner) for _, inner in elements]
+    return {key: _mm_value(inner) for key, inner in elements}
+
+
+@_guard
+def _parse_minimax_xml(text: str, string_params: dict[str, set[str]]) -> ParsedReply:
+    content, bodies = _blocks(text, _MM_NS + "<tool_call>", _MM_NS + "</tool_call>")
+    calls = []
+    for body in bodies:
+        body = body.strip("\n")
+        invokes = list(_MM_INVOKE.finditer(body))
+        if not invokes or _MM_INVOKE.sub("", body).strip():
+            raise _Malformed(f"tool call needs {_MM_NS}<invoke name=...>...{_MM_NS}</invoke>: {body[:80]!r}")
+        for invoke in invokes:
+            name, elements = invoke.group(1), _mm_elements(invoke.group(2)) or []
+            arguments = {}
+            for key, inner in elements:
+                value = _mm_value(inner)
+                arguments[key] = _typed(name, key, value, string_params) if isinstance(value, str) else value
+            calls.append(_call(name, arguments))
+    return ParsedReply(content=content.rstrip(), tool_calls=calls)
+
+
 _PARSERS: dict[str, Callable[[str, dict[str, set[str]]], ParsedReply]] = {
+    "minimax-xml": _parse_minimax_xml,
     "hermes": _parse_hermes,
     "qwen-xml": _parse_qwen_xml,
     "glm": _parse_glm,
