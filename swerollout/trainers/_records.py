@@ -26,6 +26,9 @@ import numpy.typing as npt
 from swerollout.client.errors import ClientError
 from swerollout.client.records import RolloutRecord, TrainerStatus
 
+TOP_K_OFF = 1_000_000
+"""A top-k this large keeps every token (it is also the API's bound on spec.inference.sampling.topK)."""
+
 NO_VERSION = -1
 """The version of a token the policy did not sample (prompt, tool output, template)."""
 
@@ -176,6 +179,8 @@ def sampling_from(params: dict[str, Any]) -> dict[str, Any]:
         sampling["topP"] = float(params["top_p"])
     top_k = params.get("top_k")
     if top_k is not None:
-        # Trainers spell "off" as 0 or -1; SGLang (and the API) take only -1.
-        sampling["topK"] = -1 if int(top_k) <= 0 else int(top_k)
+        # Trainers spell "off" as 0, -1 or a huge k (AReaL's default is 1e8); SGLang (and the
+        # API) take only -1. No vocabulary reaches TOP_K_OFF, so such a k filters nothing.
+        k = int(top_k)
+        sampling["topK"] = -1 if k <= 0 or k >= TOP_K_OFF else k
     return sampling

@@ -99,7 +99,10 @@ class AdapterSettings(BaseModel):
 
 def instance_from_row(row: Mapping[str, Any]) -> dict[str, Any]:
     """The SWE-bench task of a dataset row: its ``instance`` column, or ``extra_info.instance``
-    (a mapping or its JSON text), as a published row or spec.instance."""
+    (a mapping or its JSON text), as a published row or spec.instance; or the row itself
+    when it is a published SWE-bench row (``instance_id`` and ``base_commit``)."""
+    if "instance_id" in row and "base_commit" in row:
+        return dict(row)
     for key in INSTANCE_KEYS:
         value: Any = row
         for part in key.split("."):

@@ -28,10 +28,10 @@ SLOW_SAMPLING = {"maxNewTokens": 24, "temperature": 1.0}
 
 
 @dataclass
-class Shared:
+class Stack:
+    """The embedded default and what the adapters need to reach it."""
+
     stack: DevStack
-    null_url: str
-    records: list[RolloutRecord]
 
     def settings(self, **overrides: Any) -> AdapterSettings:
         raw: dict[str, Any] = {
@@ -46,6 +46,14 @@ class Shared:
     def instance_row(self, task: int) -> dict[str, Any]:
         """A dataset row as a SWE dataset publishes it (what a trainer's parquet holds)."""
         return self.stack.instances[task].model_dump(mode="json")
+
+
+@dataclass
+class Shared(Stack):
+    """The stack plus the records of the one shared batch."""
+
+    null_url: str
+    records: list[RolloutRecord]
 
 
 async def _run_shared_batch(stack: DevStack, null_url: str) -> list[RolloutRecord]:
@@ -82,6 +90,11 @@ def slow_policy(trainer_stack: DevStack) -> Iterator[str]:
         "tiny-lm", subprocess=True, tokenizer="qwen-2.5", weight_version="1", faults={"delay_per_token": 0.08}
     ) as server:
         yield server.url
+
+
+@pytest.fixture(scope="session")
+def stack(trainer_stack: DevStack) -> Stack:
+    return Stack(trainer_stack)
 
 
 @pytest.fixture(scope="session")

@@ -80,3 +80,4 @@ def test_reward_and_sampling_mapping() -> None:
         "temperature": 0.7, "topP": 0.9, "topK": -1,
     }
     assert sampling_from({"top_k": 20}) == {"topK": 20}
+    assert sampling_from({"top_k": 100_000_000}) == {"topK": -1}  # AReaL's default: no top-k

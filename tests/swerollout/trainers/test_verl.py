@@ -30,7 +30,7 @@ from swerollout.trainers.verl import (
     caps_from_verl,
     postprocessor,
 )
-from tests.swerollout.trainers.conftest import GROUP, SLOW_AGENT, SLOW_SAMPLING, TASKS, Shared
+from tests.swerollout.trainers.conftest import GROUP, SLOW_AGENT, SLOW_SAMPLING, TASKS, Shared, Stack
 
 RAW_PROMPT = [{"role": "user", "content": "fix the bug"}]
 
@@ -40,7 +40,7 @@ def tokenizer() -> Any:
     return load_tokenizer("qwen-2.5")
 
 
-def verl_config(shared: Shared, prompt_length: int, response_length: int, **settings: Any) -> Any:
+def verl_config(shared: Stack, prompt_length: int, response_length: int, **settings: Any) -> Any:
     """The slice of verl's trainer config the adapters and verl's post-processing read."""
     return OmegaConf.create({
         "actor_rollout_ref": {
@@ -118,6 +118,77 @@ def test_a_response_longer_than_response_length_fails_naming_it(shared: Shared, 
     assert caps.max_sampled_tokens == record.response_ids.size - 1
     with pytest.raises(LengthOverflow, match=r"actor_rollout_ref\.rollout\.response_length"):
         agent_loop_output(record, caps, pad_token_id=0)
+
+
+def test_the_manager_runs_a_step_as_one_batch(shared: Shared, tokenizer: Any) -> None:
+    prompt_length, response_length = lengths(shared.records)
+    config = verl_config(shared, prompt_length + 64, response_length + 256)
+    manager = SWERolloutAgentLoopManager.create(config=config, llm_client=None, tokenizer=tokenizer)
+    # verl's repeated batch: rollout.n = 2 consecutive rows per uid.
+    prompts = DataProto.from_single_dict(
+        {
+            "uid": objects(["u-b", "u-b"]),
+            "index": objects([5, 5]),
+            "raw_prompt": objects([RAW_PROMPT] * 2),
+            "extra_info": objects([{"instance": shared.instance_row(1)}] * 2),
+        },
+        meta_info={"global_steps": 3},
+    )
+    output = manager.generate_sequences(prompts)
+    assert len(output) == 2
+
+    async def records() -> list[RolloutRecord]:
+        async with AsyncRolloutClient.connect(
+            shared.stack.paths.kubeconfig, namespace="default", store_url=shared.stack.store_dir.as_uri()
+        ) as client:
+            batch = f"tr-{manager.run_id}-3"
+            objects = await client.members(batch)
+            assert {o["spec"]["inference"]["weightVersion"] for o in objects} == {"3"}
+            assert {o["spec"]["inference"]["maxSampledTokens"] for o in objects} == {response_length + 256}
+            return await client.results(batch)
+
+    got = asyncio.run(records())
+    assert [(r.sample, r.member) for r in got] == [(0, 0), (0, 1)]
+    assert {r.instance_id for r in got} == {shared.stack.instances[1].instance_id}
+    check_rows(output, got)
+    assert list(output.non_tensor_batch["uid"]) == ["u-b", "u-b"]
+    assert set(output.non_tensor_batch["min_global_steps"]) == {3}
+
+
+async def test_the_agent_loop_rides_an_abort_and_resume_in_the_middle(
+    stack: Stack, slow_policy: str, tokenizer: Any
+) -> None:
+    shared = stack
+    config = verl_config(
+        shared, 4096, 4096, endpoints=[slow_policy], agent=SLOW_AGENT, inference={"sampling": SLOW_SAMPLING},
+    )
+    assert _agent_loop_registry[AGENT_NAME] == {"_target_": "swerollout.trainers.verl.SWERolloutAgentLoop"}
+    loop = SWERolloutAgentLoop(
+        trainer_config=DictConfigWrap(config), server_manager=None, tokenizer=tokenizer, processor=None,
+        dataset_cls=RLHFDataset, data_config=DictConfigWrap(config.data),
+    )
+    assert isinstance(loop, AgentLoopBase)
+    async with AsyncRolloutClient.connect(
+        shared.stack.paths.kubeconfig, namespace="default", store_url=shared.stack.store_dir.as_uri()
+    ) as client:
+        httpx_post(f"{slow_policy}/update_weight_version", {"new_version": "1"})
+        run = asyncio.create_task(loop.run(
+            {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True},
+            raw_prompt=RAW_PROMPT, uid="u-slow", index=9, extra_info={"instance": shared.instance_row(0)},
+        ))
+        name = await wait_for(client, lambda o: trainer_uid(o) == "u-slow" and turns(o) >= 1)
+        assert await client.abort(names=[name]) == [name]
+        await wait_for(client, lambda o: o["metadata"]["name"] == name and phase(o) == "Aborted")
+        httpx_post(f"{slow_policy}/update_weight_version", {"new_version": "2"})
+        assert await client.resume(names=[name], weight_version="2") == [name]
+        output = await asyncio.wait_for(run, timeout=900)
+        record = await client.result(name)
+    assert record.trainer_labels == {"uid": "u-slow", "index": 9}
+    assert record.attempts == 1
+    assert output.response_mask == record.loss_mask.tolist()
+    assert output.response_ids == record.response_ids.tolist()
+    assert output.extra_fields["min_global_steps"] == 1 and output.extra_fields["max_global_steps"] == 2
+    assert output.reward_score == (record.reward or 0.0)
 
 
 def objects(values: list[Any]) -> np.ndarray[Any, np.dtype[np.object_]]:
