@@ -1,7 +1,8 @@
 """AReaL 1.0.4 adapter against the real AReaL: groups of a real batch on the embedded
 default become the [G, L] dicts AReaL's ``check_trajectory_format`` accepts and its
-``concat_padded_tensors`` batches. The workflow (a subclass of AReaL's real
-``RolloutWorkflow``) runs live in examples/trainers/areal_episode.py (test_examples.py)."""
+``concat_padded_tensors`` batches; the workflow, a subclass of AReaL's real
+``RolloutWorkflow``, runs an episode while AReaL's real SGLang engine pauses the server
+for a weight update in the middle."""
 
 from __future__ import annotations
 
@@ -72,4 +73,58 @@ def test_a_group_with_a_member_without_tokens_is_rejected_and_caps_fail_loudly(s
         episode_tensors(record, LengthCaps(total=total - 1, total_setting="gconfig.max_tokens"))
 
 
-async 
+def test_an_episode_rides_a_pause_for_a_weight_update_in_the_middle(stack: Stack, slow_policy: str) -> None:
+    shared = stack
+    # AReaL's real engine: its version counter and its pause/continue calls to the server.
+    engine = RemoteSGLangEngine(InferenceEngineConfig(backend="sglang:d1", pause_grace_period=0.5))
+    engine._engine.addresses = [slow_policy.removeprefix("http://").rstrip("/")]
+    engine.set_version(1)
+    httpx.post(f"{slow_policy}/update_weight_version", json={"new_version": "1"}, timeout=30).raise_for_status()
+    gconfig = GenerationHyperparameters(n_samples=GROUP, max_new_tokens=SLOW_SAMPLING["maxNewTokens"], temperature=1.0)
+    workflow = SWERolloutWorkflow(
+        shared.settings(endpoints=[slow_policy], agent=SLOW_AGENT, batch_prefix="areal", inference={"onAbort": "Keep"}),
+        GROUP, gconfig=gconfig,
+    )
+    assert isinstance(workflow, RolloutWorkflow)
+
+    async def episode() -> dict[str, Any] | None:
+        async with AsyncRolloutClient.connect(
+            shared.stack.paths.kubeconfig, namespace="default", store_url=shared.stack.store_dir.as_uri()
+        ) as client:
+            task = asyncio.create_task(workflow.arun_episode(engine, shared.instance_row(1)))
+            batch = f"areal-{workflow.run_id}-0"
+            async with asyncio.timeout(600):
+                while not await _generating(client, batch):
+                    if task.done():
+                        task.result()  # the episode ended before the pause: raise its error
+                        raise AssertionError("the episode finished before it could be paused")
+                    await asyncio.sleep(0.5)
+            # AReaL's weight update: pause the servers, bump the version, continue.
+            await asyncio.to_thread(_weight_update, engine, slow_policy)
+            result = await asyncio.wait_for(task, timeout=900)
+            records = await client.results(batch)
+        assert result is not None
+        check_group(result, records)
+        versions = set(result["versions"][result["loss_mask"] == 1].tolist())
+        assert versions == {1, 2}, "tokens sampled before the update carry 1, after it 2"
+        return result
+
+    asyncio.run(episode())
+
+
+async def _generating(client: AsyncRolloutClient, batch: str) -> bool:
+    try:
+        objects = await client.members(batch)
+    except Exception:
+        return False
+    return len(objects) == GROUP and all(
+        int(((o.get("status") or {}).get("progress") or {}).get("generatedTokens", 0)) > 0 for o in objects
+    )
+
+
+def _weight_update(engine: RemoteSGLangEngine, url: str) -> None:
+    assert threading.current_thread() is not threading.main_thread()
+    engine.pause_generation()
+    engine.set_version(2)
+    httpx.post(f"{url}/update_weight_version", json={"new_version": "2", "abort_all_requests": False}, timeout=30)
+    engine.continue_generation()
