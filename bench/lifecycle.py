@@ -432,8 +432,8 @@ _WHY = {
     "POST secrets": "the runner's Secret (its two tokens)",
     "POST pods": "the rollout pod",
     "PATCH swerollouts/status": "phase transitions: Starting, Running, Aborted, Resuming, Running",
-    "PATCH swerollouts": "kopf: the finalizer and its last-handled annotation",
-    "POST events": "one Event per phase transition (best effort, in the background)",
+    "PATCH swerollouts": "kopf adds the finalizer (the store's objects are deleted with the rollout)",
+    "POST events": "the SandboxReady Event (where it runs); routine steps are in the status only",
 }
 
 

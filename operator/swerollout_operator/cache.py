@@ -37,6 +37,43 @@ def _relevant(body: dict[str, Any]) -> tuple[Any, ...]:
     )
 
 
+_ROLLOUT_META = ("name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp",
+                 "labels", "finalizers")
+_POD_META = ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp", "labels", "ownerReferences")
+
+
+def _pick(d: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    return {k: d[k] for k in keys if k in d}
+
+
+def trim_rollout(body: dict[str, Any]) -> dict[str, Any]:
+    """What the operator reads of a rollout. managedFields and annotations (kubectl's
+    last-applied copy of the whole spec, kopf's bookkeeping) are most of a body's bytes
+    and nothing reads them: at 2,000 rollouts that is most of the cache."""
+    out = {"metadata": _pick(body.get("metadata") or {}, _ROLLOUT_META)}
+    for key in ("spec", "status"):
+        if key in body:
+            out[key] = body[key]
+    return out
+
+
+def trim_pod(pod: dict[str, Any]) -> dict[str, Any]:
+    """What the operator reads of a pod (podstatus.py): its identity and owner, each
+    container's name and image, the node, and the status."""
+    spec = pod.get("spec") or {}
+    out: dict[str, Any] = {"metadata": _pick(pod.get("metadata") or {}, _POD_META)}
+    out["spec"] = {
+        "nodeName": spec.get("nodeName"),
+        **{
+            key: [{"name": c.get("name"), "image": c.get("image")} for c in spec.get(key) or []]
+            for key in ("initContainers", "containers")
+        },
+    }
+    if "status" in pod:
+        out["status"] = pod["status"]
+    return out
+
+
 @dataclass
 class Tracked:
     """The operator's view of one rollout: the latest body, its spec parsed once, and
@@ -63,10 +100,25 @@ class Tracked:
     progress_written_at: float = 0.0
     generated_reported: int = 0
     _parsed: tuple[int, api.SWERolloutSpec] | None = None
+    # What is derived from one body, computed at most once per body (keyed by identity:
+    # every new body is a new dict). The sweep and the long polls read these often.
+    _phase: tuple[dict[str, Any], Phase] | None = None
+    _status: tuple[dict[str, Any], api.SWERolloutStatus] | None = None
+    deadline: tuple[dict[str, Any], float | None] | None = None
+    """deadlines.py's next deadline (epoch seconds) for this body."""
 
     @property
     def phase(self) -> Phase:
-        return Phase((self.body.get("status") or {}).get("phase", Phase.PENDING.value))
+        if self._phase is None or self._phase[0] is not self.body:
+            self._phase = (self.body, Phase((self.body.get("status") or {}).get("phase", Phase.PENDING.value)))
+        return self._phase[1]
+
+    @property
+    def rollout_status(self) -> api.SWERolloutStatus:
+        """The status as the API model, parsed once per body."""
+        if self._status is None or self._status[0] is not self.body:
+            self._status = (self.body, api.SWERolloutStatus.model_validate(self.status))
+        return self._status[1]
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -109,7 +161,7 @@ class RolloutCache:
         meta = body["metadata"]
         entry = self.entries.get(meta["uid"])
         if entry is None:
-            entry = self.entries[meta["uid"]] = Tracked(meta["namespace"], meta["name"], meta["uid"], body)
+            entry = self.entries[meta["uid"]] = Tracked(meta["namespace"], meta["name"], meta["uid"], trim_rollout(body))
             return entry, True
         new_rv = _rv(body)
         if new_rv in entry.own_versions:
@@ -118,6 +170,7 @@ class RolloutCache:
         # Watch events can arrive out of order with our own patch responses.
         if new_rv < _rv(entry.body):
             return entry, False
+        body = trim_rollout(body)
         news = _relevant(body) != _relevant(entry.body)
         entry.body = body
         if news and entry.writes_in_flight:
@@ -136,7 +189,7 @@ class RolloutCache:
             else:
                 entry.own_versions.add(rv)
             if rv >= _rv(entry.body):
-                entry.body = body
+                entry.body = trim_rollout(body)
         if entry.writes_in_flight:
             return False
         news = bool(entry.held)
@@ -189,7 +242,7 @@ class PodCache:
             return
         if old is not None:
             self._drop(key)
-        self.pods[key] = pod
+        self.pods[key] = trim_pod(pod)
         if owner:
             self._by_owner.setdefault(owner, set()).add(key)
 

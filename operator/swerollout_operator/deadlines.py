@@ -46,3 +46,24 @@ def keepalive_expired(entry: Tracked) -> bool:
         return False
     keep = int((entry.spec.get("sandbox") or {}).get("keepAliveSecondsAfterAbort", 1800))
     return (utcnow() - aborted_at).total_seconds() >= keep
+
+
+def _next_deadline(entry: Tracked) -> float | None:
+    if entry.phase in (Phase.PENDING, Phase.STARTING):
+        created = parse_time((entry.body.get("metadata") or {}).get("creationTimestamp"))
+        timeout = int((entry.spec.get("sandbox") or {}).get("startupTimeoutSeconds", 600))
+        return created.timestamp() + timeout if created is not None else None
+    if entry.phase == Phase.ABORTED and not (entry.status.get("sandbox") or {}).get("reclaimedAt"):
+        aborted_at = parse_time((entry.status.get("partial") or {}).get("abortedAt"))
+        keep = int((entry.spec.get("sandbox") or {}).get("keepAliveSecondsAfterAbort", 1800))
+        return aborted_at.timestamp() + keep if aborted_at is not None else None
+    return None
+
+
+def deadline_passed(entry: Tracked, now: float) -> bool:
+    """Whether startup_overdue or keepalive_expired may hold (the sweep asks every second):
+    the deadline is worked out once per body, so a sweep over thousands is a comparison each."""
+    if entry.deadline is None or entry.deadline[0] is not entry.body:
+        entry.deadline = (entry.body, _next_deadline(entry))
+    at = entry.deadline[1]
+    return at is not None and now >= at

@@ -28,7 +28,7 @@ from swerollout.wire.ingest import Ack, ProgressReport, RunnerEvent
 
 from . import phases, podspec
 from .cache import PodCache, RolloutCache, Tracked, controller_uid
-from .deadlines import keepalive_expired, parse_time, startup_overdue, utcnow
+from .deadlines import deadline_passed, keepalive_expired, parse_time, startup_overdue, utcnow
 from .events import post_event
 from .metrics import OperatorMetrics
 from .objects import Objects, Rejected
@@ -44,6 +44,12 @@ MAX_EVAL_ATTEMPTS = 2
 MAX_ROLLOUT_ATTEMPTS = 5
 # Events are best effort and written in the background, at most this many at once.
 EVENT_WRITERS = 8
+EVENTFUL = frozenset({Event.SANDBOX_READY, Event.REPLAY_STARTED})
+"""Transitions that post a Normal Event, besides the end of a rollout (and every warning):
+where it runs, and a replay. The routine ones (pod created, aborted, resuming, resumed,
+evaluating) happen to whole batches at once, with every weight update; the status
+(phase, conditions, message) says them, and an Event each would be 500 API writes per
+batch abort and resume."""
 
 
 class Reconciler:
@@ -69,9 +75,16 @@ class Reconciler:
 
     # -- what the watches say ----------------------------------------------------
 
-    def observe(self, body: dict[str, Any]) -> bool:
+    async def observe(self, body: dict[str, Any]) -> bool:
         """A rollout watch event; True when it is news that needs a pass."""
+        before = self.rollouts.entries.get(str(body["metadata"]["uid"]))
+        generation = before.generation if before is not None else None
         entry, news = self.rollouts.observe(body)
+        if before is not None and entry.generation != generation:
+            # What a runner is told is a function of spec and status (assignments.py), so
+            # its long poll is answered now (a suspend reaches every runner of a batch as
+            # its mark arrives), not after a pass that may queue behind a whole batch.
+            await self.notify(entry)
         return news
 
     def observe_pod(self, pod: dict[str, Any], *, deleted: bool) -> str | None:
@@ -159,9 +172,10 @@ class Reconciler:
             self.metrics.transitions.labels(change.new.value).inc()
             self.refresh_gauges()
             log.info("%s/%s: %s -> %s (%s)", entry.namespace, entry.name, change.old.value, change.new.value, reason)
-            self.post_event(
-                entry, reason=reason, message=f"{change.old.value} -> {change.new.value}: {message}", warning=warning
-            )
+            if warning or event in EVENTFUL or change.new.is_terminal:
+                self.post_event(
+                    entry, reason=reason, message=f"{change.old.value} -> {change.new.value}: {message}", warning=warning
+                )
             if change.new.is_terminal:
                 self._observe_completion(entry)
         return True
@@ -409,8 +423,9 @@ class Reconciler:
 
     async def sweep(self) -> None:
         """Once a second: rollouts whose deadline passed get a pass; quiet progress is written."""
+        now = time.time()
         for uid, entry in list(self.rollouts.entries.items()):
-            if startup_overdue(entry) or keepalive_expired(entry):
+            if deadline_passed(entry, now):
                 self.requeue(uid)
             if self.progress.due(entry):
                 async with entry.lock:

@@ -34,6 +34,10 @@ from swerollout.kube.resources import ResourceType
 # A watch may sit idle for minutes between events: no read timeout, the server's
 # timeoutSeconds (or the caller) ends it.
 _WATCH_TIMEOUT = httpx.Timeout(30.0, read=None)
+# Every connection kept alive for reuse: httpx keeps only 20 by default, so under
+# concurrent load (an operator at batch scale, a batch marked at once) each request
+# past the 20th paid a new TCP and TLS handshake with the API server.
+_ASYNC_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=100, keepalive_expiry=30.0)
 
 
 def _transport_error(spec: RequestSpec, exc: Exception) -> TransportError:
@@ -307,7 +311,9 @@ class AsyncKubeClient(BaseKubeClient):
 
     def __init__(self, config: KubeConfig, *, timeout: float = 30.0) -> None:
         super().__init__(config, timeout=timeout)
-        self._http = httpx.AsyncClient(base_url=config.server, timeout=timeout, **config.http_options())
+        self._http = httpx.AsyncClient(
+            base_url=config.server, timeout=timeout, limits=_ASYNC_LIMITS, **config.http_options()
+        )
 
     @classmethod
     def from_kubeconfig(cls, path: str | os.PathLike[str], context: str | None = None) -> AsyncKubeClient:
