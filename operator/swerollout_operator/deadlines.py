@@ -39,11 +39,12 @@ def keepalive_expired(entry: Tracked) -> bool:
     """Aborted, its pod still held, and keepAliveSecondsAfterAbort have passed."""
     if entry.phase != Phase.ABORTED:
         return False
-    if (entry.status.get("sandbox") or {}).get("reclaimedAt"):
+    status = entry.rollout_status
+    if status.sandbox is not None and status.sandbox.reclaimed_at:
         return False
-    aborted_at = parse_time((entry.status.get("partial") or {}).get("abortedAt"))
-    if aborted_at is None:
+    if status.partial is None:
         return False
+    aborted_at = status.partial.aborted_at
     keep = int((entry.spec.get("sandbox") or {}).get("keepAliveSecondsAfterAbort", 1800))
     return (utcnow() - aborted_at).total_seconds() >= keep
 
@@ -53,10 +54,10 @@ def _next_deadline(entry: Tracked) -> float | None:
         created = parse_time((entry.body.get("metadata") or {}).get("creationTimestamp"))
         timeout = int((entry.spec.get("sandbox") or {}).get("startupTimeoutSeconds", 600))
         return created.timestamp() + timeout if created is not None else None
-    if entry.phase == Phase.ABORTED and not (entry.status.get("sandbox") or {}).get("reclaimedAt"):
-        aborted_at = parse_time((entry.status.get("partial") or {}).get("abortedAt"))
+    status = entry.rollout_status
+    if entry.phase == Phase.ABORTED and not (status.sandbox is not None and status.sandbox.reclaimed_at):
         keep = int((entry.spec.get("sandbox") or {}).get("keepAliveSecondsAfterAbort", 1800))
-        return aborted_at.timestamp() + keep if aborted_at is not None else None
+        return status.partial.aborted_at.timestamp() + keep if status.partial is not None else None
     return None
 
 

@@ -211,13 +211,13 @@ class IngestServer:
         if not _SHA256_HEX.fullmatch(sha):
             return _error(400, "Invalid", "the object's sha256 must be 64 lowercase hex digits")
         # Only objects this rollout's status points at can be read back.
-        status = entry.status
+        status = entry.rollout_status
         candidates = [
-            (status.get("partial") or {}).get("snapshot"),
-            (status.get("result") or {}).get("patch"),
-            (status.get("result") or {}).get("trajectory"),
+            status.partial.snapshot if status.partial else None,
+            status.result.patch if status.result else None,
+            status.result.trajectory if status.result else None,
         ]
-        ref = next((c["ref"] for c in candidates if c and c.get("sha256") == sha), None)
+        ref = next((c.ref for c in candidates if c is not None and c.sha256 == sha), None)
         if ref is None:
             return _error(404, "NotFound", f"no object {sha} is referenced by this rollout's status")
         try:
@@ -259,12 +259,12 @@ class IngestServer:
         entry = self.reconciler.rollouts.find(ns, name)
         if entry is None:
             return _error(404, "NotFound", f"rollout {ns}/{name} not found")
-        status = entry.status
+        status = entry.rollout_status
         refs = {
-            "trajectory": (status.get("result") or {}).get("trajectory"),
-            "patch": (status.get("result") or {}).get("patch"),
-            "snapshot": (status.get("partial") or {}).get("snapshot"),
-            "report": (status.get("reward") or {}).get("report"),
+            "trajectory": status.result.trajectory if status.result else None,
+            "patch": status.result.patch if status.result else None,
+            "snapshot": status.partial.snapshot if status.partial else None,
+            "report": status.reward.report if status.reward else None,
         }
         if kind not in refs:
             return _error(400, "Invalid", f"kind must be one of {sorted(refs)}")
@@ -272,7 +272,7 @@ class IngestServer:
         if not ref:
             return _error(404, "NotFound", f"rollout {ns}/{name} has no {kind} (phase {entry.phase.value})")
         try:
-            data = await self.store.get(ref["ref"], expect_sha256=ref["sha256"])
+            data = await self.store.get(ref.ref, expect_sha256=ref.sha256)
         except StoreError as exc:
             return _store_error(exc)
         return web.Response(body=data, content_type="application/octet-stream")

@@ -28,7 +28,7 @@ from swerollout.wire.ingest import Ack, ProgressReport, RunnerEvent
 
 from . import phases, podspec
 from .cache import PodCache, RolloutCache, Tracked, controller_uid
-from .deadlines import deadline_passed, keepalive_expired, parse_time, startup_overdue, utcnow
+from .deadlines import deadline_passed, keepalive_expired, startup_overdue, utcnow
 from .events import post_event
 from .metrics import OperatorMetrics
 from .objects import Objects, Rejected
@@ -44,7 +44,7 @@ MAX_EVAL_ATTEMPTS = 2
 MAX_ROLLOUT_ATTEMPTS = 5
 # Events are best effort and written in the background, at most this many at once.
 EVENT_WRITERS = 8
-EVENTFUL = frozenset({Event.SANDBOX_READY, Event.REPLAY_STARTED})
+EVENTFUL = frozenset({Trigger.SANDBOX_READY, Trigger.REPLAY_STARTED})
 """Transitions that post a Normal Event, besides the end of a rollout (and every warning):
 where it runs, and a replay. The routine ones (pod created, aborted, resuming, resumed,
 evaluating) happen to whole batches at once, with every weight update; the status
@@ -181,17 +181,15 @@ class Reconciler:
         return True
 
     def _observe_completion(self, entry: Tracked) -> None:
-        start = parse_time(entry.status.get("startTime"))
-        if start is not None:
-            self.metrics.rollout_duration.observe((utcnow() - start).total_seconds())
-        reward = entry.status.get("reward") or {}
-        if reward.get("graded"):
-            self.metrics.rewards.observe(float(reward.get("value") or 0.0))
-            self.metrics.resolved.labels("true" if reward.get("resolved") else "false").inc()
-        result = entry.status.get("result") or {}
-        if result:
-            self.metrics.turns.observe(int(result.get("turns") or 0))
-            self.metrics.exit_statuses.labels(metric_label(str(result.get("exitStatus", "")))).inc()
+        status = entry.rollout_status
+        if status.start_time is not None:
+            self.metrics.rollout_duration.observe((utcnow() - status.start_time).total_seconds())
+        if status.reward is not None and status.reward.graded:
+            self.metrics.rewards.observe(status.reward.value)
+            self.metrics.resolved.labels("true" if status.reward.resolved else "false").inc()
+        if status.result is not None:
+            self.metrics.turns.observe(status.result.turns)
+            self.metrics.exit_statuses.labels(metric_label(status.result.exit_status)).inc()
 
     # -- the pass ----------------------------------------------------------------
 
@@ -265,7 +263,7 @@ class Reconciler:
 
     async def _sandbox_pod(self, entry: Tracked) -> tuple[dict[str, Any] | None, PodState | None, bool]:
         """The pod named in status.sandbox, its state, and whether it is gone (deleted, going, failed)."""
-        name = (entry.status.get("sandbox") or {}).get("podName")
+        name = _pod_name(entry)
         pod = await self.objects.pod(entry, name) if name else None
         if pod is None or not _owned(pod, entry.uid):
             return None, None, True
@@ -273,7 +271,7 @@ class Reconciler:
         return pod, state, bool(pod["metadata"].get("deletionTimestamp")) or state.failed
 
     async def _ensure_started(self, entry: Tracked) -> None:
-        attempt = max(1, int(entry.status.get("attempts") or 0))
+        attempt = max(1, entry.rollout_status.attempts)
         if entry.phase == Phase.PENDING:
             pod = await self.objects.ensure_pod(entry, attempt, role="rollout")
             entry.pod_created_at = time.monotonic()
@@ -287,7 +285,7 @@ class Reconciler:
         if current is None:
             # Deleted before it was ready (the cache knew it, the server does not).
             self.metrics.startup_failures.labels("PodDeleted").inc()
-            name = (entry.status.get("sandbox") or {}).get("podName")
+            name = _pod_name(entry)
             await self.transition(
                 entry, Trigger.STARTUP_FAILED, reason="PodDeleted", message=f"pod {name} was deleted before it became ready",
                 warning=True,
@@ -313,7 +311,7 @@ class Reconciler:
         pod, state, gone = await self._sandbox_pod(entry)
         if gone:
             detail = (state.message if state else "") or "the pod was deleted"
-            name = (entry.status.get("sandbox") or {}).get("podName")
+            name = _pod_name(entry)
             await self.transition(
                 entry, Trigger.POD_LOST, reason="PodLost",
                 message=f"sandbox pod {name} lost while running ({detail}); no snapshot to resume from", warning=True,
@@ -323,10 +321,10 @@ class Reconciler:
         if not entry.spec.get("suspend"):
             await self.transition(entry, Trigger.RESUME_REQUESTED, reason="ResumeRequested", message="spec.suspend is false")
             return
-        sandbox = entry.status.get("sandbox") or {}
-        if sandbox.get("reclaimedAt"):
+        sandbox = entry.rollout_status.sandbox or api.SandboxHandle()
+        if sandbox.reclaimed_at:
             return
-        pod_name = sandbox.get("podName")
+        pod_name = sandbox.pod_name
         if keepalive_expired(entry):
             keep = entry.rollout_spec.sandbox.keep_alive_seconds_after_abort
             if pod_name:
@@ -349,13 +347,13 @@ class Reconciler:
 
     async def _ensure_resume_pod(self, entry: Tracked) -> None:
         """Resume on the same pod when it is alive; otherwise replay into a fresh one."""
-        sandbox = entry.status.get("sandbox") or {}
-        current, state, gone = (None, None, True) if sandbox.get("reclaimedAt") else await self._sandbox_pod(entry)
+        sandbox = entry.rollout_status.sandbox or api.SandboxHandle()
+        current, state, gone = (None, None, True) if sandbox.reclaimed_at else await self._sandbox_pod(entry)
         if current is not None and state is not None and not gone:
-            if state.ready and sandbox.get("podIP") != state.pod_ip:
+            if state.ready and sandbox.pod_ip != state.pod_ip:
                 await self.write_status(entry, {"sandbox": _handle(current, state)})
             return
-        attempt = max(1, int(entry.status.get("attempts") or 1)) + 1
+        attempt = max(1, entry.rollout_status.attempts) + 1
         if attempt > MAX_ROLLOUT_ATTEMPTS:
             await self.transition(
                 entry, Trigger.FAILED, reason="TooManyAttempts",
@@ -381,10 +379,10 @@ class Reconciler:
             labels = pod["metadata"].get("labels") or {}
             if labels.get(api.LABEL_COMPONENT) != "eval" and not pod["metadata"].get("deletionTimestamp"):
                 await self.objects.delete_pod(entry.namespace, pod["metadata"]["name"])
-        evaluation = entry.status.get("evaluation") or {}
-        attempt = int(evaluation.get("attempt") or 1)
-        if evaluation.get("podName"):
-            current = await self.objects.pod(entry, evaluation["podName"])
+        evaluation = entry.rollout_status.evaluation or api.EvaluationState()
+        attempt = evaluation.attempt
+        if evaluation.pod_name:
+            current = await self.objects.pod(entry, evaluation.pod_name)
             state = read_pod(current) if current is not None else None
             going = current is not None and bool(current["metadata"].get("deletionTimestamp"))
             if current is None or going or (state is not None and state.failed):
@@ -392,7 +390,7 @@ class Reconciler:
                 if attempt >= MAX_EVAL_ATTEMPTS:
                     await self.transition(
                         entry, Trigger.FAILED, reason="EvalPodFailed",
-                        message=f"eval pod {evaluation['podName']} failed ({detail}) after {attempt} attempts",
+                        message=f"eval pod {evaluation.pod_name} failed ({detail}) after {attempt} attempts",
                         warning=True,
                     )
                     return
@@ -406,7 +404,7 @@ class Reconciler:
         await self.write_status(entry, {"evaluation": state_patch.to_patch()})
 
     async def _startup_timeout(self, entry: Tracked) -> None:
-        pod_name = (entry.status.get("sandbox") or {}).get("podName") or podspec.rollout_pod_name(entry.name, 1)
+        pod_name = _pod_name(entry) or podspec.rollout_pod_name(entry.name, 1)
         pod = await self.objects.pod(entry, pod_name)
         if pod is None:
             detail = "the pod does not exist" + (f"; last error: {entry.last_error}" if entry.last_error else "")
@@ -466,6 +464,11 @@ class Reconciler:
             task.cancel()
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
+
+
+def _pod_name(entry: Tracked) -> str | None:
+    sandbox = entry.rollout_status.sandbox
+    return sandbox.pod_name if sandbox is not None else None
 
 
 def _sandbox(**fields: Any) -> api.SandboxHandle:

@@ -13,7 +13,7 @@ from swerollout.api import v1alpha1 as api
 from swerollout.exit_status import ExitStatus, base_exit, gate_exit_status, is_failed_run
 from swerollout.wire.ingest import EventKind, RunnerEvent, StoredObjectRef
 
-from .deadlines import parse_time, utcnow
+from .deadlines import utcnow
 from .metrics import abort_reason_label
 from .phases import Trigger, cut_message
 from .progress import ProgressCoalescer
@@ -148,8 +148,9 @@ async def _evaluated(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
     )
     if event.report:
         reward.report = object_ref(event.report)
-    started = parse_time((entry.status.get("evaluation") or {}).get("startedAt"))
-    exit_status = str((entry.status.get("result") or {}).get("exitStatus") or "")
+    status = entry.rollout_status
+    started = status.evaluation.started_at if status.evaluation is not None else None
+    exit_status = status.result.exit_status if status.result is not None else ""
     if is_failed_run(exit_status, report.graded):
         # An autosubmission after an infrastructure exit that could not be graded either.
         applied = await r.transition(
