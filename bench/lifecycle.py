@@ -385,6 +385,8 @@ def _api_writes(plane: ControlPlane) -> Counter[str]:
 
 
 async def _main(n: int, rate: float, active: int) -> dict[str, Any]:
+    # The machine may be shared: the ratios hold within one run, the load says how far.
+    load_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         plane = ControlPlane(Path(tmp) / "cp")
         plane.start()
@@ -421,7 +423,10 @@ async def _main(n: int, rate: float, active: int) -> dict[str, Any]:
     # The bench's own writes in that window: the CR, the kubelet's pod status, the trainer's two marks.
     own = Counter({"POST swerollouts": n, "PATCH pods/status": n, "PATCH swerollouts": 2 * n})
     operator_writes = {k: v / n for k, v in sorted((delta - own).items()) if v > 0}
-    return {"rollouts": n, "rate": rate, "baseline": baseline, "operator": ours, "writes_per_rollout": operator_writes}
+    return {
+        "rollouts": n, "rate": rate, "baseline": baseline, "operator": ours, "writes_per_rollout": operator_writes,
+        "load_average": {"start": load_start, "end": os.getloadavg()[0]},
+    }
 
 
 def run(rollouts: int = 500, rate: float = 50.0, active: int = 2000) -> dict[str, Any]:
@@ -439,7 +444,12 @@ _WHY = {
 
 def report(result: dict[str, Any]) -> str:
     n, b, o = result["rollouts"], result["baseline"], result["operator"]
-    lines = [f"lifecycle: {n} SWERollouts, CR created -> pod created; operator / bare client in this run"]
+    load = result.get("load_average", {})
+    lines = [
+        f"lifecycle: {n} SWERollouts, CR created -> pod created; operator / bare client in this run "
+        f"(load average {load.get('start', 0):.1f} at the start, {load.get('end', 0):.1f} at the end, "
+        f"{os.cpu_count()} cores)"
+    ]
     for mode, title in (("burst", "one burst"), ("steady", f"steady {result['rate']:.0f} CR/s")):
         bb, oo = b[mode], o[mode]
         lines.append(
@@ -453,7 +463,8 @@ def report(result: dict[str, Any]) -> str:
     f = o["fan_out"]
     lines.append(
         f"  abort {n} running: every runner holds its abort in {f['abort_all_runners_seconds']:.2f} s, every CR "
-        f"Aborted in {f['abort_all_crs_seconds']:.2f} s (abort(batch) returned in {f['abort_call_seconds']:.2f} s)"
+        f"Aborted in {f['abort_all_crs_seconds']:.2f} s (abort(batch) returned in {f['abort_call_seconds']:.2f} s, "
+        f"so {max(0.0, f['abort_all_runners_seconds'] - f['abort_call_seconds']):.2f} s of fan-out after the last mark)"
     )
     lines.append(
         f"  resume {n}: every runner holds its resume in {f['resume_all_runners_seconds']:.2f} s, every CR "
@@ -467,7 +478,8 @@ def report(result: dict[str, Any]) -> str:
     if rest:
         lines.append(
             f"  at rest with {rest['active_rollouts']} Running rollouts in long polls: RSS {rest['rss_mib']:.0f} MiB, "
-            f"idle CPU {rest['idle_cpu_fraction_of_core'] * 100:.1f}% of a core (peak RSS {o['peak_rss_mib']:.0f} MiB)"
+            f"idle CPU {rest['idle_cpu_fraction_of_core'] * 100:.1f}% of a core (peak RSS {o['peak_rss_mib']:.0f} MiB; "
+            f"the operator tracks {2 * n + rest['active_rollouts']} rollouts and their pods in all)"
         )
     return "\n".join(lines)
 
