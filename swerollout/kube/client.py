@@ -36,8 +36,9 @@ from swerollout.kube.resources import ResourceType
 _WATCH_TIMEOUT = httpx.Timeout(30.0, read=None)
 # Every connection kept alive for reuse: httpx keeps only 20 by default, so under
 # concurrent load (an operator at batch scale, a batch marked at once) each request
-# past the 20th paid a new TCP and TLS handshake with the API server.
-_ASYNC_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=100, keepalive_expiry=30.0)
+# past the 20th paid a new TCP and TLS handshake with the API server. Idle ones still
+# expire after httpx's 5 s, well inside any server's idle timeout (no stale reuse).
+_ASYNC_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=100)
 
 
 def _transport_error(spec: RequestSpec, exc: Exception) -> TransportError:
