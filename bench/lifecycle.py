@@ -155,7 +155,10 @@ async def bare_client(kube: AsyncKubeClient, n: int, ns: str, rate: float | None
 class Operator:
     def __init__(self, plane: ControlPlane, workdir: Path, namespaces: list[str]) -> None:
         self.key = workdir / "key"
-        self.key.write_bytes(secrets.token_bytes(32))
+        # Text, not raw bytes: the operator strips whitespace from its key file (a key made
+        # with `echo` ends in a newline), so a random key that began or ended in a
+        # whitespace byte came out short and the operator refused to start (1 start in 20).
+        self.key.write_bytes(secrets.token_hex(32).encode())
         self.ingest_port = _free_port()
         self.metrics_port = _free_port()
         argv = [

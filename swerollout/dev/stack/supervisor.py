@@ -268,7 +268,10 @@ class Supervisor:
             kubeconfig, identity = self.paths.kubeconfig, "cluster admin (the chart is not installed)"
         key = self.paths.root / "token.key"
         if not key.exists():
-            key.write_bytes(secrets.token_bytes(32))
+            # Text, not raw bytes: the operator strips whitespace from its key file (a key made
+            # with `echo` ends in a newline), so a random key that began or ended in a
+            # whitespace byte came out short and the operator refused to start (1 start in 20).
+            key.write_bytes(secrets.token_hex(32).encode())
             os.chmod(key, 0o600)
         ingest = self.ingest_port
         toleration = {"key": TAINT_KEY, "operator": "Exists", "effect": TAINT_EFFECT}
