@@ -397,7 +397,8 @@ async def _main(n: int, rate: float, active: int) -> dict[str, Any]:
             result = plane.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
             assert result.returncode == 0, result.stderr
             plane.kubectl("wait", "--for=condition=Established", "crd/swerollouts.swerollout.io", "--timeout=60s")
-            kube = AsyncKubeClient(load_kubeconfig(plane.kubeconfig_path))
+            # Lists of thousands on a loaded machine can take longer than the default 30 s.
+            kube = AsyncKubeClient(load_kubeconfig(plane.kubeconfig_path), timeout=300)
             try:
                 baseline = {
                     "burst": await bare_client(kube, n, "base-burst", None),
