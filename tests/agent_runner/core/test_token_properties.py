@@ -83,6 +83,8 @@ GROUPS = _groups()
 # "think-opener": the generation prompt opens <think>; history turns are rendered without
 #   it and without the reasoning before </think>, which the list keeps (what the policy
 #   saw and sampled).
+# "trims-cut-reply": a reply cut by the length limit that ends in whitespace is rendered
+#   stripped in history; the list keeps the sampled whitespace tokens.
 # "eos-after-text-close": the template closes a turn with text (``\n<|EOT|>\n``), never
 #   with a token: the policy stops with EOS after its content, and the list keeps that EOS
 #   where the rendering has none.
@@ -94,6 +96,7 @@ QUIRKS: dict[tuple[str, str], set[str]] = {
     ("minimax", "text"): {"think-opener"},
     ("qwen-3.5", "text"): {"think-opener"},
     ("glm-4.7-flash", "text"): {"think-opener"},
+    ("glm-4.5v", "text"): {"trims-cut-reply"},
     ("deepseek-vl2-small", "text"): {"eos-after-text-close"},
     ("janusflow-1.3b", "text"): {"eos-after-text-close"},
 }
@@ -121,14 +124,11 @@ REFUSED: dict[tuple[str, str], str] = {
 # Families whose token list is not yet exact, with what the suite found (issue #16, left
 # open; docs/token-exactness.md lists them). Every other templated family is checked.
 NOT_YET_EXACT: dict[tuple[str, str], str] = {
-    ("deepseek-vl2-small", "text"): "the policy's EOS before the text close \\n<|EOT|>\\n is not yet asserted as a quirk",
-    ("janusflow-1.3b", "text"): "the policy's EOS before the text close \\n<|EOT|>\\n is not yet asserted as a quirk",
-    ("glm-4.5v", "text"): "a length-cut reply ending in whitespace renders trimmed in history",
     ("glm-4.5v", "tool"): "a length-cut reply ending in whitespace renders trimmed in history",
     ("glm-4.7-flash", "text"): "a length-cut reply ending in whitespace renders trimmed in history",
-    ("glm-4.7-flash", "tool"): "turns after the last user message keep their reasoning (the driver strips it)",
     ("jiutian-139moe-chat", "text"): "a length-cut reply ending in whitespace renders trimmed in history",
     ("minimax-m3", "tool"): "a length-cut reply ending in whitespace renders trimmed in history",
+    ("glm-4.7-flash", "tool"): "turns after the last user message keep their reasoning (the driver strips it)",
     ("qwen-3.5", "tool"): "the generation prompt's <think>\\n and an empty reasoning's \\n\\n tokenize across the boundary",
 }
 
@@ -373,6 +373,13 @@ class Driver:
             del self.unrendered[spans:]  # the dropped reasoning is not in the list
             return
         self.expected.extend([(1, logprob, version)] * len(ids))
+        if cut is not None:
+            self.trimmed_cut(request, ids)
+        if not closed and cut is None:
+            # The template closes the turn with text, never with a token: the EOS the policy
+            # stopped with is in the list, not in the rendering (quirk "eos-after-text-close").
+            self.quirks.add("eos-after-text-close")
+            self.unrendered.append((len(request) + len(ids) - 1, len(request) + len(ids)))
         if self.fmt == "tool" and cut is None:
             assert turn.parse_error is None, turn.parse_error
             assert [c.model_dump() for c in turn.tool_calls] == [
@@ -385,6 +392,22 @@ class Driver:
             env = [{**m, "tool_call_id": call_ids[i]} if m["role"] == "tool" else m for i, m in enumerate(env)]
         self.surrogates += sum(str(m["content"]).count(s) for m in env for s in ("\udcff", "\udc80", "\ud800"))
         self.model.add_messages(env)
+
+    def trimmed_cut(self, request: list[int], ids: list[int]) -> None:
+        """A reply cut by the length limit may end in whitespace; templates that strip content
+        render it without (quirk "trims-cut-reply"): those sampled tokens are in the list only."""
+        content = str(self.model.state.messages[-1]["content"])
+        rendered = self.template.render(
+            [{"role": "user", "content": "u"}, {"role": "assistant", "content": content}],
+            add_generation_prompt=False,
+        )
+        n = 0
+        while n < len(ids) and not self.template.is_added(ids[-1 - n]) and not str(self.tokenizer.decode(ids[-1 - n])).strip():
+            n += 1
+        if n and content not in rendered and content.rstrip() in rendered:
+            self.quirks.add("trims-cut-reply")
+            end = len(request) + len(ids)
+            self.unrendered.append((end - n, end))
 
     def check_delta_structure(self) -> None:
         """Property 3 for the pending delta: same added tokens as with plain content."""
