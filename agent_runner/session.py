@@ -97,6 +97,8 @@ INFERENCE_OUTAGE_BUDGET_SECONDS = 600.0
 # The pauses between re-sends while the server is down (the client's own quick
 # retries come first); the budget bounds them.
 OUTAGE_BACKOFF = Backoff(first_seconds=1.0, max_seconds=15.0)
+# Re-sending an abort that failed or did not land; past the budget the request is cancelled locally.
+ABORT_BACKOFF = Backoff(first_seconds=0.5, max_seconds=2.0, budget_seconds=30.0)
 
 
 class AbortableModel:
@@ -213,20 +215,23 @@ class AbortableModel:
         if task is None:
             return
         if self._abort_remote is not None:
-            for _ in range(30):
-                if task.done():
-                    return
+            retry = ABORT_BACKOFF.start()
+            while not task.done():
                 try:
                     await self._abort_remote()
                 except Exception as exc:  # noqa: BLE001 - keep trying; cancelling below is the fallback
                     log.warning("abort request failed: %s", exc)
-                    await asyncio.sleep(0.5)
-                    continue
-                try:
-                    await asyncio.wait_for(asyncio.shield(task), timeout=1.0)
-                    return
-                except (asyncio.TimeoutError, Exception):  # noqa: BLE001
-                    continue
+                else:
+                    try:
+                        # A delivered abort ends the request at once, unless it raced the request's arrival.
+                        await asyncio.wait_for(asyncio.shield(task), timeout=1.0)
+                        return
+                    except (asyncio.TimeoutError, Exception):  # noqa: BLE001
+                        pass
+                delay = retry.next_delay()
+                if delay is None:
+                    break
+                await asyncio.sleep(delay)
         if not task.done():
             task.cancel()
 
