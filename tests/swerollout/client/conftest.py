@@ -1,38 +1,6 @@
 """Fixtures of the trainer-client tests: the CRD in the session control plane, a file://
-result store per test, and a client pointed at both."""
+result store per test, and a client pointed at both (one home: tests/support/client_fixtures.py)."""
 
-from __future__ import annotations
+from tests.support.client_fixtures import client, crd, store, store_url
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
-import pytest
-
-from swerollout.client import AsyncRolloutClient
-from swerollout.dev.controlplane import ControlPlane
-from swerollout.store import ResultStore, open_store
-from tests.support.cluster import install_crd
-
-
-@pytest.fixture(scope="session")
-def crd(control_plane: ControlPlane) -> ControlPlane:
-    install_crd(control_plane)
-    return control_plane
-
-
-@pytest.fixture
-def store_url(tmp_path: Path) -> str:
-    return (tmp_path / "store").as_uri()
-
-
-@pytest.fixture
-async def store(store_url: str) -> AsyncIterator[ResultStore]:
-    opened = open_store(store_url)
-    yield opened
-    await opened.aclose()
-
-
-@pytest.fixture
-async def client(crd: ControlPlane, namespace: str, store_url: str) -> AsyncIterator[AsyncRolloutClient]:
-    async with AsyncRolloutClient.connect(crd.kubeconfig_path, namespace=namespace, store_url=store_url) as c:
-        yield c
+__all__ = ["client", "crd", "store", "store_url"]
