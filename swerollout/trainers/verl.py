@@ -159,7 +159,7 @@ def _label(value: Any) -> str | int:
 
 
 @register(AGENT_NAME)
-class SWERolloutAgentLoop(AgentLoopBase):
+class SWERolloutAgentLoop(AgentLoopBase):  # type: ignore[misc]  # verl is not followed (pyproject: mypy overrides)
     """One SWE rollout per call of ``run``: the dataset row's task, verl's sampling
     parameters, the step's caps; returns when the rollout is finished and graded."""
 
