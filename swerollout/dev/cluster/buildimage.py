@@ -19,7 +19,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import images
+from . import buildinputs, images
 
 BASE_PACKAGES = ("python3", "python3-venv", "python3-pytest", "git", "ca-certificates", "passwd", "patch")
 """The Debian base: Python with venv (the Dockerfile's stages), pytest and git (task images)."""
@@ -65,14 +65,27 @@ def _buildah(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess[s
 
 
 def build_image(repo: Path, *, tag: str = IMAGE, extra_args: Sequence[str] = ()) -> Path:
-    """Build ``tag`` from ``repo``/Dockerfile and write it as a docker-archive; returns the archive."""
-    _buildah("pull", f"docker-archive:{base_image_archive()}")
-    _buildah(
-        "bud", "--network=host", "--pull-never", "--layers",
-        "--build-arg", f"BASE_IMAGE={BASE_IMAGE}", "--build-arg", "BUNDLE_PYTHON=base",
-        *extra_args, "-t", tag, "-f", str(repo / "Dockerfile"), str(repo),
-    )
-    archive = images.image_cache_dir() / (tag.replace("/", "_").replace(":", "_") + ".tar")
-    archive.unlink(missing_ok=True)
-    _buildah("push", tag, f"docker-archive:{archive}:{tag}")
+    """Build ``tag`` from ``repo``/Dockerfile and write it as a docker-archive; returns the archive.
+
+    The archive is named by the hash of the build's inputs (buildinputs.py): when
+    nothing the Dockerfile copies, its text, the arguments or the base has changed,
+    the archive built before is the image, and buildah does not run at all.
+    """
+    base = base_image_archive()
+    args = ("--build-arg", f"BASE_IMAGE={BASE_IMAGE}", "--build-arg", "BUNDLE_PYTHON=base", *extra_args)
+    key = buildinputs.inputs_hash(repo, repo / "Dockerfile", (*args, tag, base.name))[:16]
+    stem = tag.replace("/", "_").replace(":", "_")
+    archive = images.image_cache_dir() / f"{stem}-{key}.tar"
+    if archive.is_file():
+        return archive
+    _buildah("pull", f"docker-archive:{base}")
+    _buildah("bud", "--network=host", "--pull-never", "--layers", *args,
+             "-t", tag, "-f", str(repo / "Dockerfile"), str(repo))
+    partial = archive.with_suffix(".partial")
+    partial.unlink(missing_ok=True)
+    _buildah("push", tag, f"docker-archive:{partial}:{tag}")
+    # Only the newest archive per tag is kept: each is the whole image (hundreds of MB).
+    for old in archive.parent.glob(f"{stem}*.tar"):
+        old.unlink(missing_ok=True)
+    partial.rename(archive)
     return archive
