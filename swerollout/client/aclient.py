@@ -26,6 +26,7 @@ import httpx
 from pydantic import ValidationError
 
 from swerollout.api.base import one_line
+from swerollout.backoff import Backoff
 from swerollout.api.v1alpha1 import (
     API_VERSION,
     GROUP,
@@ -76,6 +77,7 @@ from swerollout.kube import (
     Invalid,
     KubeError,
     NotFound,
+    aretry,
     load_config,
 )
 from swerollout.store import StoreError, open_store
@@ -101,6 +103,9 @@ MARK_PARALLEL_REQUESTS = 64
 MAX_WEIGHT_VERSION = 128
 # Optimistic-concurrency retries of one abort/resume patch before giving up.
 MAX_CONFLICT_RETRIES = 5
+# Transient failures of one abort/resume mark (reset, 429, 5xx) are retried this long:
+# a trainer's abort must ride out an API server restart of a few seconds.
+MARK_BACKOFF = Backoff(first_seconds=0.2, max_seconds=5.0, budget_seconds=30.0)
 
 
 async def check_inference_endpoint(endpoint: str, *, timeout: float = 5.0) -> None:
@@ -632,14 +637,22 @@ class AsyncRolloutClient:
         self, members: list[Object], suspend: bool, *, weight_version: str | None = None
     ) -> list[str]:
         limit = asyncio.Semaphore(MARK_PARALLEL_REQUESTS)
+        doing = f"setting spec.suspend={suspend}"
 
         async def patch(obj: Object) -> str:
             name = str(obj["metadata"]["name"])
+            schedule = MARK_BACKOFF.start()
+            # A patch whose answer was lost (reset, 5xx) may have been applied: then the
+            # re-read shows the mark, and it is ours; it is never sent a second time.
+            maybe_applied = False
+            conflicts = 0
             async with limit:
-                for _ in range(MAX_CONFLICT_RETRIES):
+                while conflicts < MAX_CONFLICT_RETRIES:
                     phase = parse_status(obj).phase
-                    if phase.is_terminal or bool((obj.get("spec") or {}).get("suspend")) == suspend:
+                    if phase.is_terminal:
                         return ""
+                    if bool((obj.get("spec") or {}).get("suspend")) == suspend:
+                        return name if maybe_applied else ""
                     # Conditional on the phase we read (not on the resourceVersion, which the
                     # operator's progress writes move all the time): a member that finished
                     # since we read it is re-read and left alone instead of being marked.
@@ -657,16 +670,24 @@ class AsyncRolloutClient:
                         )
                         return name
                     except (Conflict, Invalid):
-                        # The phase moved (a failed `test` is 422): read it again.
-                        try:
-                            obj = await self.kube.get(SWEROLLOUTS, name, self.namespace)
-                        except NotFound:
-                            return ""
+                        conflicts += 1  # the phase moved (a failed `test` is 422): read it again
                     except NotFound:
                         return ""  # deleted meanwhile: nothing to abort or resume
                     except KubeError as exc:
-                        raise _kube_error(exc, f"setting spec.suspend={suspend} on {name}") from exc
-            raise KubeApiError(f"{name} kept changing while setting spec.suspend={suspend}; try again", retryable=True)
+                        delay = schedule.next_delay(exc.retry_after_seconds) if exc.retryable else None
+                        if delay is None:
+                            raise _kube_error(exc, f"{doing} on {name}") from exc
+                        # 429 was refused before it ran; a reset or a 5xx may have landed.
+                        maybe_applied = maybe_applied or exc.status != 429
+                        log.info("%s on %s failed (%s); reading it again in %.1f s", doing, name, exc, delay)
+                        await asyncio.sleep(delay)
+                    try:
+                        obj = await aretry(lambda: self.kube.get(SWEROLLOUTS, name, self.namespace), policy=MARK_BACKOFF)
+                    except NotFound:
+                        return ""
+                    except KubeError as exc:
+                        raise _kube_error(exc, f"reading {name} again while {doing}") from exc
+            raise KubeApiError(f"{name} kept changing while {doing}; try again", retryable=True)
 
         names = await asyncio.gather(*(patch(o) for o in members))
         return sorted(n for n in names if n)
