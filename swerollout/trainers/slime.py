@@ -10,10 +10,18 @@ slime (github.com/THUDM/slime) calls
   (their pods keep the sandbox) and go back to slime's buffer; the next step resumes
   them by name.
 
-A sample's rollout is ``<prefix>-<group_index>-<index>`` (slime numbers both across the
-whole run), so a sample that comes back from the buffer finds its rollout again. The
-SWE-bench instance is read from ``sample.metadata[instance_key]`` (slime's
-``--metadata-key`` column of the dataset).
+Settings: the shared :class:`~swerollout.trainers._settings.AdapterSettings`, from
+``args.swerollout`` (a ``swerollout:`` section of the YAML slime reads with
+``--custom-config-path``); the endpoint defaults to slime's router, the tokenizer to
+``--hf-checkpoint``. slime's own arguments map onto the spec: ``--rollout-temperature``/
+``--rollout-top-p``/``--rollout-top-k`` onto the sampling, ``--rollout-max-response-len``
+onto ``maxSampledTokens``, ``--rollout-max-context-len`` onto ``maxContextTokens``;
+groups have ``--n-samples-per-prompt`` members.
+
+A sample's rollout is ``<batch_prefix>-<run id>-<group_index>-<index>`` (slime numbers
+both across the whole run), so a sample that comes back from the buffer finds its
+rollout again. The SWE-bench task is the sample's metadata (slime's ``--metadata-key``
+column): its ``instance`` key, or the metadata itself when it is a published SWE-bench row.
 
 Mapping of one finished record onto slime's ``Sample``: ``tokens`` = prompt + response,
 ``response_length``, ``loss_mask`` and ``rollout_log_probs`` of length
@@ -31,7 +39,7 @@ slime is not imported: the functions work on the ``Sample`` objects slime hands 
 from __future__ import annotations
 
 import asyncio
-import os
+import secrets
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -40,34 +48,63 @@ from typing import Any
 import numpy as np
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from swerollout.client import AsyncRolloutClient, RolloutRecord, TrainerStatus, rollout_name
+from swerollout.client import AsyncRolloutClient, ClientConfigError, RolloutRecord, TrainerStatus, rollout_name
 from swerollout.trainers._records import TrainerAdapterError, reward_of, sampling_from, token_arrays
+from swerollout.trainers._settings import AdapterSettings, instance_from_row, shared_client
 
 # What SGLang reports as the weight version of a server that was never given one.
 UNSET_VERSION = "default"
 # metadata keys this adapter writes on a sample.
 META_ROLLOUT = "swerollout_rollout"
+SETTINGS_KEY = "swerollout"
+"""slime's ``args`` attribute holding the settings: the ``swerollout:`` mapping of the
+YAML given to ``--custom-config-path`` (slime sets each top-level key on ``args``)."""
+
+
+def settings_from_slime(args: Any) -> AdapterSettings:
+    """The adapter settings from slime's ``args``: ``args.swerollout`` (from the
+    ``--custom-config-path`` YAML), the endpoint defaulting to slime's router
+    (``--sglang-router-ip``/``--sglang-router-port``) and the tokenizer to ``--hf-checkpoint``."""
+    section = getattr(args, SETTINGS_KEY, None)
+    if section is not None and not isinstance(section, Mapping):
+        raise ClientConfigError(
+            f"args.{SETTINGS_KEY} is a {type(section).__name__}; in the --custom-config-path YAML, "
+            f"`{SETTINGS_KEY}:` must be a mapping (endpoints, tokenizer, namespace, store_url, ...)"
+        )
+    raw: dict[str, Any] = {str(k): v for k, v in (section or {}).items()}
+    router = getattr(args, "sglang_router_ip", None)
+    if "endpoints" not in raw and router:
+        raw["endpoints"] = [f"http://{router}:{args.sglang_router_port}"]
+    if "tokenizer" not in raw and getattr(args, "hf_checkpoint", None):
+        raw["tokenizer"] = str(args.hf_checkpoint)
+    return AdapterSettings.parse(raw, f"the `{SETTINGS_KEY}:` section of slime's --custom-config-path YAML")
 
 
 @dataclass
 class SlimeAdapter:
-    """The hooks' configuration: the client, the policy servers as the rollout pods reach
-    them, and where a sample keeps its instance."""
+    """The hooks' configuration: the shared adapter settings (the cluster, the result store,
+    the policy servers as the rollout pods reach them, the spec around each task)."""
 
-    client: AsyncRolloutClient
-    inference: Mapping[str, Any]
-    """``spec.inference`` (at least ``endpoint``, the slime router or SGLang server as the
-    rollout pods reach it, and ``tokenizer``)."""
-    prefix: str = "slime"
-    """Rollout names are ``<prefix>-<group_index>-<index>``; one prefix per training run."""
-    instance_key: str = "instance"
-    agent: Mapping[str, Any] | None = None
-    reward: Mapping[str, Any] | None = None
-    sandbox: Mapping[str, Any] | None = None
-    timeout: float | None = None
-    """Seconds one sample may take (None: no limit)."""
+    settings: AdapterSettings
+    client: AsyncRolloutClient | None = None
+    """None: the process's shared client of the running event loop (one watch for all samples)."""
+    run_id: str = field(default_factory=lambda: secrets.token_hex(3))
+    """Keeps this run's rollout names apart from an earlier run's with the same prefix."""
     _portal: BlockingPortal | None = field(default=None, init=False, repr=False)
     _portal_cm: AbstractContextManager[BlockingPortal] | None = field(default=None, init=False, repr=False)
+    _owns_client: bool = field(default=False, init=False, repr=False)
+
+    @classmethod
+    def from_args(cls, args: Any) -> SlimeAdapter:
+        return cls(settings_from_slime(args))
+
+    @property
+    def batch(self) -> str:
+        """The batch every rollout of this run belongs to: ``<batch_prefix>-<run id>``."""
+        return self.settings.batch_name(self.run_id)
+
+    def _client(self) -> AsyncRolloutClient:
+        return self.client if self.client is not None else shared_client(self.settings)
 
     def name_of(self, sample: Any) -> str:
         if sample.group_index is None or sample.index is None:
@@ -75,16 +112,13 @@ class SlimeAdapter:
                 "a slime sample without group_index/index cannot be named; slime's data source sets both "
                 "(a custom data source must set them too)"
             )
-        return rollout_name(self.prefix, int(sample.group_index), int(sample.index))
+        return rollout_name(self.batch, int(sample.group_index), int(sample.index))
 
-    def _instance(self, sample: Any) -> Any:
-        instance = (sample.metadata or {}).get(self.instance_key)
-        if instance is None:
-            raise TrainerAdapterError(
-                f"sample {sample.index}: metadata has no {self.instance_key!r}; put the SWE-bench row in the "
-                f"dataset's metadata column (slime --metadata-key) under {self.instance_key!r}"
-            )
-        return instance
+    def _instance(self, sample: Any) -> dict[str, Any]:
+        try:
+            return instance_from_row(sample.metadata or {})
+        except ClientConfigError as exc:
+            raise TrainerAdapterError(f"sample {sample.index}: its metadata (slime's --metadata-key column): {exc}") from exc
 
     async def generate(self, args: Any, sample: Any, sampling_params: Mapping[str, Any]) -> Any:
         """slime's custom generate function: run (or resume) the sample's rollout, wait for
@@ -94,28 +128,33 @@ class SlimeAdapter:
         name = (sample.metadata or {}).get(META_ROLLOUT)
         if name is not None and sample.status in (status.COMPLETED, status.TRUNCATED, status.FAILED):
             return sample
+        client = self._client()
         if name is not None and sample.status is status.ABORTED:
-            await self.client.resume(names=[name])
+            await client.resume(names=[name])
         else:
             name = await self.submit(args, sample, sampling_params)
-        record = await self.client.result(name, timeout=self.timeout)
+        record = await client.result(name, timeout=self.settings.timeout_seconds)
         return fill_sample(sample, record, top_k=_top_k(args))
 
     async def submit(self, args: Any, sample: Any, sampling_params: Mapping[str, Any]) -> str:
-        """Create the sample's rollout (idempotent) and note its name in the metadata."""
-        inference = dict(self.inference)
-        sampling = {**(inference.get("sampling") or {}), **sampling_from(dict(sampling_params))}
-        if sampling:
-            inference["sampling"] = sampling
-        max_context = getattr(args, "rollout_max_context_len", None)
-        if max_context:
-            inference["maxContextTokens"] = int(max_context)
-        # slime's response cap per generate call is the cap of the whole rollout here.
+        """Create the sample's rollout (idempotent) and note its name in the metadata.
+
+        slime's ``max_new_tokens`` (``--rollout-max-response-len``) caps the tokens sampled
+        over the whole rollout (``maxSampledTokens``), ``--rollout-max-context-len`` its
+        context (``maxContextTokens``)."""
+        self.name_of(sample)  # names the fix for a sample without group_index/index
         max_new = sampling_params.get("max_new_tokens") or getattr(args, "rollout_max_response_len", None)
-        name = await self.client.submit_one(
-            self._instance(sample), batch=self.prefix, sample=int(sample.group_index), member=int(sample.index),
-            inference=inference, agent=self.agent, reward=self.reward, sandbox=self.sandbox,
-            max_sampled_tokens=int(max_new) if max_new else None,
+        max_context = getattr(args, "rollout_max_context_len", None)
+        settings = self.settings
+        name = await self._client().submit_one(
+            self._instance(sample), batch=self.batch, sample=int(sample.group_index), member=int(sample.index),
+            inference=settings.inference_for(
+                int(sample.index), sampling=sampling_from(dict(sampling_params)),
+                max_sampled_tokens=int(max_new) if max_new else None,
+                max_context_tokens=int(max_context) if max_context else None,
+            ),
+            agent=settings.agent or None, reward=settings.reward or None, sandbox=settings.sandbox or None,
+            mode=settings.mode,
             trainer_labels={"group_index": int(sample.group_index), "index": int(sample.index)},
         )
         sample.metadata = {**(sample.metadata or {}), META_ROLLOUT: name}
@@ -152,13 +191,14 @@ class SlimeAdapter:
             if (s.metadata or {}).get(META_ROLLOUT) and s.status.name not in final
         ]
         if running:
-            await self.client.abort(names=[s.metadata[META_ROLLOUT] for s in running])
+            await self._client().abort(names=[s.metadata[META_ROLLOUT] for s in running])
             for sample in running:
                 sample.status = type(sample).Status.ABORTED
         return [groups[i] for i in kept], left
 
     def generate_rollout(self, args: Any, rollout_id: int, data_source: Any, evaluation: bool = False) -> list[list[Any]]:
-        """slime's rollout function: ``args.rollout_batch_size`` whole groups per step.
+        """slime's rollout function: ``args.rollout_batch_size`` whole groups of
+        ``args.n_samples_per_prompt`` samples per step.
 
         With ``args.partial_rollout`` it takes ``args.over_sampling_batch_size`` groups,
         returns the first ``rollout_batch_size`` that finish, and hands the others back
@@ -166,13 +206,28 @@ class SlimeAdapter:
         when slime hands them out again). Without it, every group is waited for. The
         client runs on this adapter's own event loop (a portal thread), so the function
         may be called from slime's synchronous rollout manager step after step."""
+        if evaluation:
+            raise ClientConfigError(
+                "swerollout.trainers.slime.generate_rollout does not run evaluations: set --eval-function-path "
+                "slime.rollout.sglang_rollout.generate_rollout (with --custom-generate-function-path "
+                "swerollout.trainers.slime.generate for SWE eval datasets)"
+            )
         target = int(args.rollout_batch_size)
-        partial = bool(getattr(args, "partial_rollout", False)) and not evaluation
+        partial = bool(getattr(args, "partial_rollout", False))
         take = max(target, int(getattr(args, "over_sampling_batch_size", None) or target)) if partial else target
         groups = data_source.get_samples(take)
+        size = getattr(args, "n_samples_per_prompt", None)
+        wrong = [len(g) for g in groups if size is not None and len(g) != int(size)]
+        if wrong:
+            raise ClientConfigError(
+                f"the data source handed out groups of {sorted(set(wrong))} samples, not --n-samples-per-prompt={size}"
+            )
         if self._portal is None:
             self._portal_cm = start_blocking_portal(backend="asyncio")
             self._portal = self._portal_cm.__enter__()
+            if self.client is None:
+                self.client = self.settings.connect()
+                self._owns_client = True
         finished: list[list[Any]]
         finished, left = self._portal.call(self.rollout_groups, args, groups, target if partial else len(groups))
         if left:
@@ -180,9 +235,11 @@ class SlimeAdapter:
         return finished
 
     def close(self) -> None:
-        """Stop the portal thread of :meth:`generate_rollout` (closing the client on it)."""
+        """Stop the portal thread of :meth:`generate_rollout` (closing the client it opened)."""
         if self._portal is not None and self._portal_cm is not None:
-            self._portal.call(self.client.aclose)
+            if self._owns_client and self.client is not None:
+                self._portal.call(self.client.aclose)
+                self.client, self._owns_client = None, False
             self._portal_cm.__exit__(None, None, None)
             self._portal = self._portal_cm = None
 
@@ -273,32 +330,10 @@ def configure(adapter: SlimeAdapter) -> None:
     _ADAPTER = adapter
 
 
-def _from_environment(args: Any) -> SlimeAdapter:
-    """The adapter slime's flags get when nothing was configured: the client from
-    SWEROLLOUT_KUBECONFIG / SWEROLLOUT_NAMESPACE / SWEROLLOUT_STORE_URL, the endpoint from
-    SWEROLLOUT_ENDPOINT or slime's router (``args.sglang_router_ip``/``port``), the
-    tokenizer from SWEROLLOUT_TOKENIZER or ``args.hf_checkpoint``."""
-    endpoint = os.environ.get("SWEROLLOUT_ENDPOINT")
-    if not endpoint and getattr(args, "sglang_router_ip", None):
-        endpoint = f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
-    tokenizer = os.environ.get("SWEROLLOUT_TOKENIZER") or getattr(args, "hf_checkpoint", None)
-    if not endpoint or not tokenizer:
-        raise TrainerAdapterError(
-            "swerollout.trainers.slime needs the policy endpoint and tokenizer: set SWEROLLOUT_ENDPOINT and "
-            "SWEROLLOUT_TOKENIZER, or call swerollout.trainers.slime.configure(SlimeAdapter(...))"
-        )
-    client = AsyncRolloutClient.connect(
-        os.environ.get("SWEROLLOUT_KUBECONFIG"), namespace=os.environ.get("SWEROLLOUT_NAMESPACE"),
-        store_url=os.environ.get("SWEROLLOUT_STORE_URL"),
-    )
-    return SlimeAdapter(client, {"endpoint": endpoint, "tokenizer": tokenizer},
-                        prefix=os.environ.get("SWEROLLOUT_PREFIX", "slime"))
-
-
 def _adapter(args: Any) -> SlimeAdapter:
     global _ADAPTER
     if _ADAPTER is None:
-        _ADAPTER = _from_environment(args)
+        _ADAPTER = SlimeAdapter.from_args(args)
     return _ADAPTER
 
 

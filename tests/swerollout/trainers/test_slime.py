@@ -13,11 +13,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from swerollout.client import AsyncRolloutClient, TrainerStatus
+from swerollout.client import AsyncRolloutClient, ClientConfigError, TrainerStatus
 from swerollout.kube import SWEROLLOUTS, AsyncKubeClient
 from swerollout.store import ResultStore
 from swerollout.trainers import slime
 from swerollout.trainers._records import TrainerAdapterError
+from swerollout.trainers._settings import AdapterSettings
 from swerollout.wire.trajectory import Trajectory
 from tests.support.client_fixtures import client, crd, store, store_url  # noqa: F401 (fixtures)
 from tests.support.client_support import INFERENCE, finish, instance, make_trajectory
@@ -56,9 +57,19 @@ def test_the_double_carries_slimes_sample_fields_exactly() -> None:
     assert {s.value for s in TrainerStatus} <= set(slime_status.values())
 
 
+SETTINGS: dict[str, Any] = {"endpoints": [INFERENCE["endpoint"]], "tokenizer": INFERENCE["tokenizer"],
+                            "timeout_seconds": 120}
+
+
+def _adapter(prefix: str, client: AsyncRolloutClient) -> slime.SlimeAdapter:
+    """An adapter on the test's client; its rollouts are ``<prefix>-x-<group_index>-<index>``."""
+    settings = AdapterSettings.model_validate({**SETTINGS, "batch_prefix": prefix})
+    return slime.SlimeAdapter(settings, client=client, run_id="x")
+
+
 def _args(**extra: Any) -> Namespace:
     values: dict[str, Any] = dict(
-        rollout_batch_size=1, partial_rollout=True, over_sampling_batch_size=3, moe_router_topk=TOP_K,
+        rollout_batch_size=1, n_samples_per_prompt=2, partial_rollout=True, over_sampling_batch_size=3, moe_router_topk=TOP_K,
         rollout_temperature=0.7, rollout_top_p=0.9, rollout_top_k=0, rollout_max_response_len=3000,
     )
     return Namespace(**{**values, **extra})
@@ -80,6 +91,37 @@ def _trajectory(seed: int, exit_status: str = "submitted") -> Trajectory:
         **t.model_dump(), "routed_experts": routing.tobytes(), "routed_experts_width": LAYERS * TOP_K,
         "routed_experts_forwarded": rows - 1, "info": {"turn_log": turn_log},
     })
+
+
+def test_settings_come_from_slimes_args() -> None:
+    """slime passes ``args``: the ``swerollout:`` section of its --custom-config-path YAML,
+    with the router and --hf-checkpoint as defaults."""
+    section = {"tokenizer": "qwen-3", "namespace": "rl", "store_url": "s3://bucket/p", "batch_prefix": "run7"}
+    args = Namespace(swerollout=section, sglang_router_ip="10.0.3.7", sglang_router_port=30000, hf_checkpoint="/m")
+    settings = slime.settings_from_slime(args)
+    assert settings.endpoints == ["http://10.0.3.7:30000"] and settings.tokenizer == "qwen-3"
+    assert (settings.namespace, settings.store_url, settings.batch_prefix) == ("rl", "s3://bucket/p", "run7")
+    adapter = slime.SlimeAdapter.from_args(args)
+    assert adapter.batch == f"run7-{adapter.run_id}" and adapter.client is None
+
+    explicit = slime.settings_from_slime(Namespace(swerollout={"endpoints": ["http://a:1"]}, sglang_router_ip="r",
+                                                   sglang_router_port=1, hf_checkpoint="/models/q"))
+    assert explicit.endpoints == ["http://a:1"] and explicit.tokenizer == "/models/q"
+    with pytest.raises(ClientConfigError, match=r"`swerollout:` section .*endpoints"):
+        slime.settings_from_slime(Namespace(hf_checkpoint="/m"))
+    with pytest.raises(ClientConfigError, match="batch_prefix"):
+        slime.settings_from_slime(Namespace(swerollout={**section, "endpoints": ["http://a:1"], "batch_prefix": "A_b"}))
+    with pytest.raises(ClientConfigError, match="must be a mapping"):
+        slime.settings_from_slime(Namespace(swerollout="http://a:1"))
+
+
+def test_the_rollout_function_refuses_evaluations_and_wrong_group_sizes() -> None:
+    adapter = slime.SlimeAdapter(AdapterSettings.model_validate(SETTINGS))
+    with pytest.raises(ClientConfigError, match="--eval-function-path"):
+        adapter.generate_rollout(_args(), 0, DataSource([instance(0)], group_size=2), evaluation=True)
+    with pytest.raises(ClientConfigError, match=r"groups of \[3\] samples, not --n-samples-per-prompt=2"):
+        adapter.generate_rollout(_args(), 0, DataSource([instance(0)], group_size=3))
+    assert adapter.client is None, "nothing was connected"
 
 
 async def _play(akube: AsyncKubeClient, store: ResultStore, namespace: str, outcomes: dict[str, tuple[str, str]],
@@ -105,18 +147,18 @@ async def _play(akube: AsyncKubeClient, store: ResultStore, namespace: str, outc
 async def test_generate_maps_a_record_onto_slimes_sample(
     client: AsyncRolloutClient, akube: AsyncKubeClient, store: ResultStore, namespace: str
 ) -> None:
-    adapter = slime.SlimeAdapter(client, INFERENCE, prefix="sl", timeout=120)
+    adapter = _adapter("sl", client)
     samples = [Sample(group_index=4, index=8 + m, metadata={"instance": instance(4)}) for m in range(3)]
     sent: dict[str, Trajectory] = {}
-    outcomes = {"sl-4-8": ("submitted", "Succeeded"), "sl-4-9": ("exit_context", "Succeeded"),
-                "sl-4-10": ("exit_error", "Failed")}
+    outcomes = {"sl-x-4-8": ("submitted", "Succeeded"), "sl-x-4-9": ("exit_context", "Succeeded"),
+                "sl-x-4-10": ("exit_error", "Failed")}
     player = asyncio.create_task(_play(akube, store, namespace, outcomes, sent))
     params = {"temperature": 0.7, "top_p": 0.9, "top_k": 0, "max_new_tokens": 3000}
     out = await asyncio.gather(*(adapter.generate(_args(), s, params) for s in samples))
     await player
     assert out == samples
 
-    obj = await akube.get(SWEROLLOUTS, "sl-4-8", namespace)
+    obj = await akube.get(SWEROLLOUTS, "sl-x-4-8", namespace)
     assert obj["spec"]["inference"]["maxSampledTokens"] == 3000
     assert obj["spec"]["inference"]["sampling"] == {**obj["spec"]["inference"]["sampling"],
                                                     "temperature": 0.7, "topP": 0.9, "topK": -1}
@@ -145,48 +187,49 @@ async def test_generate_maps_a_record_onto_slimes_sample(
 async def test_partial_rollout_returns_running_groups_and_resumes_them_by_name(
     client: AsyncRolloutClient, akube: AsyncKubeClient, store: ResultStore, namespace: str
 ) -> None:
-    adapter = slime.SlimeAdapter(client, INFERENCE, prefix="pr", timeout=120)
+    adapter = _adapter("pr", client)
     source = DataSource([instance(i) for i in range(3)], group_size=2)
     groups = source.get_samples(3)
     sent: dict[str, Trajectory] = {}
     # One member of group 2 finishes, then group 1; groups 0 and 2 are still running then.
     player = asyncio.create_task(_play(akube, store, namespace, {
-        "pr-2-4": ("submitted", "Succeeded"), "pr-1-2": ("submitted", "Succeeded"),
-        "pr-1-3": ("exit_format", "Succeeded"),
+        "pr-x-2-4": ("submitted", "Succeeded"), "pr-x-1-2": ("submitted", "Succeeded"),
+        "pr-x-1-3": ("exit_format", "Succeeded"),
     }, sent))
     finished, left = await asyncio.wait_for(adapter.rollout_groups(_args(), groups, 1), timeout=120)
     await player
     assert finished == [groups[1]] and left == [groups[0], groups[2]]
     assert [s.status for s in groups[1]] == [Sample.Status.COMPLETED, Sample.Status.COMPLETED]
     assert [s.status for s in groups[0]] == [Sample.Status.ABORTED, Sample.Status.ABORTED]
-    # pr-2-4 finished first: filled, or (its result not yet read when the step ended) marked
+    # pr-x-2-4 finished first: filled, or (its result not yet read when the step ended) marked
     # ABORTED and picked up by name next step. Either way it is never suspended.
     assert groups[2][0].status in (Sample.Status.COMPLETED, Sample.Status.ABORTED)
     assert groups[2][1].status is Sample.Status.ABORTED
     suspend = {o["metadata"]["name"]: o["spec"]["suspend"] for o in (await akube.list(SWEROLLOUTS, namespace))["items"]}
-    assert suspend == {"pr-0-0": True, "pr-0-1": True, "pr-1-2": False, "pr-1-3": False,
-                       "pr-2-4": False, "pr-2-5": True}
+    assert suspend == {"pr-x-0-0": True, "pr-x-0-1": True, "pr-x-1-2": False, "pr-x-1-3": False,
+                       "pr-x-2-4": False, "pr-x-2-5": True}
 
     # Next step: slime hands the buffered groups out again; the aborted members resume by name.
     source.add_samples(left)
     again = source.get_samples(2)
     assert again == [groups[0], groups[2]]
     player = asyncio.create_task(_play(akube, store, namespace, {
-        n: ("submitted", "Succeeded") for n in ("pr-0-0", "pr-0-1", "pr-2-5")}, sent))
+        n: ("submitted", "Succeeded") for n in ("pr-x-0-0", "pr-x-0-1", "pr-x-2-5")}, sent))
     finished, left = await asyncio.wait_for(adapter.rollout_groups(_args(), again, 2), timeout=120)
     await player
     assert finished == again and left == []
     assert all(s.status is Sample.Status.COMPLETED for g in again for s in g)
     suspend = {o["metadata"]["name"]: o["spec"]["suspend"] for o in (await akube.list(SWEROLLOUTS, namespace))["items"]}
-    assert suspend["pr-0-0"] is False and suspend["pr-2-5"] is False
+    assert suspend["pr-x-0-0"] is False and suspend["pr-x-2-5"] is False
     assert len((await akube.list(SWEROLLOUTS, namespace))["items"]) == 6, "resumed, not submitted again"
 
 
 def test_the_rollout_function_runs_steps_on_its_own_loop(crd: Any, namespace: str, store_url: str) -> None:
     """generate_rollout is synchronous (slime's rollout manager calls it step after step)."""
     adapter = slime.SlimeAdapter(
-        AsyncRolloutClient.connect(crd.kubeconfig_path, namespace=namespace, store_url=store_url), INFERENCE,
-        prefix="gr", timeout=120,
+        AdapterSettings.model_validate({**SETTINGS, "batch_prefix": "gr", "kubeconfig": str(crd.kubeconfig_path),
+                                        "namespace": namespace, "store_url": store_url}),
+        run_id="x",
     )
     source = DataSource([instance(0)], group_size=2)
     sent: dict[str, Trajectory] = {}
@@ -196,8 +239,8 @@ def test_the_rollout_function_runs_steps_on_its_own_loop(crd: Any, namespace: st
         async with crd.admin_async_client() as kube:
             opened = open_store(store_url)
             try:
-                await _play(kube, opened, namespace, {"gr-0-0": ("submitted", "Succeeded"),
-                                                      "gr-0-1": ("submitted", "Succeeded")}, sent)
+                await _play(kube, opened, namespace, {"gr-x-0-0": ("submitted", "Succeeded"),
+                                                      "gr-x-0-1": ("submitted", "Succeeded")}, sent)
             finally:
                 await opened.aclose()
 
