@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from swerollout.api.v1alpha1 import Phase
+from swerollout.api.suspension import is_suspended, weight_version
+from swerollout.api.v1alpha1 import Phase, SWERolloutBatchSpec
 from swerollout.wire.ingest import Assignment, AssignmentKind, ObjectKind, StoredObjectRef
 
 
@@ -20,8 +21,12 @@ def _ref(kind: ObjectKind, ref: dict[str, Any] | None) -> StoredObjectRef | None
     return StoredObjectRef(kind=kind, sha256=ref["sha256"], bytes=ref["bytes"], ref=ref["ref"])
 
 
-def assignment_for(body: dict[str, Any], *, role: str, attempt: int) -> Assignment:
-    spec = body.get("spec") or {}
+def assignment_for(
+    body: dict[str, Any], *, role: str, attempt: int, batch: SWERolloutBatchSpec | None = None,
+    batch_generation: int = 0,
+) -> Assignment:
+    """`batch`: the spec of the rollout's SWERolloutBatch, if it has one (and its generation)."""
+    spec = _with_batch(body.get("spec") or {}, batch)
     status = body.get("status") or {}
     phase = Phase(status.get("phase", Phase.PENDING.value))
     current_attempt = int(status.get("attempts") or 1)
@@ -50,22 +55,34 @@ def assignment_for(body: dict[str, Any], *, role: str, attempt: int) -> Assignme
         return Assignment(id="wait", kind=AssignmentKind.WAIT, attempt=attempt)
 
     partial = status.get("partial") or {}
-    suspend = bool(spec.get("suspend"))
+    suspend = is_suspended(bool(spec.get("suspend")), batch)
+    # An abort's id changes with every new suspension, the rollout's own or its batch's
+    # (a runner acts once per id, and a resumed run must hear the next abort).
+    abort_id = f"abort:{attempt}:{generation}" + (f":b{batch_generation}" if batch is not None and batch.suspend else "")
     if phase in (Phase.PENDING, Phase.STARTING):
         return Assignment(id="wait", kind=AssignmentKind.WAIT, attempt=attempt)
     if phase == Phase.RUNNING:
         if suspend:
-            return Assignment(id=f"abort:{attempt}:{generation}", kind=AssignmentKind.ABORT, attempt=attempt)
+            return Assignment(id=abort_id, kind=AssignmentKind.ABORT, attempt=attempt)
         if partial:
             # Running again after a resume: keep answering the resume it picked up.
             return _resume(spec, partial, attempt, replay=bool(status.get("replay")))
         return Assignment(id=f"run:{attempt}", kind=AssignmentKind.RUN, attempt=attempt, spec=spec)
     if phase == Phase.RESUMING:
         if suspend:
-            return Assignment(id=f"abort:{attempt}:{generation}", kind=AssignmentKind.ABORT, attempt=attempt)
+            return Assignment(id=abort_id, kind=AssignmentKind.ABORT, attempt=attempt)
         return _resume(spec, partial, attempt, replay=bool(status.get("replay")))
     # Aborted: keep the sandbox, do nothing until resumed.
     return Assignment(id=f"wait:aborted:{partial.get('abortedAt', '')}", kind=AssignmentKind.WAIT, attempt=attempt)
+
+
+def _with_batch(spec: dict[str, Any], batch: SWERolloutBatchSpec | None) -> dict[str, Any]:
+    """The spec a runner works to: the batch's weight version, when it sets one, wins."""
+    inference = spec.get("inference") or {}
+    version = weight_version(inference.get("weightVersion"), batch)
+    if version == inference.get("weightVersion"):
+        return spec
+    return {**spec, "inference": {**inference, "weightVersion": version}}
 
 
 def _resume(spec: dict[str, Any], partial: dict[str, Any], attempt: int, *, replay: bool) -> Assignment:

@@ -1,4 +1,4 @@
-"""Watch-fed caches: what the operator knows of its rollouts and their pods.
+"""Watch-fed caches: what the operator knows of its rollouts, their pods and their batches.
 
 Reconciles read these, never the API server: a watch event (or the response to
 one of our own writes) is the only way in. The rollout cache also knows which
@@ -16,11 +16,16 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
 from swerollout.api import v1alpha1 as api
+from swerollout.api.suspension import batch_name
 from swerollout.api.v1alpha1 import Phase
 from swerollout.wire.ingest import ProgressReport
 
 PodKey = tuple[str, str]
+BatchKey = tuple[str, str]
+"""(namespace, batch name): a batch is the rollouts of one namespace sharing the batch label."""
 
 
 def _rv(body: dict[str, Any]) -> int:
@@ -134,6 +139,11 @@ class Tracked:
         return self.body.get("status") or {}
 
     @property
+    def batch_key(self) -> BatchKey | None:
+        name = batch_name((self.body.get("metadata") or {}).get("labels"))
+        return (self.namespace, name) if name else None
+
+    @property
     def spec(self) -> dict[str, Any]:
         return self.body.get("spec") or {}
 
@@ -154,6 +164,31 @@ class Tracked:
 class RolloutCache:
     def __init__(self) -> None:
         self.entries: dict[str, Tracked] = {}
+        self._by_batch: dict[BatchKey, set[str]] = {}
+        self._batch_of: dict[str, BatchKey] = {}
+
+    def _index(self, entry: Tracked) -> None:
+        """Keep the batch -> members index true for this entry (its label may change)."""
+        key = entry.batch_key
+        old = self._batch_of.get(entry.uid)
+        if old == key:
+            return
+        if old is not None:
+            self._unindex(entry.uid)
+        if key is not None:
+            self._batch_of[entry.uid] = key
+            self._by_batch.setdefault(key, set()).add(entry.uid)
+
+    def _unindex(self, uid: str) -> None:
+        key = self._batch_of.pop(uid, None)
+        if key is not None and key in self._by_batch:
+            self._by_batch[key].discard(uid)
+            if not self._by_batch[key]:
+                del self._by_batch[key]
+
+    def members(self, key: BatchKey) -> list[Tracked]:
+        """The rollouts this process tracks that carry the batch's label."""
+        return [self.entries[uid] for uid in sorted(self._by_batch.get(key, ())) if uid in self.entries]
 
     def observe(self, body: dict[str, Any]) -> tuple[Tracked, bool]:
         """Take the latest state of a rollout; returns the entry and whether this body is
@@ -162,6 +197,7 @@ class RolloutCache:
         entry = self.entries.get(meta["uid"])
         if entry is None:
             entry = self.entries[meta["uid"]] = Tracked(meta["namespace"], meta["name"], meta["uid"], trim_rollout(body))
+            self._index(entry)
             return entry, True
         new_rv = _rv(body)
         if new_rv in entry.own_versions:
@@ -173,6 +209,7 @@ class RolloutCache:
         body = trim_rollout(body)
         news = _relevant(body) != _relevant(entry.body)
         entry.body = body
+        self._index(entry)
         if news and entry.writes_in_flight:
             entry.held.add(new_rv)
             return entry, False
@@ -197,6 +234,7 @@ class RolloutCache:
         return news
 
     def forget(self, uid: str) -> Tracked | None:
+        self._unindex(uid)
         return self.entries.pop(uid, None)
 
     def lookup(self, namespace: str, name: str, uid: str) -> Tracked | None:
@@ -259,3 +297,41 @@ class PodCache:
 
     def owned_by(self, uid: str) -> list[dict[str, Any]]:
         return [self.pods[k] for k in sorted(self._by_owner.get(uid, ()))]
+
+
+@dataclass(frozen=True)
+class BatchState:
+    """What the operator knows of one SWERolloutBatch: its spec, and its generation (which
+    moves with every spec change, so an abort of the batch is told apart from the last one)."""
+
+    spec: api.SWERolloutBatchSpec
+    generation: int
+
+
+class BatchCache:
+    """The SWERolloutBatch objects of the watched namespaces (their spec only)."""
+
+    def __init__(self) -> None:
+        self.batches: dict[BatchKey, BatchState] = {}
+
+    def get(self, key: BatchKey | None) -> BatchState | None:
+        return self.batches.get(key) if key is not None else None
+
+    def observe(self, body: dict[str, Any], *, deleted: bool = False) -> BatchKey | None:
+        """Take the latest state of a batch; returns its key when what its members are told
+        changed (a deleted batch no longer suspends anyone), else None."""
+        meta = body.get("metadata") or {}
+        key: BatchKey = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        old = self.batches.get(key)
+        if deleted:
+            self.batches.pop(key, None)
+            return key if old is not None else None
+        try:
+            spec = api.SWERolloutBatchSpec.model_validate(body.get("spec") or {})
+        except ValidationError:
+            # The CRD's schema is the model's, so only an object written past it lands here:
+            # keep the last good state rather than resuming (or suspending) a whole batch.
+            return None
+        state = BatchState(spec=spec, generation=int(meta.get("generation") or 0))
+        self.batches[key] = state
+        return key if old != state else None

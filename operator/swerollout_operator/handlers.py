@@ -19,6 +19,7 @@ from .runtime import OperatorRuntime
 
 log = logging.getLogger(__name__)
 ROLLOUTS = (api.GROUP, api.VERSION, api.PLURAL)
+BATCHES = (api.GROUP, api.VERSION, api.BATCH_PLURAL)
 
 
 class _NoDiffBase(kopf.DiffBaseStorage):
@@ -115,6 +116,16 @@ async def rollout_deleted(body: kopf.Body, memo: Any, **_: Any) -> None:
         runtime.metrics.reconcile_errors.labels("delete").inc()
         raise
     runtime.forget(str(body.meta["uid"]))
+
+
+@kopf.on.event(*BATCHES)
+async def batch_event(event: kopf.RawEvent, memo: Any, **_: Any) -> None:
+    """A batch's suspend or weight version changed: its members' runners are told at once
+    (in memory), and its unfinished members get a pass (an Aborted one resumes there)."""
+    runtime = _runtime(memo)
+    body: dict[str, Any] = dict(event["object"])
+    for uid in await runtime.reconciler.observe_batch(body, deleted=event["type"] == "DELETED"):
+        runtime.queue.add(uid)
 
 
 @kopf.on.event("", "v1", "pods", labels={api.LABEL_ROLLOUT: kopf.PRESENT})

@@ -28,7 +28,6 @@ from swerollout.kube import AsyncKubeClient, KubeError
 from swerollout.store import IntegrityError, NotFoundError, ObjectKind as StoreKind, Owner, ResultStore, StoreError
 from swerollout.wire import ingest as wire
 
-from .assignments import assignment_for
 from .metrics import OperatorMetrics
 from .cache import Tracked
 from .reconciler import Reconciler
@@ -164,7 +163,7 @@ class IngestServer:
         after = request.query.get("after")
         deadline = asyncio.get_running_loop().time() + wait
         while True:
-            assignment = assignment_for(entry.body, role=role, attempt=attempt)
+            assignment = self.reconciler.assignment(entry, role=role, attempt=attempt)
             remaining = deadline - asyncio.get_running_loop().time()
             if assignment.id != after or remaining <= 0 or entry.uid not in self.reconciler.tracked:
                 return web.json_response(assignment.model_dump(mode="json"))

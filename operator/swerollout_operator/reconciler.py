@@ -20,14 +20,16 @@ from pydantic import ValidationError
 
 from swerollout.api import v1alpha1 as api
 from swerollout.api.base import one_line
+from swerollout.api.suspension import is_suspended
 from swerollout.api.v1alpha1 import Phase
 from swerollout.exit_status import metric_label
 from swerollout.issue_images import spec_problem
-from swerollout.kube import SWEROLLOUTS, AsyncKubeClient, KubeError, NotFound
-from swerollout.wire.ingest import Ack, ProgressReport, RunnerEvent
+from swerollout.kube import SWEROLLOUTBATCHES, SWEROLLOUTS, AsyncKubeClient, KubeError, NotFound
+from swerollout.wire.ingest import Ack, Assignment, ProgressReport, RunnerEvent
 
 from . import phases, podspec
-from .cache import PodCache, RolloutCache, Tracked, controller_uid
+from .assignments import assignment_for
+from .cache import BatchCache, BatchState, PodCache, RolloutCache, Tracked, controller_uid
 from .deadlines import deadline_passed, keepalive_expired, startup_overdue, utcnow
 from .events import post_event
 from .metrics import OperatorMetrics
@@ -61,6 +63,7 @@ class Reconciler:
         self.metrics = metrics
         self.rollouts = RolloutCache()
         self.pods = PodCache()
+        self.batches = BatchCache()
         self.objects = Objects(kube, self.pods, settings, token_key, metrics)
         self.progress = ProgressCoalescer(self.write_status, metrics, settings.status_coalesce_seconds)
         self.requeue: Callable[[str], None] = lambda uid: None
@@ -86,6 +89,54 @@ class Reconciler:
             # its mark arrives), not after a pass that may queue behind a whole batch.
             await self.notify(entry)
         return news
+
+    async def observe_batch(self, body: dict[str, Any], *, deleted: bool) -> list[str]:
+        """A SWERolloutBatch watch event; returns the uids of the unfinished members that
+        need a pass (an Aborted member of a resumed batch resumes in its pass).
+
+        What a runner is told depends on its batch (assignments.py), so every member's
+        long poll is woken here, in memory and at once: one write by the trainer reaches
+        every runner of the batch without a single write by the operator."""
+        key = self.batches.observe(body, deleted=deleted)
+        if key is None:
+            return []
+        members = self.rollouts.members(key)
+        for entry in members:
+            await self.notify(entry)
+        return [e.uid for e in members if not e.phase.is_terminal]
+
+    async def sync_batches(self, namespaces: list[str]) -> None:
+        """Read every batch before the first pass, so that after a restart no Aborted member
+        of a suspended batch is taken for resumed while the batch watch is still listing.
+        Without the SWERolloutBatch CRD, rollouts follow their own spec.suspend alone."""
+        every: list[str | None] = list(namespaces) if namespaces else [None]  # None: all (cluster-wide)
+        for namespace in every:
+            try:
+                async for body in self.kube.iter_items(SWEROLLOUTBATCHES, namespace):
+                    self.batches.observe(body)
+            except NotFound:
+                log.warning(
+                    "the API server does not serve %s.%s: batch abort/resume is off until the CRD is installed "
+                    "(kubectl apply --server-side -f crds/) and the operator restarted",
+                    api.BATCH_PLURAL, api.GROUP,
+                )
+                return
+
+    def batch_of(self, entry: Tracked) -> BatchState | None:
+        return self.batches.get(entry.batch_key)
+
+    def suspended(self, entry: Tracked) -> bool:
+        """The one suspend rule (swerollout.api.suspension): the rollout's own flag or its batch's."""
+        batch = self.batch_of(entry)
+        return is_suspended(bool(entry.spec.get("suspend")), batch.spec if batch else None)
+
+    def assignment(self, entry: Tracked, *, role: str, attempt: int) -> Assignment:
+        """What the runner asking should be doing now (assignments.py), its batch considered."""
+        batch = self.batch_of(entry)
+        return assignment_for(
+            entry.body, role=role, attempt=attempt, batch=batch.spec if batch else None,
+            batch_generation=batch.generation if batch else 0,
+        )
 
     def observe_pod(self, pod: dict[str, Any], *, deleted: bool) -> str | None:
         """A pod watch event; returns the uid of the rollout to look at, if we track it."""
@@ -318,8 +369,12 @@ class Reconciler:
             )
 
     async def _reconcile_aborted(self, entry: Tracked) -> None:
-        if not entry.spec.get("suspend"):
-            await self.transition(entry, Trigger.RESUME_REQUESTED, reason="ResumeRequested", message="spec.suspend is false")
+        if not self.suspended(entry):
+            key = entry.batch_key
+            why = "spec.suspend is false" + (
+                f", on the rollout and on SWERolloutBatch {key[1]}" if key and self.batches.get(key) else ""
+            )
+            await self.transition(entry, Trigger.RESUME_REQUESTED, reason="ResumeRequested", message=why)
             return
         sandbox = entry.rollout_status.sandbox or api.SandboxHandle()
         if sandbox.reclaimed_at:

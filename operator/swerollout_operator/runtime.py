@@ -89,6 +89,7 @@ class OperatorRuntime:
         self._store = open_store(self.settings.store_url, **options)
         await self._store.check()
         self._reconciler = Reconciler(self._kube, self.settings, self.token_key, self.metrics)
+        await self._reconciler.sync_batches(self.settings.namespaces)
         self._queue = KeyedQueue(self._work, workers=self.settings.workers)
         self._reconciler.requeue = self._queue.add
         self._queue.start()

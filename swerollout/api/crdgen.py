@@ -1,4 +1,4 @@
-"""Generate the SWERollout CRD from the pydantic API models.
+"""Generate the CRDs (SWERollout, SWERolloutBatch) from the pydantic API models.
 
 The API server wants a *structural* OpenAPI v3 schema, which differs from the
 JSON Schema pydantic emits: no $ref, no anyOf-with-null for optional fields, no
@@ -26,6 +26,7 @@ from pydantic_core import PydanticUndefined, core_schema
 from . import v1alpha1 as api
 
 CRD_FILENAME = "swerollout.io_swerollouts.yaml"
+BATCH_CRD_FILENAME = "swerollout.io_swerolloutbatches.yaml"
 HEADER = "# Generated from swerollout/api/v1alpha1.py by `make crds`. Do not edit.\n"
 
 
@@ -115,7 +116,7 @@ def crd() -> dict[str, Any]:
             "status": status_schema,
         },
     }
-    columns = [
+    columns: list[dict[str, Any]] = [
         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
         {"name": "Turns", "type": "integer", "jsonPath": ".status.progress.turns"},
         {"name": "Tokens", "type": "integer", "jsonPath": ".status.progress.tokens"},
@@ -124,31 +125,54 @@ def crd() -> dict[str, Any]:
         {"name": "Pod", "type": "string", "jsonPath": ".status.sandbox.podName", "priority": 1},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
+    return _crd(api.KIND, api.PLURAL, api.SINGULAR, api.SHORT_NAMES, root, columns, status=True)
+
+
+def batch_crd() -> dict[str, Any]:
+    root = {
+        "type": "object",
+        "description": (api.SWERolloutBatch.__doc__ or "").strip(),
+        "x-kubernetes-validations": [api.BATCH_NAME_RULE],
+        "properties": {
+            "apiVersion": {"type": "string", "description": "APIVersion of this object: swerollout.io/v1alpha1."},
+            "kind": {"type": "string", "description": "Kind of this object: SWERolloutBatch."},
+            "metadata": {"type": "object"},
+            "spec": {**model_schema(api.SWERolloutBatchSpec), "default": {}},
+        },
+    }
+    columns: list[dict[str, Any]] = [
+        {"name": "Suspend", "type": "boolean", "jsonPath": ".spec.suspend"},
+        {"name": "WeightVersion", "type": "string", "jsonPath": ".spec.weightVersion"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]
+    # No status: the operator only reads a batch (the members' statuses say where each is).
+    return _crd(api.BATCH_KIND, api.BATCH_PLURAL, api.BATCH_SINGULAR, api.BATCH_SHORT_NAMES, root, columns, status=False)
+
+
+def _crd(
+    kind: str, plural: str, singular: str, short_names: list[str], root: dict[str, Any],
+    columns: list[dict[str, Any]], *, status: bool,
+) -> dict[str, Any]:
+    version: dict[str, Any] = {"name": api.VERSION, "served": True, "storage": True, "schema": {"openAPIV3Schema": root}}
+    if status:
+        version["subresources"] = {"status": {}}
+    version["additionalPrinterColumns"] = columns
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{api.PLURAL}.{api.GROUP}"},
+        "metadata": {"name": f"{plural}.{api.GROUP}"},
         "spec": {
             "group": api.GROUP,
             "names": {
-                "kind": api.KIND,
-                "listKind": f"{api.KIND}List",
-                "plural": api.PLURAL,
-                "singular": api.SINGULAR,
-                "shortNames": api.SHORT_NAMES,
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": singular,
+                "shortNames": short_names,
                 "categories": api.CATEGORIES,
             },
             "scope": "Namespaced",
-            "versions": [
-                {
-                    "name": api.VERSION,
-                    "served": True,
-                    "storage": True,
-                    "schema": {"openAPIV3Schema": root},
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": columns,
-                }
-            ],
+            "versions": [version],
         },
     }
 
@@ -157,11 +181,19 @@ def render() -> str:
     return HEADER + yaml.safe_dump(crd(), sort_keys=False, width=120)
 
 
+def render_batch() -> str:
+    return HEADER + yaml.safe_dump(batch_crd(), sort_keys=False, width=120)
+
+
+def renders() -> dict[str, str]:
+    """Every generated CRD file by its name."""
+    return {CRD_FILENAME: render(), BATCH_CRD_FILENAME: render_batch()}
+
+
 def targets(out_dir: Path, chart: Path | None) -> list[Path]:
-    paths = [out_dir / CRD_FILENAME]
-    if chart is not None:
-        paths.append(chart / "crds" / CRD_FILENAME)
-    return paths
+    """Where the generated files go: crds/ and the chart's crds/."""
+    dirs = [out_dir] + ([chart / "crds"] if chart is not None else [])
+    return [d / name for d in dirs for name in renders()]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,9 +203,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chart", type=Path, default=root / "helm" / "swerollout")
     parser.add_argument("--check", action="store_true", help="fail when the checked-in files differ")
     args = parser.parse_args(argv)
-    text = render()
+    texts = renders()
     stale = []
     for path in targets(args.out, args.chart):
+        text = texts[path.name]
         if args.check:
             if not path.exists() or path.read_text() != text:
                 stale.append(path)

@@ -108,6 +108,18 @@ def render() -> str:
             _rows(child, f"{section}.{name}", name in set(node.get("required", [])), rows)
         out.extend(rows)
         out.append("")
+    batch = crdgen.batch_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    out.append(f"## {api.BATCH_KIND}\n")
+    out.append(
+        f"Group `{api.GROUP}`, kind `{api.BATCH_KIND}`, short name `{api.BATCH_SHORT_NAMES[0]}`. "
+        + " ".join(str(batch.get("description", "")).split()) + "\n"
+    )
+    out.append("| field | type | required | default | bounds | description |")
+    out.append("| --- | --- | --- | --- | --- | --- |")
+    batch_rows: list[str] = []
+    _rows(batch["properties"]["spec"], "spec", True, batch_rows)
+    out.extend(batch_rows)
+    out.append("")
     for title, enum_cls in (("Condition types", api.ConditionType), ("Agent kinds", api.AgentKind)):
         out.append(f"## {title}\n")
         for member, doc in member_docs(enum_cls).items():

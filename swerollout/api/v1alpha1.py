@@ -1,4 +1,5 @@
-"""SWERollout v1alpha1: one custom resource per RL sample.
+"""SWERollout v1alpha1: one custom resource per RL sample, and SWERolloutBatch, the
+optional object through which a whole batch of them is suspended and resumed at once.
 
 These models are the single source of truth for the API: the CRD YAML under
 crds/ and in the Helm chart is generated from them (``make crds``), the operator
@@ -40,6 +41,10 @@ PLURAL = "swerollouts"
 SINGULAR = "swerollout"
 SHORT_NAMES = ["swer"]
 CATEGORIES = ["swerollout", "rl"]
+BATCH_KIND = "SWERolloutBatch"
+BATCH_PLURAL = "swerolloutbatches"
+BATCH_SINGULAR = "swerolloutbatch"
+BATCH_SHORT_NAMES = ["swerb"]
 
 # Labels the operator and the client put on objects.
 LABEL_BATCH = "swerollout.io/batch"
@@ -61,6 +66,8 @@ Template = Annotated[str, StringConstraints(max_length=16 * KiB)]
 MESSAGE_LIMIT = 32 * KiB
 """Characters in status.message and a condition's message (metav1.Condition's bound)."""
 Message = Annotated[str, StringConstraints(max_length=MESSAGE_LIMIT)]
+
+WeightVersion = Annotated[str, StringConstraints(max_length=128)]
 
 INSTANCE_TEXT_LIMIT = 512 * KiB
 """Characters that problemStatement, issueImages and the evaluation's texts and test ids
@@ -542,8 +549,8 @@ class Inference(ApiModel):
     """Prompt plus generated tokens may not exceed this; reaching it ends the run with `exit_context`. Counts tokens generated before an abort."""
     max_sampled_tokens: int | None = Field(default=None, ge=1, le=1_073_741_824)
     """Tokens the policy may sample in this rollout across all attempts, those dropped by aborts included; reaching it ends the run with `exit_context` and a message naming this field. Unset: no limit beyond maxContextTokens."""
-    weight_version: Annotated[str, StringConstraints(max_length=128)] | None = None
-    """Weight version the trainer expects; recorded per token when the server reports none."""
+    weight_version: WeightVersion | None = None
+    """Weight version the trainer expects; recorded per token when the server reports none. The rollout's SWERolloutBatch overrides it when that sets `spec.weightVersion`."""
     request_timeout_seconds: int = Field(default=600, ge=1, le=86400)
     """Timeout of one generate request (seconds)."""
     outage_budget_seconds: int = Field(default=600, ge=0, le=86400)
@@ -726,7 +733,7 @@ class SWERolloutSpec(ApiModel):
     mode: Mode = Mode.TRAIN
     """train or validate; decides which exit statuses are graded. Immutable."""
     suspend: bool = Field(default=False, strict=True)
-    """true aborts a running rollout at once and keeps its pod alive (up to keepAliveSecondsAfterAbort); false again resumes it on the same pod."""
+    """true aborts a running rollout at once and keeps its pod alive (up to keepAliveSecondsAfterAbort); false again resumes it on the same pod. Written only by users. The rollout is also suspended while its SWERolloutBatch (named by the `swerollout.io/batch` label) has `spec.suspend: true`."""
 
     @model_validator(mode="after")
     def _gradable(self) -> SWERolloutSpec:
@@ -923,3 +930,29 @@ class SWERollout(ApiModel):
     def from_object(cls, obj: dict[str, Any]) -> "SWERollout":
         """Parse an object as read from the API server (unknown status fields are an error)."""
         return cls.model_validate(obj)
+
+
+class SWERolloutBatchSpec(ApiModel):
+    """Desired state of a batch: what applies to every SWERollout labelled `swerollout.io/batch=<this object's name>`. Written only by users (the client's `abort(batch)` and `resume(batch)`); the operator only reads it."""
+
+    suspend: bool = Field(default=False, strict=True)
+    """true suspends every unfinished member at once, as if each had `spec.suspend: true` (a member is suspended while its own flag or its batch's is true); false again resumes the members whose own `spec.suspend` is false, on their pods."""
+    weight_version: WeightVersion | None = None
+    """Weight version the trainer expects from now on, for every member: overrides each member's `spec.inference.weightVersion` (recorded per token when the server reports none). Set it with the resume after a weight update."""
+
+
+BATCH_NAME_RULE = cel(
+    "self.metadata.name.size() <= 63",
+    "a batch's name is its members' swerollout.io/batch label value: use at most 63 lowercase letters, digits "
+    "and '-' (the client's batch names are at most 40)",
+)
+"""The batch object's name must be usable as a label value (checked by the API server)."""
+
+
+class SWERolloutBatch(ApiModel):
+    """A batch of SWERollouts (the members carry the label `swerollout.io/batch=<name>`): one object to suspend and resume them all with one write. Optional: a rollout whose batch has no such object follows its own `spec.suspend` alone."""
+
+    api_version: Literal["swerollout.io/v1alpha1"] = API_VERSION  # type: ignore[assignment]
+    kind: Literal["SWERolloutBatch"] = BATCH_KIND  # type: ignore[assignment]
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: SWERolloutBatchSpec = Field(default_factory=SWERolloutBatchSpec)

@@ -83,6 +83,7 @@ from swerollout.kube.resources import (
     SECRETS,
     SERVICEACCOUNTS,
     SERVICES,
+    SWEROLLOUTBATCHES,
     SWEROLLOUTS,
     ResourceType,
 )
@@ -93,7 +94,8 @@ __all__ = [
     "CONFIGMAPS", "CRDS", "ConfigError", "Conflict", "DEPLOYMENTS", "EVENTS", "EVENTS_V1", "Forbidden", "Gone",
     "Invalid", "KubeClient", "KubeConfig", "KubeError", "LEASES", "MethodNotAllowed", "NAMESPACES", "NODES",
     "NotFound", "PERSISTENTVOLUMECLAIMS", "PODS", "PatchType", "PropagationPolicy", "ROLEBINDINGS", "ROLES",
-    "ResourceType", "SECRETS", "SERVICEACCOUNTS", "SERVICES", "SWEROLLOUTS", "ServerError", "StatusCause",
+    "ResourceType", "SECRETS", "SERVICEACCOUNTS", "SERVICES", "SWEROLLOUTBATCHES", "SWEROLLOUTS", "ServerError",
+    "StatusCause",
     "TokenRequestResult", "TooManyRequests", "TransportError", "Unauthorized", "WatchEvent", "aretry",
     "kubeconfig_document", "load_config", "load_incluster", "load_kubeconfig", "retry", "write_kubeconfig",
 ]

@@ -74,3 +74,4 @@ TOKENREVIEWS = ResourceType("authentication.k8s.io/v1", "tokenreviews", namespac
 SUBJECTACCESSREVIEWS = ResourceType("authorization.k8s.io/v1", "subjectaccessreviews", namespaced=False)
 SELFSUBJECTACCESSREVIEWS = ResourceType("authorization.k8s.io/v1", "selfsubjectaccessreviews", namespaced=False)
 SWEROLLOUTS = ResourceType("swerollout.io/v1alpha1", "swerollouts")
+SWEROLLOUTBATCHES = ResourceType("swerollout.io/v1alpha1", "swerolloutbatches")

@@ -67,6 +67,10 @@ def test_default_render_is_namespaced_least_privilege(helm_bin: Callable[..., An
         assert "*" not in rule["verbs"] and "*" not in rule["resources"], rule
         if rule["resources"] == ["secrets"]:
             assert set(rule["verbs"]) == {"get", "create", "delete"}
+        if rule["resources"] == ["swerolloutbatches"]:
+            # A batch's spec is its users' alone: the operator reads it and never writes it.
+            assert set(rule["verbs"]) == {"get", "list", "watch"}
+    assert any(r["resources"] == ["swerolloutbatches"] for r in role["rules"])
 
     (deploy,) = by_kind(docs, "Deployment")
     pod = deploy["spec"]["template"]["spec"]

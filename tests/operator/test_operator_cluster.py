@@ -143,6 +143,8 @@ def test_operator_token_cannot_do_more_than_the_chart_grants(
     assert not can("list", "secrets"), "the operator reads only the secrets it names"
     assert not can("create", "deployments.apps")
     assert not can("delete", "swerollouts.swerollout.io"), "deleting rollouts is the trainer's business"
+    assert can("watch", "swerolloutbatches.swerollout.io")
+    assert not can("patch", "swerolloutbatches.swerollout.io"), "a batch's spec is its users' alone"
     assert not can("get", "swerollouts.swerollout.io", ns="kube-system")
     assert not can("create", "pods", ns="kube-system")
 

@@ -11,6 +11,7 @@ from swerollout.dev.controlplane import ControlPlane
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_NAME = "swerollouts.swerollout.io"
+BATCH_CRD_NAME = "swerolloutbatches.swerollout.io"
 
 
 def install_crd(plane: ControlPlane) -> None:
@@ -18,15 +19,17 @@ def install_crd(plane: ControlPlane) -> None:
     result = plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
     if result.returncode != 0:
         raise RuntimeError(f"installing the CRD failed:\n{result.stderr}")
-    result = plane.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
-    if result.returncode != 0:
-        raise RuntimeError(f"the CRD never became established:\n{result.stderr}")
+    for name in (CRD_NAME, BATCH_CRD_NAME):
+        result = plane.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
+        if result.returncode != 0:
+            raise RuntimeError(f"the CRD {name} never became established:\n{result.stderr}")
     # Discovery can lag the Established condition by a moment.
     deadline = time.monotonic() + 30
-    while plane.kubectl("get", "swer", "-A").returncode != 0:
-        if time.monotonic() > deadline:
-            raise RuntimeError("the API server does not serve swerollouts")
-        time.sleep(0.2)
+    for short in ("swer", "swerb"):
+        while plane.kubectl("get", short, "-A").returncode != 0:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the API server does not serve {short}")
+            time.sleep(0.2)
 
 
 def checked(run: Callable[..., "subprocess.CompletedProcess[str]"]) -> Callable[..., "subprocess.CompletedProcess[str]"]:

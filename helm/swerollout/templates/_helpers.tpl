@@ -65,6 +65,10 @@ app.kubernetes.io/component: operator
 - apiGroups: ["swerollout.io"]
   resources: ["swerollouts/status"]
   verbs: ["get", "patch"]
+- apiGroups: ["swerollout.io"]
+  resources: ["swerolloutbatches"]
+  # Read only: a batch's spec is its users' (abort/resume); the operator never writes it.
+  verbs: ["get", "list", "watch"]
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch", "create", "delete"]

@@ -348,3 +348,19 @@ def test_every_example_applies_cleanly(kubectl: Callable[..., Any], namespace: s
     for doc in yaml.safe_load_all(example.read_text()):
         if doc and doc.get("kind") == api.KIND:
             api.SWERollout.model_validate(doc)
+
+
+@cluster
+def test_batch_object_defaults_bounds_and_name(kubectl: Callable[..., Any], namespace: str) -> None:
+    def batch(name: str, **spec: Any) -> str:
+        return json.dumps({"apiVersion": api.API_VERSION, "kind": api.BATCH_KIND, "metadata": {"name": name},
+                           "spec": spec})
+
+    kubectl("apply", "-n", namespace, "-f", "-", input=batch("step-1"))
+    stored = json.loads(kubectl("get", "swerb", "step-1", "-n", namespace, "-o", "json").stdout)
+    assert stored["spec"] == {"suspend": False}
+    assert api.SWERolloutBatch.model_validate(stored).spec.suspend is False
+    refused = kubectl("apply", "-n", namespace, "-f", "-", input=batch("step-2", suspend="yes"), check=False)
+    assert refused.returncode != 0 and "spec.suspend" in refused.stderr, refused.stderr
+    too_long = kubectl("apply", "-n", namespace, "-f", "-", input=batch("b" * 64), check=False)
+    assert too_long.returncode != 0 and "label value" in too_long.stderr, too_long.stderr

@@ -1,0 +1,114 @@
+"""SWERolloutBatch with the real operator and API server: one write by the trainer
+tells every member's runner at once (the operator writes nothing for it), the suspend
+rule is the rollout's own flag OR its batch's, and the batch's weight version reaches
+the resumed runs. The runners are played over the real ingest API."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+
+from swerollout.api import v1alpha1 as api
+from swerollout.wire import ingest as wire
+from swerollout_operator.tokens import TokenKey, TokenKind
+from tests.support.operator import OperatorProcess
+from tests.support.operator_cluster import ingest_url, mark_ready, phase, rollout, wait_for, get_json
+
+
+def _patches(operator: OperatorProcess) -> float:
+    found = re.search(r'swerollout_api_requests_total{method="PATCH"} ([0-9.e+]+)', operator.metrics())
+    return float(found.group(1)) if found else 0.0
+
+
+class Runner:
+    """Plays one rollout's runner over the ingest API."""
+
+    def __init__(self, operator: OperatorProcess, kubectl: Callable[..., Any], namespace: str, name: str) -> None:
+        self.operator, self.namespace, self.name = operator, namespace, name
+        self.uid = get_json(kubectl, "swer", name, "-n", namespace)["metadata"]["uid"]
+        assert operator.key_file is not None
+        token = TokenKey.from_file(operator.key_file).derive(TokenKind.INGEST, namespace, name, self.uid)
+        self.auth = {"Authorization": f"Bearer {token}"}
+
+    def url(self, path: str) -> str:
+        return ingest_url(self.operator, self.namespace, self.name, self.uid, path)
+
+    def assignment(self, after: str | None = None, wait: float = 0) -> dict[str, Any]:
+        params = {"wait": str(wait), **({"after": after} if after else {})}
+        answer = httpx.get(self.url("/assignment"), params=params, headers=self.auth, timeout=wait + 60)
+        assert answer.status_code == 200, answer.text
+        return dict(answer.json())
+
+    def report_aborted(self, assignment_id: str) -> None:
+        blob = f"snapshot of {self.name}".encode()
+        put = httpx.put(self.url("/objects/snapshot"), content=blob, timeout=60,
+                        headers={**self.auth, wire.SHA256_HEADER: hashlib.sha256(blob).hexdigest()})
+        assert put.status_code == 200, put.text
+        ref = wire.StoredObjectRef.model_validate_json(put.content)
+        event = wire.RunnerEvent(kind=wire.EventKind.ABORTED, assignment_id=assignment_id, reason="Suspended",
+                                 snapshot=ref, turns=1, context_tokens=10)
+        answer = httpx.post(self.url("/events"), content=event.model_dump_json(), headers=self.auth, timeout=60)
+        assert answer.status_code == 200 and answer.json()["ok"], answer.text
+
+
+def _batch(kubectl: Callable[..., Any], namespace: str, name: str, **spec: Any) -> None:
+    body = {"apiVersion": api.API_VERSION, "kind": api.BATCH_KIND, "metadata": {"name": name}, "spec": spec}
+    kubectl("apply", "--server-side", "--field-manager=test", "-n", namespace, "-f", "-", input=json.dumps(body))
+
+
+def test_one_batch_write_suspends_and_resumes_every_member(
+    operator: OperatorProcess, kubectl: Callable[..., Any], namespace: str
+) -> None:
+    other = rollout("bc")
+    other["metadata"]["labels"][api.LABEL_BATCH] = "b9"
+    for body in (rollout("ba"), rollout("bb"), other):
+        kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(body))
+    names = ("ba", "bb", "bc")
+    for name in names:
+        wait_for(f"{name} Starting", lambda n=name: phase(kubectl, namespace, n) == "Starting", op=operator)
+        mark_ready(kubectl, namespace, f"{name}-a1")
+    for name in names:
+        wait_for(f"{name} Running", lambda n=name: phase(kubectl, namespace, n) == "Running", op=operator)
+    runners = {name: Runner(operator, kubectl, namespace, name) for name in names}
+    first = {name: r.assignment() for name, r in runners.items()}
+    assert {a["kind"] for a in first.values()} == {"run"}
+
+    # Every runner parks in its long poll; then the trainer writes the batch object once.
+    patches_before = _patches(operator)
+    with ThreadPoolExecutor(3) as pool:
+        polls = {name: pool.submit(r.assignment, first[name]["id"], 60 if name != "bc" else 8)
+                 for name, r in runners.items()}
+        _batch(kubectl, namespace, "b1", suspend=True)
+        got = {name: poll.result(timeout=120) for name, poll in polls.items()}
+    assert got["ba"]["kind"] == got["bb"]["kind"] == "abort", got
+    assert got["bc"]["id"] == first["bc"]["id"], "a member of another batch is not told anything"
+    assert _patches(operator) == patches_before, "telling the runners took an API write"
+    assert get_json(kubectl, "swer", "ba", "-n", namespace)["spec"]["suspend"] is False, "spec is the user's"
+
+    for name in ("ba", "bb"):
+        runners[name].report_aborted(got[name]["id"])
+        wait_for(f"{name} Aborted", lambda n=name: phase(kubectl, namespace, n) == "Aborted", op=operator)
+    assert runners["ba"].assignment()["kind"] == "wait"
+
+    # bb is also suspended by name: resuming the batch resumes ba only (own flag OR batch's).
+    kubectl("patch", "swer", "bb", "-n", namespace, "--type=merge", "-p", '{"spec": {"suspend": true}}')
+    _batch(kubectl, namespace, "b1", suspend=False, weightVersion="v9")
+    wait_for("ba Resuming", lambda: phase(kubectl, namespace, "ba") == "Resuming", op=operator)
+    resume = runners["ba"].assignment()
+    assert resume["kind"] == "resume" and resume["spec"]["inference"]["weightVersion"] == "v9", resume
+    assert phase(kubectl, namespace, "bb") == "Aborted"
+    assert runners["bb"].assignment()["kind"] == "wait"
+    kubectl("patch", "swer", "bb", "-n", namespace, "--type=merge", "-p", '{"spec": {"suspend": false}}')
+    wait_for("bb Resuming", lambda: phase(kubectl, namespace, "bb") == "Resuming", op=operator)
+
+    # Deleting a suspended batch object leaves each member to its own flag.
+    _batch(kubectl, namespace, "b9", suspend=True)
+    wait_for("bc told to abort", lambda: runners["bc"].assignment()["kind"] == "abort", op=operator)
+    kubectl("delete", "swerb", "b9", "-n", namespace)
+    wait_for("bc running again", lambda: runners["bc"].assignment()["kind"] == "run", op=operator)
