@@ -59,6 +59,12 @@ def _lifecycle() -> str:
     return lifecycle.report(lifecycle.run(500))
 
 
+def _kube_client() -> str:
+    from bench import kube_client
+
+    return kube_client.report(kube_client.run())
+
+
 def _viewer() -> str:
     from bench import viewer_pages
 
@@ -76,6 +82,7 @@ SUITES = {
     "abort": ("abort -> runner Aborted on the SGLang stand-in", _abort),
     "store": ("result store throughput", _store),
     "nodeagent": ("node agent: 200 pods", _nodeagent),
+    "kubeclient": ("async kube client: HTTP/1.1 pool vs in-flight cap vs HTTP/2 under a write burst", _kube_client),
     "lifecycle": ("operator at batch scale: 500 rollouts burst and 50/s, abort and resume fan-out, writes per rollout, 2,000 at rest", _lifecycle),
     "viewer": ("viewer: 2,000-rollout batch page, 32k-token rollout in headless Chromium", _viewer),
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from swerollout.kube import AsyncKubeClient
+from swerollout.kube import AsyncKubeClient, load_incluster, load_kubeconfig
 from swerollout.kube._base import RequestSpec
 from swerollout.store import Owner, ResultStore, open_store
 
@@ -79,12 +79,11 @@ class OperatorRuntime:
         self.backoff.succeeded(uid)
 
     async def start(self) -> None:
-        config_client = (
-            CountingKubeClient.from_kubeconfig(self.kubeconfig) if self.kubeconfig else CountingKubeClient.in_cluster()
+        config = load_kubeconfig(self.kubeconfig) if self.kubeconfig else load_incluster()
+        self._kube = CountingKubeClient(
+            config, max_in_flight=self.settings.api_max_in_flight, http2=self.settings.api_http2
         )
-        assert isinstance(config_client, CountingKubeClient)
-        config_client.metrics = self.metrics
-        self._kube = config_client
+        self._kube.metrics = self.metrics
         options = {"endpoint_url": self.settings.s3_endpoint_url} if self.settings.s3_endpoint_url else {}
         self._store = open_store(self.settings.store_url, **options)
         await self._store.check()

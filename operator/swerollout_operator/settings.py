@@ -67,6 +67,14 @@ class OperatorSettings(BaseModel):
     s3_endpoint_url: str | None = None
     """Endpoint of an S3-compatible server (MinIO, Ceph); unset for AWS."""
 
+    api_http2: bool = True
+    """Talk HTTP/2 to the API server: every request multiplexed on one TLS connection.
+    A burst of writes ran 2.3x faster at 0.42x the client CPU per request than HTTP/1.1
+    on 64 connections (bench/kube_client.py). `--no-api-http2` falls back to HTTP/1.1
+    (an API server or proxy without h2 is also served HTTP/1.1 without it)."""
+    api_max_in_flight: int = Field(default=64, ge=1, le=1000)
+    """API requests (not watches) on the wire at once; the rest wait their turn in the
+    operator, not in the HTTP connection pool."""
     workers: int = Field(default=16, ge=1, le=256)
     """Reconcile passes that run at once (each rollout is worked on by one at a time)."""
     status_coalesce_seconds: float = Field(default=3.0, ge=0.0)

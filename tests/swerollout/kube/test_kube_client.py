@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from aiohttp import web
 
 from swerollout.backoff import Backoff
 from swerollout.dev.controlplane import ControlPlane, free_port
@@ -42,6 +43,7 @@ from swerollout.kube import (
     load_kubeconfig,
     retry,
 )
+from swerollout.kube._base import RequestSpec
 
 WIDGETS = ResourceType("test.swerollout.io/v1", "widgets")
 
@@ -389,6 +391,64 @@ async def test_akube_fixture_patches_status(akube: AsyncKubeClient, namespace: s
     assert (await akube.get_status(PODS, "s", namespace))["spec"]["nodeName"] == "n1"
     deleted = await akube.delete(PODS, "s", namespace, grace_period_seconds=0)
     assert deleted["metadata"]["name"] == "s"
+
+
+async def test_http2_client_speaks_h2_to_the_api_server_and_works(control_plane: ControlPlane, namespace: str) -> None:
+    config = load_kubeconfig(control_plane.kubeconfig_path)
+    async with AsyncKubeClient(config, http2=True) as kube:
+        names = [f"h2-{i}" for i in range(20)]
+        # Concurrent writes share the one multiplexed connection.
+        await asyncio.gather(*(kube.create(CONFIGMAPS, configmap(n, {"i": n}), namespace) for n in names))
+        patched = await asyncio.gather(*(kube.patch(CONFIGMAPS, n, {"data": {"p": "1"}}, namespace) for n in names))
+        assert [p["data"] for p in patched] == [{"i": n, "p": "1"} for n in names]
+        with pytest.raises(NotFound):
+            await kube.get(CONFIGMAPS, "h2-missing", namespace)
+        # The protocol the TLS handshake agreed (ALPN), read off the transport the client
+        # uses: a client that silently fell back to HTTP/1.1 would pass the rest.
+        answer = await kube._http.get(f"/api/v1/namespaces/{namespace}/configmaps/h2-0",
+                                      headers=kube._headers(RequestSpec("GET", "")))
+        assert answer.status_code == 200 and answer.http_version == "HTTP/2"
+
+
+async def test_requests_in_flight_are_capped_by_max_in_flight() -> None:
+    """A burst waits in the client (a semaphore), never more than max_in_flight on the wire."""
+    total, cap = 10, 3
+    state = {"current": 0, "most": 0, "finished": 0}
+    changed = asyncio.Condition()
+
+    async def handler(request: web.Request) -> web.Response:
+        async with changed:
+            state["current"] += 1
+            state["most"] = max(state["most"], state["current"])
+            changed.notify_all()
+            # Answer only once `cap` requests are in at once (or all that are left):
+            # the test ends only if the client lets `cap` through, and it counts more.
+            await changed.wait_for(lambda: state["current"] >= min(cap, total - state["finished"]))
+            state["current"] -= 1
+            state["finished"] += 1
+            changed.notify_all()
+        return web.json_response({"kind": "ConfigMap", "metadata": {"name": request.match_info["name"]}})
+
+    app = web.Application()
+    app.router.add_get("/api/v1/namespaces/ns/configmaps/{name}", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        async with AsyncKubeClient(KubeConfig(server=f"http://127.0.0.1:{port}"), max_in_flight=cap) as kube:
+            got = await asyncio.wait_for(
+                asyncio.gather(*(kube.get(CONFIGMAPS, f"c{i}", "ns") for i in range(total))), 60
+            )
+    finally:
+        await runner.cleanup()
+    assert [g["metadata"]["name"] for g in got] == [f"c{i}" for i in range(total)]
+    assert state["most"] == cap
+
+
+def test_max_in_flight_below_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="max_in_flight must be at least 1"):
+        AsyncKubeClient(KubeConfig(server="https://127.0.0.1:1"), max_in_flight=0)
 
 
 # --- config loading --------------------------------------------------------------------
