@@ -292,8 +292,11 @@ class Runner:
 
     def _model(self, spec: api.SWERolloutSpec, config: AgentConfig, snapshot: bytes | None) -> tuple[Model, dict[str, Any], SGLangClient | None]:
         inference = spec.inference
+        keys = self.env.read_inference_keys()
         if spec.agent.kind == api.AgentKind.CHAT_AGENT:
-            chat = chat_model_from_spec(inference, tools=tool_schemas([t.value for t in config.tools.enabled]))
+            chat = chat_model_from_spec(
+                inference, tools=tool_schemas([t.value for t in config.tools.enabled]), api_key=keys.api_key
+            )
             agent_state: dict[str, Any] = {}
             if snapshot is not None:
                 decoded = decode(snapshot, kind=CHAT_SNAPSHOT_KIND)
@@ -305,7 +308,10 @@ class Runner:
         if images and image_placeholder(tokenizer) is None:
             # Never a silent drop: a text-only template fails the run before any token is sent.
             raise IssueImageError(text_only_message(inference.tokenizer or "", len(images)))
-        client = SGLangClient(inference.endpoint, timeout=float(inference.request_timeout_seconds))
+        client = SGLangClient(
+            inference.endpoint, timeout=float(inference.request_timeout_seconds),
+            api_key=keys.api_key, admin_key=keys.admin_key,
+        )
         function_calling = config.tools.action_format == ActionFormat.FUNCTION_CALLING
         kwargs: dict[str, Any] = dict(
             sampling=SamplingParams(

@@ -48,6 +48,7 @@ __all__ = [
     "GenerateRequest",
     "GenerateResult",
     "RetryPolicy",
+    "AbortRefused",
     "SGLangClient",
     "SamplingParams",
     "make_rid",
@@ -123,6 +124,10 @@ def make_rid(run_uid: str, turn: int, attempt: int) -> str:
 # --- the client ------------------------------------------------------------------------
 
 
+class AbortRefused(ModelProtocolError):
+    """The server refused /abort_request for want of its (admin) key."""
+
+
 class _Retryable(Exception):
     def __init__(self, message: str, *, retry_after: float | None = None, dropped: bool = False, timeout: bool = False, protocol: bool = False):
         super().__init__(message)
@@ -143,8 +148,8 @@ class _Call:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     post: asyncio.Future[wire.GenerateResponse] | None = None
     """The HTTP request of the current attempt."""
-    abandoned: bool = False
-    """Aborted while the server was paused: its connection was closed instead (see abort_in_flight)."""
+    abandoned: str | None = None
+    """Why its connection was closed instead of aborting its rid (see abort_in_flight), if it was."""
 
 
 class SGLangClient:
@@ -157,6 +162,8 @@ class SGLangClient:
         timeout: float = 600.0,
         retry: RetryPolicy | None = None,
         headers: dict[str, str] | None = None,
+        api_key: str | None = None,
+        admin_key: str | None = None,
         rng: random.Random | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -167,6 +174,13 @@ class SGLangClient:
         self._rng = rng or random.Random()
         self._sleep = sleep
         self._calls: set[_Call] = set()
+        # SGLang's keys (docs/sglang-protocol.md, "Keys"): the API key opens every route
+        # but the admin ones; aborts carry the admin key, or the API key when there is none.
+        headers = dict(headers or {})
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        admin = admin_key or api_key
+        self._admin_headers = {"Authorization": f"Bearer {admin}"} if admin else {}
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
             headers=headers,
@@ -262,9 +276,7 @@ class SGLangClient:
             except asyncio.CancelledError:
                 current = asyncio.current_task()
                 if call.abandoned and post.cancelled() and not (current is not None and current.cancelling()):
-                    return _aborted(
-                        rid, attempt, "aborted while the server was paused: the request's connection was closed"
-                    )
+                    return _aborted(rid, attempt, f"{call.abandoned}: the request's connection was closed")
                 if not call.abandoned:
                     # The caller gave up on this turn; do not leave it generating on the server.
                     await asyncio.shield(self._abort_quietly(rid))
@@ -343,9 +355,16 @@ class SGLangClient:
         url = f"{self.base_url}/abort_request"
         body = wire.AbortRequest(rid=rid, abort_all=False).model_dump()
         try:
-            response = await self._http.post("/abort_request", json=body, timeout=self.retry.abort_timeout)
+            response = await self._http.post(
+                "/abort_request", json=body, headers=self._admin_headers, timeout=self.retry.abort_timeout
+            )
         except httpx.TransportError as exc:
             raise ModelUnavailableError(f"cannot reach {url} to abort rid {rid!r}: {exc!r}") from exc
+        if response.status_code in (401, 403):
+            raise AbortRefused(
+                f"{url} refused to abort rid {rid!r} (HTTP {response.status_code}): the server needs its admin key; "
+                "set spec.inference.adminKeySecretRef to the Secret holding SGLang's --admin-api-key"
+            )
         if response.status_code >= 400:
             raise ModelProtocolError(f"{url} answered HTTP {response.status_code}: {_snippet(response)}")
 
@@ -370,14 +389,26 @@ class SGLangClient:
         live = [c for c in calls if c.rid is not None]
         if live and await self.paused():
             for call in live:
-                call.abandoned = True
+                call.abandoned = "aborted while the server was paused"
                 if call.post is not None:
                     call.post.cancel()
             return 0
-        rids = [c.rid for c in live if c.rid is not None]
-        for rid in rids:
-            await self.abort(rid)
-        return len(rids)
+        sent = 0
+        for call in live:
+            if call.rid is None:
+                continue
+            try:
+                await self.abort(call.rid)
+            except AbortRefused as exc:
+                # No key for the admin route: close the request's connection instead; the
+                # server aborts a request whose client is gone (SGLang does at its next poll).
+                log.warning("%s; closing the request's connection instead", exc)
+                call.abandoned = "the server refused the abort (no admin key)"
+                if call.post is not None:
+                    call.post.cancel()
+                continue
+            sent += 1
+        return sent
 
     async def paused(self) -> bool:
         """True when the server says it is paused (``GET /ready`` answers 503); False when it

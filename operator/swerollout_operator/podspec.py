@@ -31,6 +31,8 @@ SANDBOX_DROPPED_CAPABILITIES = ("NET_RAW", "MKNOD", "SYS_CHROOT", "SETFCAP", "SE
 BUNDLE_MOUNT = "/swerex"
 RUNNER_TMP_DIR = "/var/tmp/swerollout"
 RUNNER_SECRET_DIR = "/var/run/secrets/swerollout"
+INFERENCE_KEYS_DIR = "/var/run/secrets/swerollout-inference"
+INFERENCE_KEY_FILE = "key"
 SANDBOX_CONTAINER = "sandbox"
 RUNNER_CONTAINER = "runner"
 BUNDLE_CONTAINER = "swerex-bundle"
@@ -114,6 +116,27 @@ def _egress(rollout: api.SWERollout, settings: OperatorSettings, role: str) -> s
     return ",".join(dict.fromkeys(needed))
 
 
+def _inference_keys(spec: api.SWERolloutSpec) -> dict[str, api.SecretKeyRef]:
+    """The user's Secrets holding the inference server's keys, by what they are."""
+    refs = {"api": spec.inference.api_key_secret_ref, "admin": spec.inference.admin_key_secret_ref}
+    return {kind: ref for kind, ref in refs.items() if ref is not None}
+
+
+def _inference_key_volumes(keys: dict[str, api.SecretKeyRef]) -> list[dict[str, Any]]:
+    # The kubelet reads these Secrets for the pod: the operator never needs to.
+    return [
+        {
+            "name": f"inference-{kind}-key",
+            "secret": {
+                "secretName": ref.name,
+                "defaultMode": 0o440,
+                "items": [{"key": ref.key, "path": INFERENCE_KEY_FILE}],
+            },
+        }
+        for kind, ref in keys.items()
+    ]
+
+
 def _resources(res: api.Resources | None) -> dict[str, Any]:
     if res is None:
         return {}
@@ -146,6 +169,10 @@ def rollout_pod(
         "capabilities": {"drop": ["ALL"]},
     }
     tolerations = [t.to_wire() for t in spec.sandbox.tolerations] + list(settings.extra_tolerations)
+    # Only the runner of a rollout pod talks to the inference server; the eval pod and
+    # the sandbox container (model-written code) never see its keys.
+    inference_keys = _inference_keys(spec) if role == "rollout" else {}
+    key_file = {kind: f"{INFERENCE_KEYS_DIR}/{kind}/{INFERENCE_KEY_FILE}" for kind in inference_keys}
     node_selector = {**settings.extra_node_selector, **spec.sandbox.node_selector}
 
     pod_spec: dict[str, Any] = {
@@ -177,6 +204,7 @@ def rollout_pod(
                 "name": "runner-credentials",
                 "secret": {"secretName": secret, "defaultMode": 0o440},
             },
+            *_inference_key_volumes(inference_keys),
         ],
         "initContainers": [
             {
@@ -241,6 +269,8 @@ def rollout_pod(
                     ingest_token_file=f"{RUNNER_SECRET_DIR}/{SECRET_INGEST_KEY}",
                     swerex_url=swerex_url,
                     swerex_token_file=f"{RUNNER_SECRET_DIR}/{SECRET_SWEREX_KEY}",
+                    inference_api_key_file=key_file.get("api"),
+                    inference_admin_key_file=key_file.get("admin"),
                 ).to_env() + [
                     {"name": "TMPDIR", "value": RUNNER_TMP_DIR},
                     # The image user's home is on the read-only root; caches go to scratch.
@@ -249,6 +279,10 @@ def rollout_pod(
                 "volumeMounts": [
                     {"name": "runner-credentials", "mountPath": RUNNER_SECRET_DIR, "readOnly": True},
                     {"name": "runner-tmp", "mountPath": RUNNER_TMP_DIR},
+                    *(
+                        {"name": f"inference-{kind}-key", "mountPath": f"{INFERENCE_KEYS_DIR}/{kind}", "readOnly": True}
+                        for kind in inference_keys
+                    ),
                 ],
                 "resources": settings.runner_resources,
                 "securityContext": {**restricted, "runAsNonRoot": True, "runAsUser": 10001, "readOnlyRootFilesystem": True},

@@ -32,6 +32,8 @@ _HOST = r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-
 _PORT = r"([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
 HTTP_URL = rf"^https?://{_HOST}(:{_PORT})?(/[^\s]*)?$"
 """An http(s) URL with a host and, if given, a port from 1 to 65535."""
+SECRET_KEY = r"^[-._A-Za-z0-9]+$"
+"""A key of a Secret's data (core/v1: `-`, `_`, `.` and alphanumerics, at most 253)."""
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 """A shell variable name (the runner exports each as `export NAME=...`)."""
 DATA_IMAGE_URL = r"^data:image/[a-z0-9.+-]+;base64,[A-Za-z0-9+/]*={0,2}$"

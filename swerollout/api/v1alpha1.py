@@ -534,6 +534,22 @@ class Sampling(ApiModel):
     """Extra stop strings."""
 
 
+SecretKey = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=253),
+    pattern_rule(formats.SECRET_KEY, "must be a Secret key: a-z, A-Z, 0-9, '-', '_', '.' (e.g. api-key)"),
+]
+
+
+class SecretKeyRef(ApiModel):
+    """One key of a Secret in the rollout's namespace (core/v1 SecretKeySelector)."""
+
+    name: DnsSubdomain
+    """The Secret's name."""
+    key: SecretKey
+    """The key in the Secret's data whose value is used."""
+
+
 class Inference(ApiModel):
     """The policy server."""
 
@@ -557,6 +573,10 @@ class Inference(ApiModel):
     """How long the runner waits out an inference server that is unreachable, answers 5xx or 429, or keeps aborting this run's requests (a restart, a weight update), counted from the first failure of an unbroken series. The turn is re-sent once the server is back; past the budget the run ends `exit_api` and the rollout fails naming the cause. 0: give up after the client's few quick retries."""
     return_routed_experts: bool = False
     """Ask SGLang for MoE routing decisions and keep them in the trajectory."""
+    api_key_secret_ref: SecretKeyRef | None = None
+    """The server's API key (SGLang's `--api-key`, an OpenAI-compatible server's key), sent as `Authorization: Bearer` on every request but aborts when an admin key is set. Mounted into the runner container only (never the sandbox); the kubelet reads the Secret, the operator does not. Unset: no key is sent."""
+    admin_key_secret_ref: SecretKeyRef | None = None
+    """The server's admin key (SGLang's `--admin-api-key`), sent as `Authorization: Bearer` on the runner's `/abort_request`. Mounted like apiKeySecretRef. Unset: aborts carry the API key (SGLang's rule when no admin key is set); a server that still refuses an abort has the request's connection closed instead, which SGLang treats as an abort."""
     on_abort: OnAbort = OnAbort.DROP
     """What an aborted request (a suspension, or a trainer's abort/pause around a weight update) leaves behind: `Drop` discards its tokens and re-samples the turn; `Keep` keeps the tokens that have logprobs, each with the version that sampled it, and continues the turn from them. The trajectory's `info.mixed_version_turns` lists turns sampled by more than one version."""
 

@@ -101,6 +101,8 @@ PARALLEL_REQUESTS = 16
 MARK_PARALLEL_REQUESTS = 64
 # spec.inference.weightVersion's maxLength in the CRD.
 MAX_WEIGHT_VERSION = 128
+# The inference servers' admin key for abort(batch), when the caller passes none.
+INFERENCE_ADMIN_KEY_ENV = "SWEROLLOUT_INFERENCE_ADMIN_KEY"
 # Optimistic-concurrency retries of one abort/resume patch before giving up.
 MAX_CONFLICT_RETRIES = 5
 # Transient failures of one abort/resume mark (reset, 429, 5xx) are retried this long:
@@ -252,6 +254,7 @@ class AsyncRolloutClient:
         store_options: Mapping[str, Any] | None = None,
         results_url: str | None = None,
         results_token: str | None = None,
+        inference_admin_key: str | None = None,
         owns_kube: bool = False,
     ) -> None:
         self.kube = kube
@@ -260,6 +263,7 @@ class AsyncRolloutClient:
         self._store_options = dict(store_options or {})
         self.results_url = results_url.rstrip("/") if results_url else None
         self._results_token = results_token
+        self._inference_admin_key = inference_admin_key or os.environ.get(INFERENCE_ADMIN_KEY_ENV) or None
         self._owns_kube = owns_kube
         self._store: ResultStore | None = None
         self._http: httpx.AsyncClient | None = None
@@ -546,7 +550,12 @@ class AsyncRolloutClient:
     # --- abort / resume ---------------------------------------------------------------
 
     async def abort(
-        self, batch: str | None = None, *, names: Iterable[str] | None = None, inference: bool | None = None
+        self,
+        batch: str | None = None,
+        *,
+        names: Iterable[str] | None = None,
+        inference: bool | None = None,
+        admin_key: str | None = None,
     ) -> list[str]:
         """Stop generation now and mark every unfinished member of ``batch`` (or each
         rollout in ``names``) suspended, keeping its pod; returns the names marked.
@@ -559,10 +568,16 @@ class AsyncRolloutClient:
         each runner also aborts its own request by its exact rid when it sees the mark.
         For ``names`` the default is to only mark (each runner aborts exactly its own
         request), so other rollouts on the same server lose nothing.
+
+        ``admin_key``: the servers' admin key (SGLang's ``--admin-api-key``, or its
+        ``--api-key`` when it has no admin key), sent as ``Authorization: Bearer`` on
+        ``/abort_request``; defaults to the client's ``inference_admin_key``, else
+        ``$SWEROLLOUT_INFERENCE_ADMIN_KEY``. A server that refuses the abort (401) is
+        logged; the runners still abort their own requests with the keys their specs name.
         """
         members = await self._targets(batch, names)
         if inference if inference is not None else batch is not None:
-            await self._abort_inference(members)
+            await self._abort_inference(members, admin_key or self._inference_admin_key)
         return await self._set_suspend(members, True)
 
     async def resume(
@@ -616,16 +631,26 @@ class AsyncRolloutClient:
 
         return list(await asyncio.gather(*(one(n) for n in wanted)))
 
-    async def _abort_inference(self, members: list[Object]) -> None:
+    async def _abort_inference(self, members: list[Object], admin_key: str | None) -> None:
         endpoints = sorted({
             str(((o.get("spec") or {}).get("inference") or {}).get("endpoint") or "").rstrip("/")
             for o in members if not parse_status(o).phase.is_terminal
         } - {""})
 
+        headers = {"Authorization": f"Bearer {admin_key}"} if admin_key else {}
+
         async def one(endpoint: str) -> None:
             try:
                 async with httpx.AsyncClient(timeout=10.0) as http:
-                    answer = await http.post(f"{endpoint}/abort_request", json={"rid": "", "abort_all": True})
+                    answer = await http.post(f"{endpoint}/abort_request", json={"rid": "", "abort_all": True},
+                                             headers=headers)
+                if answer.status_code in (401, 403):
+                    log.warning(
+                        "%s/abort_request refused the abort (HTTP %d): pass admin_key= or set %s to the server's "
+                        "admin key; the runners abort their own requests", endpoint, answer.status_code,
+                        INFERENCE_ADMIN_KEY_ENV,
+                    )
+                    return
                 answer.raise_for_status()
             except httpx.HTTPError as exc:
                 # Best effort: each runner still aborts its own request when it sees its mark.

@@ -174,9 +174,14 @@ class RolloutClient:
         return self._run(self._inner.result(name, timeout=timeout, report=report))
 
     def abort(
-        self, batch: str | None = None, *, names: Iterable[str] | None = None, inference: bool | None = None
+        self,
+        batch: str | None = None,
+        *,
+        names: Iterable[str] | None = None,
+        inference: bool | None = None,
+        admin_key: str | None = None,
     ) -> list[str]:
-        return self._run(self._inner.abort(batch, names=names, inference=inference))
+        return self._run(self._inner.abort(batch, names=names, inference=inference, admin_key=admin_key))
 
     def resume(
         self, batch: str | None = None, *, names: Iterable[str] | None = None, weight_version: str | None = None

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-__all__ = ["ENV_NAMES", "POD_LOOPBACK_ENV", "RunnerEnv", "RunnerEnvError", "RunnerRole"]
+__all__ = ["ENV_NAMES", "POD_LOOPBACK_ENV", "InferenceKeys", "RunnerEnv", "RunnerEnvError", "RunnerRole"]
 
 POD_LOOPBACK_ENV = "SWEROLLOUT_POD_LOOPBACK"
 """Set by the embedded node agent, not by the pod spec: the pod's own loopback address."""
@@ -47,13 +47,17 @@ class RunnerEnv(BaseModel):
     swerex_url: str = Field(min_length=1)
     """The sandbox's swerex server; it listens on the pod's loopback."""
     swerex_token_file: str = Field(min_length=1)
+    inference_api_key_file: str | None = None
+    """The inference server's API key (spec.inference.apiKeySecretRef), when the spec names one."""
+    inference_admin_key_file: str | None = None
+    """The inference server's admin key (spec.inference.adminKeySecretRef), when the spec names one."""
     pod_name: str | None = None
     """From the downward API (`metadata.name`), for log lines and Events."""
     pod_loopback: str | None = None
 
     def to_env(self) -> list[dict[str, Any]]:
         """Container `env` entries; the pod name always comes from the downward API."""
-        values = self.model_dump(mode="json", exclude={"pod_name", "pod_loopback"})
+        values = self.model_dump(mode="json", exclude={"pod_name", "pod_loopback"}, exclude_none=True)
         env: list[dict[str, Any]] = [{"name": ENV_NAMES[key], "value": str(value)} for key, value in values.items()]
         env.append({"name": ENV_NAMES["pod_name"], "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
         return env
@@ -84,6 +88,29 @@ class RunnerEnv(BaseModel):
     def read_swerex_token(self) -> str:
         return _read_secret(self.swerex_token_file, "SWEREX_AUTH_TOKEN_FILE")
 
+    def read_inference_keys(self) -> InferenceKeys:
+        """The inference server's keys the pod spec mounted (none when the spec names none)."""
+        return InferenceKeys(
+            api_key=_read_secret(self.inference_api_key_file, ENV_NAMES["inference_api_key_file"])
+            if self.inference_api_key_file else None,
+            admin_key=_read_secret(self.inference_admin_key_file, ENV_NAMES["inference_admin_key_file"])
+            if self.inference_admin_key_file else None,
+        )
+
+
+class InferenceKeys(BaseModel):
+    """Bearer keys of the inference server: `api_key` for its routes, `admin_key` for aborts."""
+
+    model_config = ConfigDict(frozen=True)
+
+    api_key: str | None = None
+    admin_key: str | None = None
+
+    def __repr__(self) -> str:  # never print a key
+        return f"InferenceKeys(api_key={'set' if self.api_key else None}, admin_key={'set' if self.admin_key else None})"
+
+    __str__ = __repr__
+
 
 ENV_NAMES: dict[str, str] = {
     "role": "SWEROLLOUT_ROLE",
@@ -95,6 +122,8 @@ ENV_NAMES: dict[str, str] = {
     "ingest_token_file": "SWEROLLOUT_INGEST_TOKEN_FILE",
     "swerex_url": "SWEREX_URL",
     "swerex_token_file": "SWEREX_AUTH_TOKEN_FILE",
+    "inference_api_key_file": "SWEROLLOUT_INFERENCE_API_KEY_FILE",
+    "inference_admin_key_file": "SWEROLLOUT_INFERENCE_ADMIN_KEY_FILE",
     "pod_name": "SWEROLLOUT_POD_NAME",
     "pod_loopback": POD_LOOPBACK_ENV,
 }

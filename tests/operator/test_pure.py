@@ -79,6 +79,38 @@ def test_only_the_runner_can_read_the_ingest_token() -> None:
     assert containers["sandbox"]["workingDir"] == "/testbed"
 
 
+def test_inference_keys_reach_only_the_rollout_runner() -> None:
+    """The spec's key Secrets are mounted into the rollout pod's runner alone, as files the
+    runner's environment names; the sandbox, the init container and the eval pod get none."""
+    from swerollout.wire.runner_env import RunnerEnv
+
+    inference = {"endpoint": "http://sglang:30000", "tokenizer": "qwen-2.5",
+                 "apiKeySecretRef": {"name": "sglang-keys", "key": "api-key"},
+                 "adminKeySecretRef": {"name": "sglang-admin", "key": "admin.key"}}
+    pod = podspec.rollout_pod(rollout(inference=inference), META, OperatorSettings(), attempt=1)
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    user_secrets = {n: v["secret"] for n, v in volumes.items() if v.get("secret", {}).get("secretName") in
+                    ("sglang-keys", "sglang-admin")}
+    assert sorted((s["secretName"], s["items"][0]["key"]) for s in user_secrets.values()) == [
+        ("sglang-admin", "admin.key"), ("sglang-keys", "api-key")]
+    containers = {c["name"]: c for c in pod["spec"]["initContainers"] + pod["spec"]["containers"]}
+    mounted = {n: {m["name"] for m in c.get("volumeMounts", [])} & set(user_secrets) for n, c in containers.items()}
+    assert mounted == {"swerex-bundle": set(), "sandbox": set(), "runner": set(user_secrets)}
+    runner = containers["runner"]
+    env = RunnerEnv.from_environ({e["name"]: e["value"] for e in runner["env"] if "value" in e})
+    paths = {m["name"]: m["mountPath"] for m in runner["volumeMounts"]}
+    for name, secret in user_secrets.items():
+        wanted = env.inference_admin_key_file if secret["secretName"] == "sglang-admin" else env.inference_api_key_file
+        assert wanted == f"{paths[name]}/{secret['items'][0]['path']}"
+    eval_pod = podspec.rollout_pod(rollout(inference=inference), META, OperatorSettings(), attempt=1, role="eval")
+    assert not [v for v in eval_pod["spec"]["volumes"] if v.get("secret", {}).get("secretName") in
+                ("sglang-keys", "sglang-admin")]
+    # Without references the runner's environment names no key file.
+    plain = podspec.rollout_pod(rollout(), META, OperatorSettings(), attempt=1)
+    runner_env = {e["name"] for e in plain["spec"]["containers"][1]["env"]}
+    assert not {"SWEROLLOUT_INFERENCE_API_KEY_FILE", "SWEROLLOUT_INFERENCE_ADMIN_KEY_FILE"} & runner_env
+
+
 def test_sandbox_container_is_restricted_and_declares_its_port() -> None:
     settings = OperatorSettings()
     pod = podspec.rollout_pod(rollout(), META, settings, attempt=1)

@@ -1,9 +1,10 @@
 """Known container escape techniques, run from inside a sandbox container (stdlib only).
 
 Usage: python3 escape_attempts.py TERCES TARGET... ; prints one JSON object: for each
-attempt, "blocked" or what it achieved. TERCES is, reversed, a string the sandbox must
-never read (the runner's token; reversed so this process's own command line does not
-hold it); each TARGET is host:port[/path] it must never reach.
+attempt, "blocked" or what it achieved. TERCES is, reversed, a comma-separated list of
+strings the sandbox must never read (the runner's token, the inference server's keys;
+reversed so this process's own command line does not hold them); each TARGET is
+host:port[/path] it must never reach.
 """
 
 from __future__ import annotations
@@ -44,8 +45,15 @@ def open_by_handle() -> str:
     return "blocked" if all(r == "blocked" for r in results) else "; ".join(results)
 
 
-def proc_secret(secret: str) -> str:
-    """Look for the secret in every /proc entry of every pid we can see (environ, cmdline, open files, roots)."""
+def proc_secret(secrets: list[str]) -> str:
+    """Look for the secrets in every /proc entry of every pid we can see (environ, cmdline, open files, roots)."""
+    found = []
+    for secret in secrets:
+        found += _proc_secret(secret)
+    return "blocked" if not found else f"read from {found[:3]}"
+
+
+def _proc_secret(secret: str) -> list[str]:
     found = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -64,7 +72,7 @@ def proc_secret(secret: str) -> str:
                             found.append(os.path.join(dirpath, f))
                     except OSError:
                         pass
-    return "blocked" if not found else f"read from {found[:3]}"
+    return found
 
 
 def mount() -> str:
@@ -124,9 +132,9 @@ def reach_unix(path: str) -> str:
 
 
 def main() -> None:
-    secret, targets = sys.argv[1][::-1], sys.argv[2:]
+    secrets, targets = sys.argv[1][::-1].split(","), sys.argv[2:]
     report = {}
-    for name, attempt in (("open_by_handle_at", open_by_handle), ("proc_secret", lambda: proc_secret(secret)),
+    for name, attempt in (("open_by_handle_at", open_by_handle), ("proc_secret", lambda: proc_secret(secrets)),
                           ("mount", mount), ("mknod", mknod), ("syscalls", syscalls), ("capabilities", capabilities),
                           *((f"reach {t}", lambda t=t: reach(t)) for t in targets)):
         try:

@@ -31,7 +31,8 @@ class AgentProcess:
             stdout=log, stderr=subprocess.STDOUT,
         )
         log.close()
-        deadline = time.monotonic() + 30
+        # Generous: a cold Python start on a loaded 2-core machine takes tens of seconds.
+        deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             try:
                 node = kube.get(NODES, self.node)

@@ -367,3 +367,42 @@ async def test_an_abort_while_the_server_is_paused_closes_the_request_instead(or
         assert result.abort_message is not None and "paused" in result.abort_message
         (await http.post("/continue_generation", json={})).raise_for_status()
         assert not await client.paused()
+
+
+async def test_keys_go_where_sglang_asks_them(oracle_server: Callable[..., Any]) -> None:
+    """A server with --api-key and --admin-api-key (the stand-in decides as SGLang does):
+    /generate carries the API key, /abort_request the admin key, and the abort lands by rid.
+    A client without the admin key is refused the abort and closes the request instead."""
+    import asyncio
+
+    import httpx
+
+    server = oracle_server(api_key="k-api", admin_api_key="k-admin", faults={"delay_per_token": 0.05})
+    async with SGLangClient(server.url, retry=FAST) as keyless:
+        with pytest.raises(ModelProtocolError, match="HTTP 401"):
+            await keyless.generate([1, 2, 3], SamplingParams(max_new_tokens=5), rid_for_attempt=_rids())  # type: ignore[arg-type]
+    headers = {"Authorization": "Bearer k-api"}
+    async with httpx.AsyncClient(base_url=server.url, headers=headers, timeout=30) as http:
+
+        async def running() -> int:
+            return int((await http.get("/v1/loads")).json()["loads"][0]["num_running_reqs"])
+
+        for admin_key, delivered in (("k-admin", 1), (None, 0)):
+            async with SGLangClient(server.url, retry=FAST, api_key="k-api", admin_key=admin_key) as client:
+                turn = asyncio.create_task(
+                    client.generate([1, 2, 3], SamplingParams(max_new_tokens=400), rid_for_attempt=_rids())  # type: ignore[arg-type]
+                )
+                while await running() < 1:
+                    await asyncio.sleep(0.05)
+                assert await client.abort_in_flight() == delivered
+                result = await asyncio.wait_for(turn, timeout=30)
+            assert result.finish == "abort" and len(result.output_ids) < 400, admin_key
+            if delivered:
+                assert result.abort_message == "Abort requested"  # the server's own abort, by rid
+            else:
+                assert result.abort_message is not None and "no admin key" in result.abort_message
+            # Either way the server stops generating it (a closed connection is aborted too).
+            deadline = asyncio.get_running_loop().time() + 30
+            while await running() > 0:
+                assert asyncio.get_running_loop().time() < deadline, "the request kept running"
+                await asyncio.sleep(0.1)

@@ -127,6 +127,9 @@ BAD_INPUTS: list[tuple[str, str, Any, str]] = [
     ("pull-secret-name", "spec.sandbox.imagePullSecrets", ["My Secret"], "spec.sandbox.imagePullSecrets[0]: Invalid value"),
     ("pull-secret-duplicate", "spec.sandbox.imagePullSecrets", ["regcred", "regcred"], "spec.sandbox.imagePullSecrets[1]: Duplicate value"),
     ("short-reward-timeout", "spec.reward.timeoutSeconds", 5, "spec.reward.timeoutSeconds"),
+    ("api-key-secret-name", "spec.inference.apiKeySecretRef", {"name": "My Keys", "key": "api-key"}, "spec.inference.apiKeySecretRef.name: Invalid value"),
+    ("admin-key-secret-key", "spec.inference.adminKeySecretRef", {"name": "keys", "key": "admin key"}, "spec.inference.adminKeySecretRef.key: Invalid value"),
+    ("api-key-ref-without-key", "spec.inference.apiKeySecretRef", {"name": "keys"}, "spec.inference.apiKeySecretRef.key: Required value"),
 ]
 
 
@@ -197,6 +200,7 @@ GOOD_INPUTS: list[tuple[str, dict[str, Any]]] = [
     ("top-k-one", _good(inference__sampling={"topK": 1})),
     ("issue-images", _good(instance__issueImages=["https://img.example/shot.png", "data:image/png;base64,iVBORw0KGgo="])),
     ("no-reward-no-tests", _good(instance__evaluation={}, reward={"enabled": False})),
+    ("inference-keys", _good(inference__apiKeySecretRef={"name": "sglang-keys", "key": "api-key"}, inference__adminKeySecretRef={"name": "sglang.admin", "key": "ADMIN_key.txt"})),
     ("pass-to-pass-only", _good(instance__evaluation={"passToPass": ["tests/test_calc.py::test_sub"]})),
 ]
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from swerollout.wire.runner_env import ENV_NAMES, POD_LOOPBACK_ENV, RunnerEnv, RunnerEnvError, RunnerRole
+from swerollout.wire.runner_env import ENV_NAMES, POD_LOOPBACK_ENV, InferenceKeys, RunnerEnv, RunnerEnvError, RunnerRole
 
 
 def _env(tmp_path: Path) -> RunnerEnv:
@@ -35,7 +35,24 @@ def test_pod_spec_env_round_trips_into_the_runner(tmp_path: Path) -> None:
     assert back.read_ingest_token() == "tok-ingest" and back.read_swerex_token() == "tok-swerex"
     # Credentials travel as file paths, never as values.
     assert "tok-ingest" not in str(env.to_env())
-    assert set(environ) == {v for k, v in ENV_NAMES.items() if k != "pod_loopback"}
+    # The inference keys' files are named only when the spec references key Secrets.
+    optional = {"pod_loopback", "inference_api_key_file", "inference_admin_key_file"}
+    assert set(environ) == {v for k, v in ENV_NAMES.items() if k not in optional}
+    assert back.read_inference_keys() == InferenceKeys()
+
+
+def test_inference_keys_are_read_from_their_files_and_never_printed(tmp_path: Path) -> None:
+    (tmp_path / "api").write_text("k-api\n")
+    (tmp_path / "admin").write_text("k-admin")
+    env = _env(tmp_path).model_copy(update={
+        "inference_api_key_file": str(tmp_path / "api"), "inference_admin_key_file": str(tmp_path / "admin")})
+    back = RunnerEnv.from_environ(_as_environ(env.to_env(), "p"))
+    keys = back.read_inference_keys()
+    assert (keys.api_key, keys.admin_key) == ("k-api", "k-admin")
+    assert "k-api" not in repr(keys) and "k-admin" not in f"{keys}"
+    gone = env.model_copy(update={"inference_admin_key_file": str(tmp_path / "nope")})
+    with pytest.raises(RunnerEnvError, match="SWEROLLOUT_INFERENCE_ADMIN_KEY_FILE.*Secret mounted"):
+        gone.read_inference_keys()
 
 
 def test_missing_or_bad_variables_are_named(tmp_path: Path) -> None:

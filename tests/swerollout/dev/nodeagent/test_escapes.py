@@ -1,8 +1,9 @@
 """Known escape techniques, run from inside a sandbox container of a rollout-shaped pod, all fail.
 
 The runner container beside it holds a token (in a mounted Secret and in its
-environment); the sandbox tries to read it, to open files by handle, to mount,
-to create device nodes, to use the kernel's keyring, bpf and ptrace, and to reach
+environment) and the inference server's API and admin keys (mounted as the
+operator's pod spec mounts spec.inference's key Secrets); the sandbox tries to
+read them, to open files by handle, to mount, to create device nodes, to use the kernel's keyring, bpf and ptrace, and to reach
 a host service that the runner can reach (as it reaches the ingest API) and the
 admin routes of the policy server.
 """
@@ -90,7 +91,9 @@ def test_escape_techniques_fail_inside_a_sandbox(
 ) -> None:
     agent = agent_factory("--egress", f"127.0.0.1:{host_service}")
     token = secrets.token_hex(16)
+    api_key, admin_key = secrets.token_hex(16), secrets.token_hex(16)
     swerex_port = free_port()
+    keys_dir = "/var/run/secrets/swerollout-inference"  # as swerollout_operator.podspec mounts them
     runner_checks = (
         "import os, socket, time, urllib.request\n"
         f"def get(url):\n    return urllib.request.urlopen(url, timeout=10).read().decode()\n"
@@ -107,18 +110,22 @@ def test_escape_techniques_fail_inside_a_sandbox(
         "s = socket.socket(socket.AF_UNIX)\n"
         f"try:\n    s.connect({host_daemon_socket!r}); print('runner reaches the host daemon', flush=True)\n"
         "except OSError as exc:\n    print('runner cannot reach the host daemon:', exc.errno, flush=True)\n"
+        f"keys = [open({keys_dir!r} + '/' + k + '/key').read() for k in ('api', 'admin')]\n"
+        "print('runner reads the inference keys:', [len(k) for k in keys], flush=True)\n"
         "open('/sync/up', 'w').close()\n"
         "time.sleep(120)\n"
     )
     task_repo(tmp_path / "task")
     kube.create(SECRETS, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "runner-token"},
                           "data": {"ingest-token": base64.b64encode(token.encode()).decode()}}, namespace)
+    kube.create(SECRETS, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "inference-keys"},
+                          "stringData": {"api-key": api_key, "admin-key": admin_key}}, namespace)
     secret_dir = "/var/run/secrets/swerollout"
     kube.create(PODS, pod_manifest("escape", agent.node, [
         {"name": "sandbox", "image": f"file://{tmp_path / 'task'}", "workingDir": "/testbed",
          "command": ["sh", "-c", 'python3 -m http.server -b "$SWEROLLOUT_POD_LOOPBACK" "$1" >/dev/null 2>&1 & '
                      'while [ ! -e /sync/up ]; do sleep 0.1; done; exec python3 attempts.py "$0" "$2" "$3" "$4" "$5"',
-                     token[::-1], str(swerex_port), f"127.0.0.1:{host_service}/ingest",
+                     ",".join((token, api_key, admin_key))[::-1], str(swerex_port), f"127.0.0.1:{host_service}/ingest",
                      f"127.0.0.1:{host_service}/abort_request", f"127.0.0.1:{DEFAULT_POLICY_PORT}/update_weights_from_disk",
                      f"unix:{host_daemon_socket}"],
          "ports": [{"containerPort": swerex_port, "name": "swerex"}],
@@ -127,9 +134,14 @@ def test_escape_techniques_fail_inside_a_sandbox(
          "command": ["python", "-c", runner_checks],
          "env": [{"name": "INGEST_TOKEN", "value": token}],
          "volumeMounts": [{"name": "token", "mountPath": secret_dir, "readOnly": True},
+                          {"name": "inference-api-key", "mountPath": f"{keys_dir}/api", "readOnly": True},
+                          {"name": "inference-admin-key", "mountPath": f"{keys_dir}/admin", "readOnly": True},
                           {"name": "sync", "mountPath": "/sync"}]},
     ], restartPolicy="Never", volumes=[
         {"name": "token", "secret": {"secretName": "runner-token", "defaultMode": 0o440}},
+        *({"name": f"inference-{kind}-key", "secret": {"secretName": "inference-keys", "defaultMode": 0o440,
+                                                       "items": [{"key": f"{kind}-key", "path": "key"}]}}
+          for kind in ("api", "admin")),
         {"name": "sync", "emptyDir": {}},
     ]), namespace)
     try:
@@ -140,6 +152,7 @@ def test_escape_techniques_fail_inside_a_sandbox(
         # the pod's links work: the runner reaches its sandbox's declared port and the node's egress address
         assert f"runner reaches sandbox: \"\"\" | host service: host service" in runner_out, runner_out
         assert f"runner cannot reach the host daemon: {errno.ENOENT}" in runner_out, runner_out
+        assert "runner reads the inference keys: [32, 32]" in runner_out, runner_out
         out = container_logs(pod_dir, "sandbox")[-1].read_text()
         # the script gets the token reversed on its command line, so finding that is not finding the token
         report = json.loads(out.strip().splitlines()[-1])
