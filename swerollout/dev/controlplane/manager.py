@@ -167,8 +167,12 @@ def _install_cleanup_hooks() -> None:
 
 
 class _Child:
-    def __init__(self, name: str, popen: subprocess.Popen[bytes], log_path: Path, log: IO[bytes]) -> None:
+    def __init__(
+        self, name: str, args: list[str], popen: subprocess.Popen[bytes], log_path: Path, log: IO[bytes]
+    ) -> None:
         self.name = name
+        self.args = args
+        """The command line: a restart runs exactly this again (same ports, certs and data)."""
         self.popen = popen
         self.log_path = log_path
         self.log = log
@@ -296,15 +300,49 @@ class ControlPlane:
         log_path = logs / f"{name}.log"
         log = open(log_path, "ab")  # noqa: SIM115 - closed in _stop_children
         die_with_owner = self.config.die_with_owner and threading.current_thread() is threading.main_thread()
-        child = _Child(name, spawn(args, log, die_with_parent=die_with_owner), log_path, log)
+        child = _Child(name, args, spawn(args, log, die_with_parent=die_with_owner), log_path, log)
         self._children.append(child)
+        self._write_pidfile()
+        return child
+
+    def _write_pidfile(self) -> None:
         self._pidfile.write(
             PidFile(
                 owner_pid=os.getpid(),
                 processes=[ProcessRecord(name=c.name, pid=c.popen.pid) for c in self._children],
             )
         )
-        return child
+
+    def exited(self) -> list[str]:
+        """Names of the children (etcd, kube-apiserver) that are no longer running."""
+        with self._lock:
+            return [c.name for c in self._children if c.popen.poll() is not None]
+
+    def restart(self, name: str) -> int:
+        """Start child ``name`` again with its exact command line: the same port, certificates
+        and etcd data, so every kubeconfig and client keeps working; returns its new pid once
+        it is ready. A child still running is stopped first. What a supervisor calls when
+        the API server (or etcd) died."""
+        with self._lock:
+            index = next((i for i, c in enumerate(self._children) if c.name == name), None)
+            if index is None:
+                raise ControlPlaneError(f"no child {name!r} in the control plane in {self.workdir}")
+            old = self._children[index]
+            terminate_group(old.popen.pid, old.popen, self.config.stop_grace_seconds)
+            old.log.close()
+            log = open(old.log_path, "ab")  # noqa: SIM115 - closed in _stop_children
+            die_with_owner = self.config.die_with_owner and threading.current_thread() is threading.main_thread()
+            child = _Child(name, old.args, spawn(old.args, log, die_with_parent=die_with_owner), old.log_path, log)
+            self._children[index] = child
+            self._write_pidfile()
+            deadline = time.monotonic() + self.config.startup_timeout_seconds
+            if name == "etcd":
+                self._wait_ready(child, f"{self.etcd_url}/health", None, deadline, lambda body: '"health":"true"' in body)
+            else:
+                self._wait_ready(
+                    child, f"{self.server_url}/readyz", self.pki, deadline, lambda body: body.strip() == "ok"
+                )
+            return child.popen.pid
 
     def _start_processes(self, binaries: Binaries, pki: Pki) -> None:
         deadline = time.monotonic() + self.config.startup_timeout_seconds

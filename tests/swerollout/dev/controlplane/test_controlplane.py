@@ -32,6 +32,30 @@ def test_control_plane_serves_the_pinned_version_and_default_namespace(control_p
     assert (proc.returncode, proc.stdout) == (0, "default"), proc.stderr
 
 
+def test_a_killed_api_server_restarts_on_the_same_port_certificates_and_data(control_plane: ControlPlane) -> None:
+    """What the dev supervisor does when kube-apiserver dies: the same command line again,
+    so every kubeconfig still works and etcd's objects are all there."""
+    url, etcd = control_plane.server_url, control_plane.pids()["etcd"]
+    with control_plane.admin_client() as kube:
+        kube.create(CONFIGMAPS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "survives-restart"},
+                                 "data": {"k": "v"}}, "default")
+    old = control_plane.pids()["kube-apiserver"]
+    os.kill(old, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while control_plane.exited() != ["kube-apiserver"]:
+        assert time.monotonic() < deadline, control_plane.exited()
+        time.sleep(0.1)
+    assert not control_plane.running
+    new = control_plane.restart("kube-apiserver")
+    assert new != old and control_plane.pids() == {"etcd": etcd, "kube-apiserver": new}
+    assert control_plane.running and control_plane.server_url == url and control_plane.exited() == []
+    with KubeClient(load_kubeconfig(control_plane.kubeconfig_path)) as kube:
+        assert kube.get(CONFIGMAPS, "survives-restart", "default")["data"] == {"k": "v"}
+        kube.delete(CONFIGMAPS, "survives-restart", "default")
+    recorded = json.loads((control_plane.workdir / PIDFILE_NAME).read_text())
+    assert {p["name"]: p["pid"] for p in recorded["processes"]} == control_plane.pids()
+
+
 def test_admin_kubeconfig_is_private(control_plane: ControlPlane) -> None:
     assert control_plane.kubeconfig_path.stat().st_mode & 0o077 == 0
 
