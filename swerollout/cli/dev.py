@@ -58,6 +58,9 @@ def _print_state(state: DevState) -> None:
     print(f"kubeconfig: {state.kubeconfig}")
     if state.sglang_url:
         print(f"sglang: {state.sglang_url}")
+    if state.inference_admin_key_secret:
+        print(f"sglang admin key: Secret default/{state.inference_admin_key_secret.replace('/', ' key ')} "
+              "(spec.inference.adminKeySecretRef)")
 
 
 def up_command(args: argparse.Namespace) -> int:

@@ -30,6 +30,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--abort-after-tokens", type=int, metavar="N", help="fault: abort each request after N tokens")
     parser.add_argument("--error-rate", type=float, default=0.0, metavar="R", help="fault: fraction of requests failing with 500")
     parser.add_argument("--fail-next", type=int, default=0, metavar="N", help="fault: fail the next N requests with 503")
+    parser.add_argument("--oracle-ledger", type=int, default=0, metavar="N",
+                        help="oracle: N turns appending 'step i' to .swerollout-ledger before the fix, so the final "
+                             "patch shows how many times each command ran (default: 0)")
     parser.add_argument("--api-key", default=os.environ.get("SGLANG_API_KEY") or None,
                         help="as SGLang's: every route but /health* needs 'Authorization: Bearer KEY' (env SGLANG_API_KEY)")
     parser.add_argument("--admin-api-key", default=os.environ.get("SGLANG_ADMIN_API_KEY") or None,
@@ -50,6 +53,7 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
         weight_version=args.weight_version,
         seed=args.seed,
         context_length=args.context_length,
+        oracle_ledger=args.oracle_ledger,
         api_key=args.api_key,
         admin_api_key=args.admin_api_key,
         faults=FaultSettings(

@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.live import Live
@@ -72,11 +73,17 @@ def _progress_table(state: BatchProgress, started: float) -> Table:
     return table
 
 
-async def _run_batch(kubeconfig: Path, store: Path, oracle: str, null: str, tasks_file: Path, out: Path) -> float:
+async def _run_batch(
+    kubeconfig: Path, store: Path, oracle: str, null: str, tasks_file: Path, out: Path,
+    admin_key_ref: dict[str, str] | None = None,
+) -> float:
     instances = load_instances(tasks_file)
     client = AsyncRolloutClient.connect(kubeconfig, namespace="default", store_url=f"file://{store}")
     async with client:
-        inference = {"endpoint": oracle, "tokenizer": "qwen-2.5"}
+        inference: dict[str, Any] = {"endpoint": oracle, "tokenizer": "qwen-2.5"}
+        if admin_key_ref:
+            # dev up serves the oracle with an admin key: the runners abort with it.
+            inference["adminKeySecretRef"] = admin_key_ref
         await client.submit_batch(
             instances, 2, batch=BATCH, inference=inference,
             member_inference=[inference, {"endpoint": null, "tokenizer": "qwen-2.5"}],
@@ -142,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
             with timeline.step("run the batch (every task x 2 members) and grade it"):
                 rate = asyncio.run(
                     _run_batch(paths.kubeconfig, paths.root / "store", state.sglang_url, null_server.url,
-                               tasks / "instances.jsonl", out)
+                               tasks / "instances.jsonl", out, state.admin_key_secret_ref())
                 )
         finally:
             null_server.stop()

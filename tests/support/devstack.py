@@ -59,13 +59,17 @@ class DevStack:
         self, name: str, *, endpoint: str, task: int = 0, namespace: str = "default", batch: str = "e2e", **spec: Any
     ) -> dict[str, Any]:
         instance = to_api_instance(self.instances[task])
+        inference: dict[str, Any] = {"endpoint": endpoint, "tokenizer": "qwen-2.5"}
+        if (ref := self.state().admin_key_secret_ref()) is not None:
+            # As the dev policy server's users do: the runner aborts with its admin key.
+            inference["adminKeySecretRef"] = ref
         body: dict[str, Any] = {
             "apiVersion": api.API_VERSION,
             "kind": api.KIND,
             "metadata": {"name": name, "namespace": namespace, "labels": {api.LABEL_BATCH: batch}},
             "spec": {
                 "instance": instance.to_wire(),
-                "inference": {"endpoint": endpoint, "tokenizer": "qwen-2.5"},
+                "inference": inference,
                 # Counted from creation: generous, a loaded 2-core machine starts 20 sandboxes slowly.
                 "sandbox": {"startupTimeoutSeconds": 900},
             },

@@ -289,6 +289,7 @@ def build_engine(settings: ServerSettings) -> Engine:
         tasks_file=settings.tasks,
         seed=settings.seed,
         context_length=settings.context_length,
+        oracle_ledger=settings.oracle_ledger,
     )
     policy = load_policy(settings.policy, context)
     return Engine(

@@ -125,6 +125,11 @@ class SubprocessServer(PolicyServerHandle):
         self.settings = settings
         command = [sys.executable, "-m", "swerollout.cli.main", "policy-server", *cli_arguments(settings)]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
+        # The keys go through the environment, not the command line (which `ps` shows).
+        for variable, key in (("SGLANG_API_KEY", settings.api_key), ("SGLANG_ADMIN_API_KEY", settings.admin_api_key)):
+            env.pop(variable, None)
+            if key:
+                env[variable] = key
         self.process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
         )
@@ -210,6 +215,8 @@ def cli_arguments(settings: ServerSettings) -> list[str]:
         args += ["--tasks", str(settings.tasks)]
     if settings.faults.abort_after_tokens is not None:
         args += ["--abort-after-tokens", str(settings.faults.abort_after_tokens)]
+    if settings.oracle_ledger:
+        args += ["--oracle-ledger", str(settings.oracle_ledger)]
     return args
 
 

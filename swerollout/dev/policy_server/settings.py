@@ -34,6 +34,9 @@ class ServerSettings(BaseModel):
     max_chat_tokens: int = Field(default=4096, ge=1)
     """max_tokens of a chat completion that sets none (capped by the remaining context)."""
     faults: FaultSettings = Field(default_factory=FaultSettings)
+    oracle_ledger: int = Field(default=0, ge=0, le=64)
+    """oracle: first N bash turns, turn i appending `step i` to LEDGER_FILE in the repository,
+    then the fix: the final patch shows how many times each command ran (chaos tests)."""
     api_key: str | None = Field(default=None, min_length=1)
     """SGLang's --api-key: every route but /health* needs ``Authorization: Bearer <key>``."""
     admin_api_key: str | None = Field(default=None, min_length=1)

@@ -61,3 +61,8 @@ class DevPaths:
     @property
     def operator_kubeconfig(self) -> Path:
         return self.root / "operator.kubeconfig"
+
+    @property
+    def inference_admin_key(self) -> Path:
+        """The policy server's admin key (SGLang's --admin-api-key); pods never see this directory."""
+        return self.root / "inference-admin.key"

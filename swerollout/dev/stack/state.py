@@ -60,3 +60,11 @@ class SupervisorState(BaseModel):
 
 class DevState(SupervisorState):
     sglang_url: str = ""
+    inference_admin_key_secret: str = ""
+    """`name/key` of the Secret in namespace default holding the policy server's admin key
+    (for spec.inference.adminKeySecretRef); empty without --policy."""
+
+    def admin_key_secret_ref(self) -> dict[str, str] | None:
+        """spec.inference.adminKeySecretRef for the dev policy server (None without one)."""
+        name, _, key = self.inference_admin_key_secret.partition("/")
+        return {"name": name, "key": key} if name and key else None

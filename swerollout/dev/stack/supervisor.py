@@ -4,7 +4,8 @@
 state file says ready. It starts, in order: etcd + kube-apiserver, the chart's
 CRDs and RBAC (helm), the policy server (with --policy), the node agent and the
 operator (under the chart's ServiceAccount, with a TokenRequest token). It
-restarts the node agent and the operator if they die, and on SIGTERM stops
+restarts kube-apiserver and etcd (same port, certificates and data), the node
+agent and the operator if they die, and on SIGTERM stops
 everything in reverse order, kills every pod process and removes its state file.
 An exclusive lock on ``supervisor.lock`` makes a second supervisor for the same
 directory refuse to start.
@@ -31,8 +32,8 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
-from swerollout.dev.controlplane import ControlPlane, free_port
-from swerollout.kube import NODES, NotFound
+from swerollout.dev.controlplane import ControlPlane, ControlPlaneError, free_port
+from swerollout.kube import NODES, SECRETS, NotFound
 from swerollout.dev.nodeagent.agent import TAINT_EFFECT, TAINT_KEY, reap_all
 from swerollout.dev.nodeagent.process import start_ticks
 
@@ -50,6 +51,11 @@ _MAX_RESTARTS = 5
 
 # SGLang's own default port: examples/dev-rollout.yaml can name the endpoint when it is free.
 DEFAULT_POLICY_PORT = 30000
+# The Secret (namespace default) that holds the policy server's admin key, as
+# examples/dev-rollout.yaml's spec.inference.adminKeySecretRef names it.
+INFERENCE_KEYS_SECRET = "swerollout-inference-keys"
+INFERENCE_ADMIN_KEY = "admin-key"
+INFERENCE_KEYS_NAMESPACE = "default"
 
 
 def _port_or_free(preferred: int) -> int:
@@ -176,19 +182,45 @@ class Supervisor:
         argv = [sys.executable, "-m", "swerollout.cli.main", "policy-server", "--policy", self.args.policy,
                 "--port", str(port)]
         argv += ["--tasks", str(self._tasks_file())]
-        child = Child("policy-server", argv, self.paths.logs / "policy-server.log")
+        # Served as real SGLang is in production: its admin routes (aborts, pauses, weight
+        # updates) need the admin key, which rollouts get from a Secret (the env, not argv,
+        # carries it to the server).
+        admin_key = self._inference_admin_key()
+        env = {**os.environ, "SGLANG_ADMIN_API_KEY": admin_key}
+        child = Child("policy-server", argv, self.paths.logs / "policy-server.log", env=env)
         self.children[child.name] = child
         comp = child.start()
         self.state.components[child.name] = comp
         self.save()
         if _wait_port(port, child, timeout=180):
-            comp.detail = f"http://127.0.0.1:{port}"
-            self.state.sglang_url = comp.detail
+            comp.detail = f"http://127.0.0.1:{port} (admin key in {self.paths.inference_admin_key})"
+            self.state.sglang_url = f"http://127.0.0.1:{port}"
+            self._store_inference_keys(admin_key)
         else:
             comp.status, comp.detail = "failed", f"did not listen on port {port}; see {child.log}"
             self.save()
             raise RuntimeError(f"the policy server {comp.detail}")
         self.save()
+
+    def _inference_admin_key(self) -> str:
+        path = self.paths.inference_admin_key
+        if not path.exists():
+            path.write_text(secrets.token_hex(24))
+            os.chmod(path, 0o600)
+        return path.read_text().strip()
+
+    def _store_inference_keys(self, admin_key: str) -> None:
+        """The Secret a rollout's spec.inference.adminKeySecretRef names; the kubelet (here the
+        node agent) mounts it into the runner container, the operator never reads it."""
+        assert self.plane is not None
+        body = {
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": INFERENCE_KEYS_SECRET, "namespace": INFERENCE_KEYS_NAMESPACE},
+            "type": "Opaque", "stringData": {INFERENCE_ADMIN_KEY: admin_key},
+        }
+        with self.plane.admin_client() as kube:
+            kube.apply(SECRETS, body, INFERENCE_KEYS_NAMESPACE, field_manager="swerollout-dev")
+        self.state.inference_admin_key_secret = f"{INFERENCE_KEYS_SECRET}/{INFERENCE_ADMIN_KEY}"
 
     def _tasks_file(self) -> Path:
         """--tasks, or the bundled tasks written as git repositories (file:// images) under the dev dir."""
@@ -295,6 +327,7 @@ class Supervisor:
 
     def watch(self) -> None:
         while not self.stop_requested.wait(0.5):
+            self._revive_control_plane()
             for name, child in self.children.items():
                 comp = self.state.components[name]
                 if child.popen is None or comp.status != "running" or child.popen.poll() is None:
@@ -310,6 +343,31 @@ class Supervisor:
                 else:
                     comp.status, comp.detail = "exited", f"exit code {code}; see {child.log}"
                 self.save()
+
+    def _revive_control_plane(self) -> None:
+        """A dead kube-apiserver (or etcd) is started again on the same port, certificates
+        and etcd data, like a static pod under a kubelet: clients reconnect, watches relist."""
+        if self.plane is None:
+            return
+        for name in self.plane.exited():
+            comp = self.state.components[name]
+            if comp.restarts >= _MAX_RESTARTS:
+                if comp.status != "exited":
+                    comp.status, comp.detail = "exited", f"died {comp.restarts + 1} times; see {self.plane.workdir / 'logs'}"
+                    self.save()
+                continue
+            print(f"dev supervisor: {name} (pid {comp.pid}) exited; restarting it", file=sys.stderr, flush=True)
+            try:
+                pid = self.plane.restart(name)
+            except ControlPlaneError as exc:
+                print(f"dev supervisor: restarting {name} failed: {exc}", file=sys.stderr, flush=True)
+                comp.restarts += 1
+                self.save()
+                continue
+            self.state.components[name] = ComponentState(
+                status="running", pid=pid, start_ticks=start_ticks(pid), detail=comp.detail, restarts=comp.restarts + 1,
+            )
+            self.save()
 
     def shutdown(self) -> None:
         self.state.status = "stopping"

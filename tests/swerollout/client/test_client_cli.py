@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -100,6 +101,35 @@ async def test_watch_follows_until_done_and_exits_1_on_failures(
     assert "Task was destroyed" not in stderr.decode() and "Traceback" not in stderr.decode(), stderr.decode()
     assert all(name in text for name in names)
     assert f"failed: {names[0]}: submitted" in text
+
+
+async def test_watch_ends_quietly_on_ctrl_c(crd: ControlPlane, akube: AsyncKubeClient, namespace: str) -> None:
+    """Ctrl-C while the batch still runs: exit 130 at once, nothing on stderr (no traceback,
+    no "Task was destroyed but it is pending!" from the client's background loop)."""
+    done = await asyncio.to_thread(swerollout, crd, *submit_args(namespace, "wc", group=1))
+    assert done.returncode == 0, done.stderr
+    # A suite started in the background of a non-interactive shell inherits SIGINT ignored.
+    # As in a terminal, the live table is drawn as it changes (rich draws it at exit on a pipe).
+    watcher = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "swerollout.cli.main", "watch", "--batch", "wc", "-n", namespace,
+        env={**cli_env(crd), "TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1"}, cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        assert watcher.stdout is not None
+        shown = b""
+        while b"batch wc" not in shown:  # the live table is up: the watch and its loop run
+            chunk = await asyncio.wait_for(watcher.stdout.read(4096), timeout=120)
+            assert chunk, "watch exited before showing the batch"
+            shown += chunk
+        watcher.send_signal(signal.SIGINT)
+        stdout, stderr = await asyncio.wait_for(watcher.communicate(), timeout=60)
+    finally:
+        if watcher.returncode is None:
+            watcher.kill()
+            await watcher.wait()
+    assert watcher.returncode == 130, stderr.decode()
+    assert stderr.decode().strip() == "", stderr.decode()
 
 
 async def test_results_export_parquet_and_jsonl(

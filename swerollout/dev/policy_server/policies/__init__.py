@@ -62,6 +62,8 @@ class PolicyContext:
     tasks_file: Path | None
     seed: int
     context_length: int
+    oracle_ledger: int = 0
+    """The oracle's ledger turns before its fix (ServerSettings.oracle_ledger)."""
 
 
 class PolicyFactory(Protocol):

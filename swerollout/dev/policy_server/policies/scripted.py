@@ -12,8 +12,11 @@ Logprobs: a scripted policy has no distribution, so every token's logprob is the
 constant SCRIPTED_LOGPROB (0.0, i.e. probability 1).
 
 Oracle turns (counted as assistant turns already in the prompt):
-- turn 0: a ``bash`` call that writes the gold patch to a temporary file through
-  a heredoc and applies it with ``git apply`` from the working directory;
+- with a ledger of N (``--oracle-ledger N``), turns 0..N-1: a ``bash`` call that
+  appends ``step <turn>`` to ``LEDGER_FILE`` in the working directory, so the final
+  patch shows how many times each of these commands ran;
+- the next turn: a ``bash`` call that writes the gold patch to a temporary file
+  through a heredoc and applies it with ``git apply`` from the working directory;
 - every later turn: ``submit``.
 A prompt that matches no task gets a plain-text reply saying so (no action), so
 the mistake shows up in the trajectory instead of as an empty submission.
@@ -37,6 +40,12 @@ SCRIPTED_LOGPROB = 0.0
 SUBMIT_COMMAND = "submit"
 """The text format's submit action: the literal bash command ``submit``."""
 HEREDOC_DELIMITER = "SWEROLLOUT_GOLD_PATCH_EOF"
+LEDGER_FILE = ".swerollout-ledger"
+"""Where the oracle's ledger turns write, one line per command run."""
+
+
+def ledger_command(step: int) -> str:
+    return f"echo 'step {step}' >> {LEDGER_FILE}"
 
 
 class OracleTask(BaseModel):
@@ -175,6 +184,7 @@ class OraclePolicy(_ScriptedPolicy):
         if context.tasks_file is None:
             raise PolicyConfigError("the oracle policy needs --tasks FILE (JSONL of instances with `patch`)")
         self._tasks = load_tasks(context.tasks_file)
+        self._ledger = context.oracle_ledger
 
     def find_task(self, prompt: str) -> OracleTask | None:
         """The task whose instance_id (longest match wins) or problem statement the prompt holds."""
@@ -195,7 +205,12 @@ class OraclePolicy(_ScriptedPolicy):
                 "I do not recognise this task: no instance_id or problem statement "
                 "from the oracle's tasks file is in the prompt."
             )
-        if self._format.prior_assistant_turns(prompt) >= 1:
+        turn = self._format.prior_assistant_turns(prompt)
+        if turn < self._ledger:
+            return self._action(
+                prompt, tool="bash", arguments={"command": ledger_command(turn)}, thought=f"Ledger step {turn}.",
+            )
+        if turn > self._ledger:
             return self._submit(prompt)
         return self._action(
             prompt,

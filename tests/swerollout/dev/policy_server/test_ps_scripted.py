@@ -187,3 +187,24 @@ async def test_oracle_falls_back_to_text_format_without_tool_markup(policy_serve
     reply = await generate(server.url, render(deepseek, [SYSTEM, TASK], tools=TOOLS))
     (command,) = BASH_BLOCK.findall(reply["text"])
     assert GOLD_PATCH in command
+
+
+async def test_oracle_ledger_turns_come_before_the_fix(policy_server, tokenizer, greet_repo) -> None:
+    """--oracle-ledger N: turns 0..N-1 each append their step to the ledger file, then the
+    fix, then submit; running the commands once each leaves one line per step in the diff."""
+    from swerollout.dev.policy_server.policies.scripted import LEDGER_FILE
+
+    server = policy_server("oracle", oracle_ledger=2)
+    history = [SYSTEM, TASK]
+    commands = []
+    for _ in range(4):
+        reply = await generate(server.url, render(tokenizer, history))
+        [command] = BASH_BLOCK.findall(reply["text"])
+        commands.append(command)
+        if command != "submit":
+            assert run_bash(command, greet_repo).returncode == 0
+        history += [{"role": "assistant", "content": reply["text"]}, {"role": "user", "content": "(no output)"}]
+    assert commands[0].endswith(f">> {LEDGER_FILE}") and "step 0" in commands[0] and "step 1" in commands[1]
+    assert GOLD_PATCH in commands[2] and commands[3] == "submit"
+    assert (greet_repo / LEDGER_FILE).read_text() == "step 0\nstep 1\n"
+    assert (greet_repo / "greet.py").read_text() == GREETING_V2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import signal
 import subprocess
@@ -15,7 +16,7 @@ import pytest
 
 from swerollout.dev.stack.paths import DevPaths
 from swerollout.dev.stack.state import DevState
-from swerollout.kube import NODES, PODS, KubeClient, NotFound
+from swerollout.kube import NODES, PODS, SECRETS, KubeClient, NotFound
 
 
 def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -64,8 +65,17 @@ def test_dev_up_status_logs_down(workdir: Path) -> None:
     assert state.sglang_url.startswith("http://127.0.0.1:")
     assert httpx.get(f"{state.sglang_url}/health", timeout=10).status_code == 200
     assert f"sglang: {state.sglang_url}" in status.stdout
+    # The policy server runs with an admin key (SGLang's --admin-api-key), kept in a Secret for the runners.
+    assert state.admin_key_secret_ref() == {"name": "swerollout-inference-keys", "key": "admin-key"}
+    admin_key = paths.inference_admin_key.read_text().strip()
+    abort = {"rid": "", "abort_all": True}
+    assert httpx.post(f"{state.sglang_url}/abort_request", json=abort, timeout=10).status_code == 401
+    assert httpx.post(f"{state.sglang_url}/abort_request", json=abort, timeout=10,
+                      headers={"Authorization": f"Bearer {admin_key}"}).status_code == 200
 
     with KubeClient.from_kubeconfig(paths.kubeconfig) as kube:
+        stored = kube.get(SECRETS, "swerollout-inference-keys", "default")["data"]["admin-key"]
+        assert base64.b64decode(stored).decode() == admin_key
         node = kube.get(NODES, "local")
         assert node["metadata"]["labels"]["swerollout.io/node-agent"] == "local"
         assert node["spec"]["taints"] == [{"key": "swerollout.io/local", "value": "true", "effect": "NoSchedule"}]
