@@ -136,7 +136,12 @@ def rollout_body(name: str, instance: SWEBenchInstance, endpoint: str, namespace
         "spec": {
             "instance": to_api_instance(instance).to_wire(),
             "inference": {"endpoint": endpoint, "tokenizer": "qwen-2.5"},
-            "sandbox": {"startupTimeoutSeconds": 300},
+            # The real node is this 2-core machine: at the default 500m per sandbox only three
+            # rollouts fit beside the operator, the rest wait Unschedulable, and on a loaded
+            # machine their wait outran the startup deadline. A small request lets a whole test
+            # batch schedule at once; the deadline still bounds a pod that never starts.
+            "sandbox": {"startupTimeoutSeconds": 600,
+                        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "4Gi"}}},
         },
     }
     for key, value in spec.items():
