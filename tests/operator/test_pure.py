@@ -10,6 +10,7 @@ import pytest
 from swerollout.api import v1alpha1 as api
 from swerollout.api.v1alpha1 import ConditionType, Phase
 from swerollout_operator import phases, podspec
+from swerollout_operator.cache import PodCache
 from swerollout_operator.phases import Trigger, IllegalTransition
 from swerollout_operator.podstatus import read_pod
 from swerollout_operator.settings import OperatorSettings
@@ -277,3 +278,56 @@ def test_status_message_is_cut_to_the_crd_bound() -> None:
     assert all(len(c.message) <= api.MESSAGE_LIMIT for c in status.conditions)
     short = phases.apply({}, Trigger.FAILED, reason="RunnerFailed", message="short", generation=1)
     assert short.status_patch["message"] == "short"
+
+
+def _kubelet_pod(status: dict[str, Any]) -> dict[str, Any]:
+    """A pod as the API server sends it: the fields podstatus reads among everything it does not."""
+    pod = _pod(status)
+    pod["metadata"].update(uid="pod-uid", resourceVersion="7", namespace="ns", managedFields=[{"manager": "kubelet"}],
+                           ownerReferences=[{"kind": api.KIND, "uid": "uid-1", "controller": True}])
+    pod["spec"]["containers"].append({"name": "runner", "image": "swerollout:dev", "env": [{"name": "A", "value": "1"}]})
+    pod["spec"]["initContainers"] = [{"name": "bundle", "image": "swerollout:dev", "command": ["cp"]}]
+    noise = {"imageID": "sha256:" + "a" * 64, "containerID": "containerd://" + "b" * 64, "restartCount": 3,
+             "ready": False, "started": True, "lastState": {"terminated": {"exitCode": 2}}, "volumeMounts": [{"name": "v"}]}
+    for key in ("containerStatuses", "initContainerStatuses"):
+        for cs in status.get(key) or []:
+            cs.update({k: v for k, v in noise.items() if k not in cs})
+    status.setdefault("conditions", []).extend(
+        {"type": t, "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z", "lastProbeTime": None}
+        for t in ("Initialized", "ContainersReady", "PodReadyToStartContainers")
+    )
+    status.update(hostIP="10.0.0.2", podIPs=[{"ip": "10.0.0.5"}], qosClass="Burstable", startTime="2026-01-01T00:00:00Z")
+    return pod
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        {"phase": "Running", "podIP": "10.0.0.5", "conditions": [{"type": "Ready", "status": "True"}],
+         "containerStatuses": [{"name": "sandbox", "state": {"running": {"startedAt": "t"}}}]},
+        {"phase": "Pending", "containerStatuses": [
+            {"name": "sandbox", "image": "registry.example/missing:1",
+             "state": {"waiting": {"reason": "ImagePullBackOff", "message": "back-off pulling"}}}]},
+        {"phase": "Pending", "initContainerStatuses": [
+            {"name": "bundle", "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "exited 1"}}}]},
+        {"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes"}]},
+        {"phase": "Failed", "reason": "Evicted", "message": "low on memory", "containerStatuses": [
+            {"name": "sandbox", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]},
+        {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}], "containerStatuses": [
+            {"name": "sandbox", "state": {"running": {}}},
+            {"name": "runner", "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]},
+    ],
+    ids=["ready", "image-pull", "init-crash", "unschedulable", "evicted", "runner-exited"],
+)
+def test_the_pod_cache_keeps_everything_podstatus_reads(status: dict[str, Any]) -> None:
+    """The cache keeps a trimmed pod (memory at thousands of rollouts); reading it must
+    give exactly what reading the pod as the API server sent it gives."""
+    full = _kubelet_pod(status)
+    cache = PodCache()
+    cache.update(full)
+    kept = cache.get("ns", "p")
+    assert kept is not None and read_pod(kept) == read_pod(full)
+    assert kept["metadata"]["uid"] == "pod-uid" and cache.owned_by("uid-1") == [kept]
+    assert "managedFields" not in kept["metadata"] and "env" not in kept["spec"]["containers"][1]
+    assert {c["type"] for c in kept["status"]["conditions"]} <= {"Ready", "PodScheduled"}
