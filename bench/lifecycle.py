@@ -8,14 +8,14 @@
 2. Operator, the same: CR created -> pod created (watched), p50/p99 and throughput,
    burst and steady; printed as ratios to the ceiling.
 3. Abort fan-out: every rollout Running with a runner long-polling the ingest API;
-   `AsyncRolloutClient.abort(batch)`; the time until every runner holds its abort,
-   and until every CR reads Aborted (the runners report their snapshot at once).
-   Resume fan-out likewise: `resume(batch)` until every runner holds its resume and
-   every CR reads Running again.
+   `AsyncRolloutClient.abort(batch)` (one write to the batch's SWERolloutBatch); the
+   time until every runner holds its abort, and until every CR reads Aborted (the
+   runners report their snapshot at once). Resume fan-out likewise: `resume(batch)`
+   until every runner holds its resume and every CR reads Running again.
 4. API writes per rollout over that lifecycle (create -> Running -> Aborted ->
    Running), from the API server's own request counters, by resource and verb, with
-   the bench's own writes (the CR, the kubelet's pod status, the trainer's marks)
-   taken out.
+   the bench's own writes (the CR, the kubelet's pod status) taken out; the trainer's
+   abort and resume writes are counted for the whole batch.
 5. Scale at rest: `--active` rollouts Running, each with a runner parked in a long
    poll: the operator's RSS, and its CPU while nothing changes.
 
@@ -380,7 +380,7 @@ def _api_writes(plane: ControlPlane) -> Counter[str]:
         labels = {k: v.strip('"') for k, v in labels.items()}
         if labels.get("verb") not in ("POST", "PATCH", "PUT", "DELETE", "CREATE", "UPDATE", "APPLY"):
             continue
-        if labels.get("resource") not in ("swerollouts", "pods", "secrets", "events"):
+        if labels.get("resource") not in ("swerollouts", "swerolloutbatches", "pods", "secrets", "events"):
             continue  # the API server's own leases and the like
         what = labels.get("resource", "") + (f"/{labels['subresource']}" if labels.get("subresource") else "")
         out[f"{labels['verb']} {what}"] += int(float(m.group(2)))
@@ -424,11 +424,14 @@ async def _main(n: int, rate: float, active: int) -> dict[str, Any]:
                 await kube.aclose()
         finally:
             plane.stop(delete_data=True)
-    # The bench's own writes in that window: the CR, the kubelet's pod status, the trainer's two marks.
-    own = Counter({"POST swerollouts": n, "PATCH pods/status": n, "PATCH swerollouts": 2 * n})
-    operator_writes = {k: v / n for k, v in sorted((delta - own).items()) if v > 0}
+    # The bench's own writes in that window: the CR and the kubelet's pod status.
+    own = Counter({"POST swerollouts": n, "PATCH pods/status": n})
+    # The trainer's abort(batch) and resume(batch): the operator never writes a batch.
+    trainer = {k: v for k, v in sorted(delta.items()) if "swerolloutbatches" in k}
+    operator_writes = {k: v / n for k, v in sorted((delta - own).items()) if v > 0 and k not in trainer}
     return {
         "rollouts": n, "rate": rate, "baseline": baseline, "operator": ours, "writes_per_rollout": operator_writes,
+        "trainer_abort_resume_writes": trainer,
         "load_average": {"start": load_start, "end": os.getloadavg()[0]},
     }
 
@@ -473,6 +476,11 @@ def report(result: dict[str, Any]) -> str:
     lines.append(
         f"  resume {n}: every runner holds its resume in {f['resume_all_runners_seconds']:.2f} s, every CR "
         f"Running in {f['resume_all_crs_seconds']:.2f} s (resume(batch) returned in {f['resume_call_seconds']:.2f} s)"
+    )
+    trainer = result.get("trainer_abort_resume_writes", {})
+    lines.append(
+        f"  the trainer's abort(batch) + resume(batch) of all {n}: {sum(trainer.values())} API writes "
+        f"({', '.join(f'{v} {k}' for k, v in trainer.items()) or 'none'}: the SWERolloutBatch)"
     )
     lines.append("  API writes per rollout by the operator (create -> Running -> Aborted -> Running):")
     for what, per in result["writes_per_rollout"].items():

@@ -195,7 +195,8 @@ def _suspend(value: bool) -> Command:
         if names:
             print(f"{len(names)} rollout(s) of batch {args.batch} {what}: {', '.join(names)}")
         else:
-            print(f"nothing to {verb}: every unfinished rollout of batch {args.batch} already has suspend={str(value).lower()}")
+            state = "suspended" if value else "running (neither it nor its batch suspends it)"
+            print(f"nothing to {verb}: every unfinished rollout of batch {args.batch} is already {state}")
         return EXIT_OK
 
     return command

@@ -29,6 +29,7 @@ from swerollout.api.base import one_line
 from swerollout.backoff import Backoff
 from swerollout.api.v1alpha1 import (
     API_VERSION,
+    BATCH_PLURAL,
     GROUP,
     KIND,
     LABEL_BATCH,
@@ -44,6 +45,8 @@ from swerollout.api.v1alpha1 import (
     SandboxSpec,
     SWERolloutSpec,
 )
+from swerollout.api.suspension import batch_name
+from swerollout.client.batches import BatchWriter
 from swerollout.client.errors import (
     ClientConfigError,
     ClientError,
@@ -229,6 +232,19 @@ def _spec(
     return spec
 
 
+def _name(obj: Object) -> str:
+    return str(obj["metadata"]["name"])
+
+
+def _unfinished(obj: Object) -> bool:
+    return not parse_status(obj).phase.is_terminal
+
+
+def _own_suspend(obj: Object) -> bool:
+    """The rollout's own spec.suspend (its batch may suspend it as well)."""
+    return bool((obj.get("spec") or {}).get("suspend"))
+
+
 def _submit_wire(spec: SWERolloutSpec) -> Object:
     # spec.suspend is left out so a re-submit never resumes an aborted member.
     wire = spec.to_wire()
@@ -268,6 +284,9 @@ class AsyncRolloutClient:
         self._store: ResultStore | None = None
         self._http: httpx.AsyncClient | None = None
         self._checked = False
+        self._batch_crd = False
+        """Whether the API server serves SWERolloutBatch (else batch abort/resume marks each member)."""
+        self._batches = BatchWriter(kube, self.namespace, FIELD_MANAGER)
         self._watch: SharedWatch | None = None
 
     @classmethod
@@ -338,6 +357,7 @@ class AsyncRolloutClient:
             raise _kube_error(exc, "checking that the SWERollout CRD is installed") from exc
         if not any(r.get("name") == PLURAL for r in group.get("resources") or []):
             raise CrdNotInstalled(f"{GROUP}/{VERSION} does not list {PLURAL}: install the current CRD from crds/")
+        self._batch_crd = any(r.get("name") == BATCH_PLURAL for r in group.get("resources") or [])
         try:
             await self.kube.get(NAMESPACES, self.namespace)
         except NotFound:
@@ -557,17 +577,22 @@ class AsyncRolloutClient:
         inference: bool | None = None,
         admin_key: str | None = None,
     ) -> list[str]:
-        """Stop generation now and mark every unfinished member of ``batch`` (or each
-        rollout in ``names``) suspended, keeping its pod; returns the names marked.
+        """Stop generation now and suspend every unfinished member of ``batch`` (or each
+        rollout in ``names``), keeping its pod; returns the names that were not suspended
+        before.
 
         With ``inference`` (the default for a batch), first the inference side, so the
         GPUs are free at once: one ``/abort_request`` (``abort_all``) per inference server
         the rollouts use. SGLang matches abort rids exactly, so a batch cannot be aborted
         by a rid prefix; rollouts of other batches on the same server are not suspended by
-        it: their runners re-sample the turn. Then the objects are marked, concurrently;
-        each runner also aborts its own request by its exact rid when it sees the mark.
-        For ``names`` the default is to only mark (each runner aborts exactly its own
-        request), so other rollouts on the same server lose nothing.
+        it: their runners re-sample the turn.
+
+        A batch is then suspended with ONE write: ``spec.suspend: true`` on its
+        SWERolloutBatch (created if needed), which suspends every member, those created
+        later included; the operator tells every runner at once, and each aborts its own
+        request by its exact rid. ``names`` set each rollout's own ``spec.suspend``
+        (concurrent patches); the default there is to only mark, so other rollouts on the
+        same server lose nothing.
 
         ``admin_key``: the servers' admin key (SGLang's ``--admin-api-key``, or its
         ``--api-key`` when it has no admin key), sent as ``Authorization: Bearer`` on
@@ -578,24 +603,83 @@ class AsyncRolloutClient:
         members = await self._targets(batch, names)
         if inference if inference is not None else batch is not None:
             await self._abort_inference(members, admin_key or self._inference_admin_key)
-        return await self._set_suspend(members, True)
+        if batch is None or not self._served_batches():
+            return await self._set_suspend(members, True)
+        before = await self._batches.set(batch, suspend=True)
+        if before is not None and before.suspend:
+            return []
+        return sorted(_name(o) for o in members if _unfinished(o) and not _own_suspend(o))
 
     async def resume(
         self, batch: str | None = None, *, names: Iterable[str] | None = None, weight_version: str | None = None
     ) -> list[str]:
         """Let every unfinished member of ``batch`` (or each rollout in ``names``) continue
-        on its pod; returns the names unmarked.
+        on its pod; returns the names that were suspended before.
 
-        The mirror image of :meth:`abort`: the marks are cleared concurrently.
-        ``weight_version`` sets ``spec.inference.weightVersion`` in the same patch, so the
-        resumed run labels its tokens with it where the server reports no version. An
-        ``/abort_request`` leaves a server accepting requests, so there is nothing to undo
-        there (a trainer that paused a server with ``/pause_generation`` continues it)."""
+        The mirror image of :meth:`abort`: for a batch, one write (``spec.suspend: false``
+        on its SWERolloutBatch), plus clearing the own ``spec.suspend`` of members that
+        were suspended by name. ``weight_version`` goes into the same write
+        (the batch's ``spec.weightVersion``, or each named rollout's
+        ``spec.inference.weightVersion``), so the resumed runs label their tokens with it
+        where the server reports no version.
+
+        Resuming by name a member of a suspended batch works: the batch's other unfinished
+        members are first suspended by name, then the batch object is resumed, so they
+        stay suspended throughout. An ``/abort_request`` leaves a server accepting
+        requests, so there is nothing to undo there (a trainer that paused a server with
+        ``/pause_generation`` continues it)."""
         if weight_version is not None and not 0 < len(weight_version) <= MAX_WEIGHT_VERSION:
             raise ClientConfigError(
                 f"weight_version must be 1 to {MAX_WEIGHT_VERSION} characters, got {len(weight_version)}"
             )
-        return await self._set_suspend(await self._targets(batch, names), False, weight_version=weight_version)
+        members = await self._targets(batch, names)
+        if not self._served_batches():
+            return await self._set_suspend(members, False, weight_version=weight_version)
+        if batch is not None:
+            before = await self._batches.set(batch, suspend=False, weight_version=weight_version)
+            cleared = await self._set_suspend([o for o in members if _own_suspend(o)], False)
+            if before is not None and before.suspend:
+                return sorted(_name(o) for o in members if _unfinished(o))
+            return cleared
+        split = await self._resume_out_of_batches(members, weight_version)
+        cleared = await self._set_suspend(members, False, weight_version=weight_version)
+        return sorted(set(cleared) | split)
+
+    def _served_batches(self) -> bool:
+        if not self._batch_crd:
+            log.warning(
+                "the API server does not serve %s.%s: suspending each rollout with its own patch; install the "
+                "current CRDs (kubectl apply --server-side -f crds/) for batch-wide abort/resume in one write",
+                BATCH_PLURAL, GROUP,
+            )
+        return self._batch_crd
+
+    async def _resume_out_of_batches(self, members: list[Object], weight_version: str | None) -> set[str]:
+        """Take named members out of their suspended batches (see :meth:`resume`); returns
+        the names whose batch suspended them."""
+        wanted = {_name(o) for o in members}
+        by_batch: dict[str, list[str]] = {}
+        for obj in members:
+            owner = batch_name((obj.get("metadata") or {}).get("labels"))
+            if owner and _unfinished(obj):
+                by_batch.setdefault(owner, []).append(_name(obj))
+        freed: set[str] = set()
+        for owner, named in sorted(by_batch.items()):
+            spec = await self._batches.get_if_allowed(owner)
+            if spec is None:
+                continue
+            if weight_version is not None and spec.weight_version and spec.weight_version != weight_version:
+                raise ClientConfigError(
+                    f"SWERolloutBatch {owner} sets spec.weightVersion={spec.weight_version!r}, which wins over "
+                    f"{named[0]}'s own; resume the whole batch with resume({owner!r}, weight_version=...) instead"
+                )
+            if not spec.suspend:
+                continue
+            rest = [o for o in await self.members(owner) if _name(o) not in wanted and not _own_suspend(o)]
+            await self._set_suspend(rest, True)
+            await self._batches.set(owner, suspend=False)
+            freed.update(named)
+        return freed
 
     async def delete(self, names: Iterable[str]) -> list[str]:
         """Delete these rollouts (samples the trainer dropped), with their pods and stored

@@ -25,7 +25,7 @@ import pytest
 from agent_runner.snapshot import Snapshot
 from swerollout.api import v1alpha1 as api
 from swerollout.client import RolloutClient
-from swerollout.kube import PODS, SECRETS, SWEROLLOUTS, KubeClient
+from swerollout.kube import PODS, SECRETS, SWEROLLOUTBATCHES, SWEROLLOUTS, KubeClient
 from swerollout.dev.policy_server.launch import launch
 from swerollout.wire.trajectory import Trajectory
 from tests.support.devstack import DevStack, dump, post_json
@@ -197,6 +197,7 @@ def test_abort_resume_and_inference_aborts_in_random_order_converge(dev_stack: D
         assert done["reward"]["value"] is not None and done["result"]["turns"] >= 1, dump(done)
         assert done["progress"]["turns"] == done["result"]["turns"], dump(done)
         assert not dev_stack.get(name)["spec"].get("suspend"), f"{name}: the last intent was resume {seed_note}"
+        assert done["attempts"] == 1, f"{name}: every resume continued on the same pod {seed_note}"
         trajectory = Trajectory.from_bytes(dev_stack.read_object(done["result"]["trajectory"]))
         assert len(trajectory.response_ids) == len(trajectory.loss_mask) == len(trajectory.logprobs)
         assert len(trajectory.weight_versions) == len(trajectory.response_ids)
@@ -344,7 +345,9 @@ def _routing_row(token: int) -> list[int]:
 def test_batch_abort_keep_routed_experts_and_the_server_context_edge(dev_stack: DevStack, slow_oracle: str) -> None:
     """One batch on the stand-in in SGLang 0.5.23 mode proves four things:
 
-    - abort(batch) reaches every runner mid-generation (exact-rid aborts), each rollout Aborted;
+    - abort(batch) reaches every runner mid-generation (exact-rid aborts), each rollout Aborted
+      on its pod, by one write to the batch's SWERolloutBatch; resume(batch) continues each on
+      that same pod;
     - onAbort Keep keeps the aborted request's tokens (v1) and the resumed one continues the
       same turn (v2): the tool call parses across both and the oracle's patch still resolves;
     - routed experts are stored one row per token, row p the server's routing of token p,
@@ -360,10 +363,16 @@ def test_batch_abort_keep_routed_experts_and_the_server_context_edge(dev_stack: 
     dev_stack.wait("every member generating", lambda: _load(slow_oracle)["num_running_reqs"] >= len(members), timeout=300)
     used = _load(slow_oracle)["num_used_tokens"]
     dev_stack.wait("tokens sampled", lambda: _load(slow_oracle)["num_used_tokens"] >= used + 60, timeout=60)
+    pods = {name: dev_stack.status(name)["sandbox"]["podUID"] for name in members}
     with RolloutClient.connect(dev_stack.paths.kubeconfig, namespace="default") as client:
-        client.abort(batch)
+        assert client.abort(batch) == sorted(members)
         aborted = {name: dev_stack.wait_phase(name, {"Aborted"}, timeout=120) for name in members}
         assert all(a["partial"]["reason"] == "Suspended" for a in aborted.values()), dump(aborted)
+        assert {name: a["sandbox"]["podUID"] for name, a in aborted.items()} == pods, "aborted on their pods"
+        # One write to the batch object suspended them: no member's own spec.suspend was set.
+        assert not any(dev_stack.get(name)["spec"].get("suspend") for name in members)
+        batch_object = dev_stack.kube.get(SWEROLLOUTBATCHES, batch, "default")
+        assert batch_object["spec"]["suspend"] is True
         kept = Snapshot.from_bytes(dev_stack.read_object(aborted["keep"]["partial"]["snapshot"])).buffer
         dropped = Snapshot.from_bytes(dev_stack.read_object(aborted["drop"]["partial"]["snapshot"])).buffer
         assert kept.sampled_tokens > 0 and set(kept.weight_versions[kept.prompt_length :]) == {"v1"}
@@ -379,7 +388,7 @@ def test_batch_abort_keep_routed_experts_and_the_server_context_edge(dev_stack: 
         ) as edge:
             dev_stack.rollout("ctx-edge", endpoint=edge.url, task=2, batch="sglang-edge")
             post_json(f"{slow_oracle}/update_weight_version", {"new_version": "v2"})
-            client.resume(batch)
+            assert client.resume(batch, weight_version="v2") == sorted(members)
             done = {name: dev_stack.wait_phase(name, TERMINAL, timeout=300) for name in members}
             at_edge = dev_stack.wait_phase("ctx-edge", TERMINAL, timeout=300)
     assert at_edge["phase"] == "Succeeded", dump(at_edge)
@@ -403,3 +412,5 @@ def test_batch_abort_keep_routed_experts_and_the_server_context_edge(dev_stack: 
     drop = Trajectory.from_bytes(dev_stack.read_object(done["drop"]["result"]["trajectory"]))
     assert done["drop"]["result"]["droppedTokens"] > 0 and drop.info["mixed_version_turns"] == []
     assert done["edge"]["phase"] == "Succeeded" and done["edge"]["reward"]["value"] == 1.0, dump(done["edge"])
+    for name in members:
+        assert done[name]["sandbox"]["podUID"] == pods[name] and done[name]["attempts"] == 1, dump(done[name])

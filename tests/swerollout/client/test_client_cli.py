@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 
 from tests.support.client_support import finish, make_trajectory, run
 from swerollout.dev.controlplane import ControlPlane
-from swerollout.kube import SWEROLLOUTS, AsyncKubeClient
+from swerollout.kube import SWEROLLOUTBATCHES, SWEROLLOUTS, AsyncKubeClient
 from swerollout.store import ResultStore
 from swerollout.dev.tasks import DEFAULT_TASKS_DIR, load_instances
 
@@ -66,9 +66,12 @@ async def test_submit_list_get_abort_resume(crd: ControlPlane, akube: AsyncKubeC
 
     aborted = await asyncio.to_thread(swerollout, crd, "abort", "--batch", "cli", "-n", namespace)
     assert aborted.returncode == 0 and f"{count * 2} rollout(s)" in aborted.stdout
-    assert all(o["spec"]["suspend"] for o in (await akube.list(SWEROLLOUTS, namespace))["items"])
+    assert (await akube.get(SWEROLLOUTBATCHES, "cli", namespace))["spec"]["suspend"] is True
+    again = await asyncio.to_thread(swerollout, crd, "abort", "--batch", "cli", "-n", namespace)
+    assert again.returncode == 0 and "is already suspended" in again.stdout, again.stdout
     resumed = await asyncio.to_thread(swerollout, crd, "resume", "--batch", "cli", "-n", namespace)
-    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.returncode == 0 and f"{count * 2} rollout(s)" in resumed.stdout, resumed.stderr
+    assert (await akube.get(SWEROLLOUTBATCHES, "cli", namespace))["spec"]["suspend"] is False
     assert not any(o["spec"]["suspend"] for o in (await akube.list(SWEROLLOUTS, namespace))["items"])
 
 

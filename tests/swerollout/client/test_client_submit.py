@@ -10,7 +10,7 @@ from tests.support.client_support import INFERENCE, finish, instance, make_traje
 from swerollout.api.v1alpha1 import LABEL_BATCH, LABEL_MEMBER
 from swerollout.client import FIELD_MANAGER, LABEL_SAMPLE, AsyncRolloutClient, ClientConfigError
 from swerollout.dev.controlplane import ControlPlane
-from swerollout.kube import SWEROLLOUTS, AsyncKubeClient, ResourceType, load_kubeconfig
+from swerollout.kube import SWEROLLOUTBATCHES, SWEROLLOUTS, AsyncKubeClient, ResourceType, load_kubeconfig
 from swerollout.store import ResultStore
 from swerollout.dev.tasks import DEFAULT_TASKS_DIR, load_instances
 
@@ -48,13 +48,16 @@ async def test_resubmitting_the_same_batch_changes_nothing(
     await client.submit_batch([instance(0), instance(1)], 3, batch="again", inference=INFERENCE)
     before = {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in (await akube.list(SWEROLLOUTS, namespace))["items"]}
     await client.abort("again")
+    # The batch is suspended by its SWERolloutBatch: not one member is written.
     suspended = {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in (await akube.list(SWEROLLOUTS, namespace))["items"]}
+    assert suspended == before
+    assert (await akube.get(SWEROLLOUTBATCHES, "again", namespace))["spec"]["suspend"] is True
     names = await client.submit_batch([instance(0), instance(1)], 3, batch="again", inference=INFERENCE)
     after = (await akube.list(SWEROLLOUTS, namespace))["items"]
     assert len(names) == len(before) == len(after) == 6
     assert {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in after} == suspended
-    assert all(o["spec"]["suspend"] is True for o in after)
-    assert set(before) == set(suspended)
+    # Re-submitting writes nothing, so it resumes nothing either.
+    assert (await akube.get(SWEROLLOUTBATCHES, "again", namespace))["spec"]["suspend"] is True
 
 
 async def test_submit_accepts_swebench_jsonl_instances(client: AsyncRolloutClient, akube: AsyncKubeClient, namespace: str) -> None:
@@ -110,14 +113,14 @@ async def test_abort_and_resume_touch_only_unfinished_members(
     await finish(akube, store, namespace, "ab-1-0", trajectory=make_trajectory(2, "exit_error"), phase="Failed")
 
     assert await client.abort("ab") == ["ab-0-0", "ab-1-1"]
-    suspend = {o["metadata"]["name"]: o["spec"].get("suspend") for o in (await akube.list(SWEROLLOUTS, namespace))["items"]}
-    assert suspend == {"ab-0-0": True, "ab-0-1": False, "ab-1-0": False, "ab-1-1": True}
-    assert await client.abort("ab") == []  # already suspended: nothing to patch
+    assert (await akube.get(SWEROLLOUTBATCHES, "ab", namespace))["spec"] == {"suspend": True}
+    assert await client.abort("ab") == []  # already suspended: nothing to write
 
     await finish(akube, store, namespace, "ab-1-1", trajectory=make_trajectory(3))
     assert await client.resume("ab") == ["ab-0-0"]
+    assert (await akube.get(SWEROLLOUTBATCHES, "ab", namespace))["spec"] == {"suspend": False}
     suspend = {o["metadata"]["name"]: o["spec"].get("suspend") for o in (await akube.list(SWEROLLOUTS, namespace))["items"]}
-    assert suspend == {"ab-0-0": False, "ab-0-1": False, "ab-1-0": False, "ab-1-1": True}
+    assert suspend == {"ab-0-0": False, "ab-0-1": False, "ab-1-0": False, "ab-1-1": False}
 
 
 async def test_a_member_that_finishes_during_abort_is_left_alone(
@@ -136,8 +139,8 @@ async def test_a_member_that_finishes_during_abort_is_left_alone(
 
     kube = FinishFirstDuringPatch(load_kubeconfig(crd.kubeconfig_path))
     async with AsyncRolloutClient(kube, namespace, store_url=store_url, owns_kube=True) as client:
-        await client.submit_batch([instance(0)], 3, batch="race", inference=INFERENCE)
-        assert await client.abort("race") == ["race-0-1", "race-0-2"]
+        names = await client.submit_batch([instance(0)], 3, batch="race", inference=INFERENCE)
+        assert await client.abort(names=names) == ["race-0-1", "race-0-2"]
         assert kube.raced
     suspend = {o["metadata"]["name"]: o["spec"]["suspend"] for o in (await akube.list(SWEROLLOUTS, namespace))["items"]}
     assert suspend == {"race-0-0": False, "race-0-1": True, "race-0-2": True}

@@ -1,0 +1,123 @@
+"""The client's writes to a SWERolloutBatch: suspend or resume a whole batch with one
+write (create-or-patch), whatever the batch's size.
+
+A write is conditional on the resourceVersion it read, and a write whose answer was
+lost is read back before anything is sent again: a retry never re-applies an old
+intent over a newer one (another trainer's resume, say).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from pydantic import ValidationError
+
+from swerollout.api.v1alpha1 import API_VERSION, BATCH_KIND, BATCH_PLURAL, GROUP, SWERolloutBatchSpec
+from swerollout.backoff import Backoff
+from swerollout.client.errors import ClientConfigError, KubeApiError
+from swerollout.kube import SWEROLLOUTBATCHES, AlreadyExists, AsyncKubeClient, Conflict, Forbidden, Invalid, KubeError
+from swerollout.kube import NotFound, aretry
+
+log = logging.getLogger(__name__)
+
+WRITE_BACKOFF = Backoff(first_seconds=0.2, max_seconds=5.0, budget_seconds=30.0)
+"""Transient failures (reset, 429, 5xx) of one batch write: retried for 30 s."""
+MAX_RACES = 5
+"""Someone else wrote the batch between our read and our write this many times: give up."""
+
+
+def _spec(obj: dict[str, Any] | None) -> SWERolloutBatchSpec | None:
+    if obj is None:
+        return None
+    try:
+        return SWERolloutBatchSpec.model_validate(obj.get("spec") or {})
+    except ValidationError:
+        return SWERolloutBatchSpec()
+
+
+class BatchWriter:
+    """Reads and writes the SWERolloutBatch objects of one namespace for the client."""
+
+    def __init__(self, kube: AsyncKubeClient, namespace: str, field_manager: str) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.field_manager = field_manager
+
+    def _forbidden(self, exc: Forbidden, doing: str) -> ClientConfigError:
+        return ClientConfigError(
+            f"{doing}: {exc}. The trainer's identity needs get, create and patch on "
+            f"{BATCH_PLURAL}.{GROUP} in namespace {self.namespace} (see docs/client.md, Permissions)"
+        )
+
+    async def get(self, name: str) -> SWERolloutBatchSpec | None:
+        """The batch's spec; None when it has no object."""
+        return _spec(await self._read(name))
+
+    async def get_if_allowed(self, name: str) -> SWERolloutBatchSpec | None:
+        """As :meth:`get`, but None (with a warning) for an identity that may not read
+        batches: it cannot have suspended one either, and by-name work must go on."""
+        try:
+            return await self.get(name)
+        except ClientConfigError as exc:
+            log.warning("%s; treating batch %s as not suspended", exc, name)
+            return None
+
+    async def _read(self, name: str) -> dict[str, Any] | None:
+        try:
+            return await aretry(lambda: self.kube.get(SWEROLLOUTBATCHES, name, self.namespace), policy=WRITE_BACKOFF)
+        except NotFound:
+            return None
+        except Forbidden as exc:
+            raise self._forbidden(exc, f"reading SWERolloutBatch {name}") from exc
+        except KubeError as exc:
+            raise KubeApiError(f"reading SWERolloutBatch {name}: {exc}", retryable=exc.retryable) from exc
+
+    async def set(
+        self, name: str, *, suspend: bool, weight_version: str | None = None
+    ) -> SWERolloutBatchSpec | None:
+        """Make the batch read ``suspend`` (and ``weight_version`` when given), creating its
+        object if needed. Returns the spec it had before (None: there was no object)."""
+        doing = f"setting spec.suspend={str(suspend).lower()} on SWERolloutBatch {name}"
+        wanted: dict[str, Any] = {"suspend": suspend}
+        if weight_version is not None:
+            wanted["weightVersion"] = weight_version
+        obj = await self._read(name)
+        before = _spec(obj)
+        schedule = WRITE_BACKOFF.start()
+        for _ in range(MAX_RACES):
+            current = _spec(obj)
+            if current is not None and all(current.to_wire().get(k) == v for k, v in wanted.items()):
+                return before
+            try:
+                if obj is None:
+                    body = {"apiVersion": API_VERSION, "kind": BATCH_KIND, "metadata": {"name": name}, "spec": wanted}
+                    await self.kube.create(SWEROLLOUTBATCHES, body, self.namespace, field_manager=self.field_manager)
+                else:
+                    rv = obj["metadata"]["resourceVersion"]
+                    patch: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/resourceVersion", "value": rv}]
+                    patch += [{"op": "add", "path": f"/spec/{k}", "value": v} for k, v in wanted.items()]
+                    await self.kube.patch(SWEROLLOUTBATCHES, name, patch, self.namespace, patch_type="json",
+                                          field_manager=self.field_manager)
+                return before
+            except Invalid as exc:
+                # A failed `test` (someone wrote it since we read it) is a 422 too.
+                fresh = await self._read(name)
+                if fresh is not None and obj is not None and fresh["metadata"]["resourceVersion"] == rv:
+                    raise KubeApiError(f"{doing}: {exc}") from exc
+                obj = fresh
+                continue
+            except (AlreadyExists, Conflict, NotFound):
+                pass  # someone else created (or deleted) it since we read it: read again
+            except Forbidden as exc:
+                raise self._forbidden(exc, doing) from exc
+            except KubeError as exc:
+                delay = schedule.next_delay(exc.retry_after_seconds) if exc.retryable else None
+                if delay is None:
+                    raise KubeApiError(f"{doing}: {exc}", retryable=exc.retryable) from exc
+                # The write may have landed: the read below shows it, and it is not sent again.
+                log.info("%s failed (%s); reading it again in %.1f s", doing, exc, delay)
+                await asyncio.sleep(delay)
+            obj = await self._read(name)
+        raise KubeApiError(f"SWERolloutBatch {name} kept changing while {doing}; try again", retryable=True)
