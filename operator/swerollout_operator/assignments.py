@@ -72,6 +72,13 @@ def assignment_for(
         if suspend:
             return Assignment(id=abort_id, kind=AssignmentKind.ABORT, attempt=attempt)
         return _resume(spec, partial, attempt, replay=bool(status.get("replay")))
+    # Aborted and no longer suspended (a resume, of the batch or the rollout): the runner on
+    # the live pod resumes at once, answered in memory like an abort, before the pass that
+    # records Resuming; the resume's id is the one Resuming answers, so it is acted on once.
+    # A reclaimed pod has no runner to tell: the pass replays into a fresh one.
+    reclaimed = bool((status.get("sandbox") or {}).get("reclaimedAt"))
+    if not suspend and partial and not reclaimed:
+        return _resume(spec, partial, attempt, replay=bool(status.get("replay")))
     # Aborted: keep the sandbox, do nothing until resumed.
     return Assignment(id=f"wait:aborted:{partial.get('abortedAt', '')}", kind=AssignmentKind.WAIT, attempt=attempt)
 

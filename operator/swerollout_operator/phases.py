@@ -61,6 +61,9 @@ _T: dict[tuple[Phase, Trigger], Phase] = {
     (Phase.RUNNING, Trigger.POD_LOST): Phase.FAILED,
     (Phase.RUNNING, Trigger.FAILED): Phase.FAILED,
     (Phase.ABORTED, Trigger.RESUME_REQUESTED): Phase.RESUMING,
+    # The runner is told to resume as soon as the rollout is no longer suspended
+    # (assignments.py), so its report may come before the pass that records Resuming.
+    (Phase.ABORTED, Trigger.RESUMED): Phase.RUNNING,
     (Phase.ABORTED, Trigger.POD_LOST): Phase.ABORTED,
     (Phase.ABORTED, Trigger.FAILED): Phase.FAILED,
     (Phase.RESUMING, Trigger.RESUMED): Phase.RUNNING,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from swerollout.api import v1alpha1 as api
 from swerollout.exit_status import ExitStatus, base_exit, gate_exit_status, is_failed_run
-from swerollout.wire.ingest import EventKind, RunnerEvent, StoredObjectRef
+from swerollout.wire.ingest import AssignmentKind, EventKind, RunnerEvent, StoredObjectRef
 
 from .deadlines import utcnow
 from .metrics import abort_reason_label
@@ -51,7 +51,7 @@ async def apply_runner_event(r: Reconciler, entry: Tracked, event: RunnerEvent) 
         notice = event.message.strip()
         if notice:
             r.post_event(entry, reason=event.reason or "RunnerNotice", message=notice, warning=True)
-        if entry.phase == api.Phase.RESUMING:
+        if entry.phase == api.Phase.RESUMING or (entry.phase == api.Phase.ABORTED and _took_resume(r, entry, event)):
             r.metrics.resumes.inc()
             message = "the runner resumed from the snapshot" + (f"; {notice}" if notice else "")
             return await r.transition(entry, Trigger.RESUMED, reason="Resumed", message=message)
@@ -68,6 +68,15 @@ async def apply_runner_event(r: Reconciler, entry: Tracked, event: RunnerEvent) 
         entry, Trigger.FAILED, reason=event.reason or "RunnerFailed", message=event.message or "the runner failed",
         warning=True,
     )
+
+
+def _took_resume(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
+    """An Aborted rollout's runner started the resume it is answered now (it no longer is
+    suspended): it took it before the pass that records Resuming. Any other report of a
+    start (a late copy of the run's own) leaves the rollout Aborted."""
+    attempt = max(1, entry.rollout_status.attempts)
+    answer = r.assignment(entry, role="rollout", attempt=attempt)
+    return answer.kind == AssignmentKind.RESUME and answer.id == event.assignment_id
 
 
 async def _aborted(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:

@@ -56,6 +56,15 @@ def test_a_suspended_batch_aborts_a_running_member_and_each_suspension_has_its_o
 def test_an_aborted_member_waits_until_both_flags_are_false_and_resumes_with_the_batchs_version() -> None:
     aborted = body(Phase.ABORTED, weight_version="v1")
     assert assignment_for(aborted, role="rollout", attempt=1, batch=spec(suspend=True)).kind is AssignmentKind.WAIT
+    assert assignment_for(body(Phase.ABORTED, suspend=True), role="rollout", attempt=1).kind is AssignmentKind.WAIT
+    # No longer suspended: the runner resumes at once, with the id Resuming will answer.
+    early = assignment_for(aborted, role="rollout", attempt=1, batch=spec(weightVersion="v2"))
+    assert early.kind is AssignmentKind.RESUME and early.spec is not None
+    assert early.spec["inference"]["weightVersion"] == "v2"
+    assert early.id == assignment_for(body(Phase.RESUMING), role="rollout", attempt=1).id
+    reclaimed = body(Phase.ABORTED)
+    reclaimed["status"]["sandbox"] = {"reclaimedAt": "2026-01-01T00:05:00Z"}
+    assert assignment_for(reclaimed, role="rollout", attempt=1).kind is AssignmentKind.WAIT, "no runner to tell"
     resuming = body(Phase.RESUMING, weight_version="v1")
     resume = assignment_for(resuming, role="rollout", attempt=1, batch=spec(weightVersion="v2"))
     assert resume.kind is AssignmentKind.RESUME and resume.spec is not None

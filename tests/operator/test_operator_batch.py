@@ -56,6 +56,13 @@ class Runner:
         answer = httpx.post(self.url("/events"), content=event.model_dump_json(), headers=self.auth, timeout=60)
         assert answer.status_code == 200 and answer.json()["ok"], answer.text
 
+    def report_started(self, assignment_id: str) -> bool:
+        """Report the start of an assignment; True when it was applied (not a duplicate)."""
+        event = wire.RunnerEvent(kind=wire.EventKind.STARTED, assignment_id=assignment_id)
+        answer = httpx.post(self.url("/events"), content=event.model_dump_json(), headers=self.auth, timeout=60)
+        assert answer.status_code == 200, answer.text
+        return not answer.json()["duplicate"]
+
 
 def _batch(kubectl: Callable[..., Any], namespace: str, name: str, **spec: Any) -> None:
     body = {"apiVersion": api.API_VERSION, "kind": api.BATCH_KIND, "metadata": {"name": name}, "spec": spec}
@@ -95,6 +102,9 @@ def test_one_batch_write_suspends_and_resumes_every_member(
         runners[name].report_aborted(got[name]["id"])
         wait_for(f"{name} Aborted", lambda n=name: phase(kubectl, namespace, n) == "Aborted", op=operator)
     assert runners["ba"].assignment()["kind"] == "wait"
+    # A late copy of the run's start report does not take an Aborted rollout for resumed.
+    assert not runners["ba"].report_started(first["ba"]["id"])
+    assert phase(kubectl, namespace, "ba") == "Aborted"
 
     # bb is also suspended by name: resuming the batch resumes ba only (own flag OR batch's).
     kubectl("patch", "swer", "bb", "-n", namespace, "--type=merge", "-p", '{"spec": {"suspend": true}}')
@@ -105,7 +115,11 @@ def test_one_batch_write_suspends_and_resumes_every_member(
     assert phase(kubectl, namespace, "bb") == "Aborted"
     assert runners["bb"].assignment()["kind"] == "wait"
     kubectl("patch", "swer", "bb", "-n", namespace, "--type=merge", "-p", '{"spec": {"suspend": false}}')
-    wait_for("bb Resuming", lambda: phase(kubectl, namespace, "bb") == "Resuming", op=operator)
+    # The runner is told at once; its start report counts whether or not Resuming was written.
+    resumed = wait_for("bb told to resume", lambda: (a := runners["bb"].assignment())["kind"] == "resume" and a,
+                       op=operator)
+    assert runners["bb"].report_started(resumed["id"])
+    wait_for("bb Running", lambda: phase(kubectl, namespace, "bb") == "Running", op=operator)
 
     # Deleting a suspended batch object leaves each member to its own flag.
     _batch(kubectl, namespace, "b9", suspend=True)
