@@ -2,13 +2,18 @@
 with its reward, nothing runs twice.
 
 The policy is the oracle (its patch resolves every bundled task, reward 1), slowed
-down per token so that each fault lands while the batch is generating. The operator
-being SIGKILLed mid-batch is in test_e2e_lifecycle.py (five kills over 20 rollouts).
+down per token so that each fault lands while the batch is generating. Before its fix
+it runs LEDGER commands, each appending its step to a file in the repository, so the
+submitted patch shows how many times each command ran: exactly once, whatever the
+fault. It is served with the dev stack's admin key, which the rollouts' runners get
+from the dev Secret (spec.inference.adminKeySecretRef). The operator being SIGKILLed
+mid-batch is in test_e2e_lifecycle.py (five kills over 20 rollouts).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import threading
@@ -17,6 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from swerollout.dev.policy_server.launch import SubprocessServer, launch
@@ -28,6 +34,7 @@ TERMINAL = {"Succeeded", "Failed"}
 pytestmark = pytest.mark.timeout(2400)
 # Slow enough that a batch is still generating when the fault lands, fast enough to finish.
 SLOW = {"delay_per_token": 0.03}
+LEDGER = 3
 
 
 class Policy:
@@ -39,11 +46,12 @@ class Policy:
     for a while, then the same endpoint served by a second, already started process.
     """
 
-    def __init__(self, tasks: Path, logs: Path) -> None:
+    def __init__(self, tasks: Path, logs: Path, admin_key: str) -> None:
         launched: dict[str, SubprocessServer] = {}
 
         def start(role: str) -> None:
             server = launch("oracle", subprocess=True, tokenizer="qwen-2.5", tasks=tasks, faults=SLOW,
+                            oracle_ledger=LEDGER, admin_api_key=admin_key,
                             log_file=logs / f"chaos-policy-{role}.log", ready_timeout=900)
             assert isinstance(server, SubprocessServer)
             launched[role] = server
@@ -128,7 +136,8 @@ def _port(url: str) -> int:
 
 @pytest.fixture(scope="module")
 def policy(dev_stack: DevStack) -> Iterator[Policy]:
-    server = Policy(dev_stack.workdir / "tasks" / "instances.jsonl", dev_stack.paths.logs)
+    server = Policy(dev_stack.workdir / "tasks" / "instances.jsonl", dev_stack.paths.logs,
+                    dev_stack.paths.inference_admin_key.read_text().strip())
     try:
         yield server
     finally:
@@ -146,19 +155,51 @@ def _generating(stack: DevStack, names: list[str], timeout: float = 600) -> None
     stack.wait(f"{names} running", lambda: all(stack.status(n).get("phase") == "Running" for n in names), timeout)
 
 
-def _all_rewarded(stack: DevStack, names: list[str], timeout: float = 600) -> list[dict[str, Any]]:
-    """Every rollout Succeeded with reward 1, on its first pod, each sampled turn kept once."""
+def _in_flight(url: str) -> int:
+    return int(httpx.get(f"{url}/v1/loads", timeout=10).json()["loads"][0]["num_running_reqs"])
+
+
+def _admitted(url: str) -> dict[str, int]:
+    """rid -> tokens sent, of the /generate requests a stand-in admitted (its request log)."""
+    requests = httpx.get(f"{url}/_standin/requests", timeout=10).json()["requests"]
+    return {r["rid"]: r["sent_tokens"] for r in requests}
+
+
+def _run_of(rid: str) -> str:
+    """The run (rollout uid) of a runner's rid `<uid>-t0007-a01-<8 hex>.` (agent_runner.sglang.make_rid)."""
+    found = re.fullmatch(r"(.+)-t\d{4}-a\d{2}-[0-9a-f]{8}\.", rid)
+    assert found, rid
+    return found.group(1)
+
+
+def _ledger_runs(patch: str) -> list[str]:
+    """The lines the submitted patch adds to the oracle's ledger file: one per command run."""
+    from swerollout.dev.policy_server.policies.scripted import LEDGER_FILE
+
+    files = re.split(r"^diff --git ", patch, flags=re.M)
+    [ledger] = [f for f in files if f.startswith(f"a/{LEDGER_FILE} ")] or [""]
+    return [line[1:] for line in ledger.splitlines() if line.startswith("+") and not line.startswith("+++")]
+
+
+def _all_rewarded(stack: DevStack, names: list[str], timeout: float = 600) -> dict[str, Trajectory]:
+    """Every rollout Succeeded with reward 1, on its first and only pod, each sampled turn
+    kept once, and each of the policy's commands run exactly once (the ledger in the patch)."""
     finals = [stack.wait_phase(name, TERMINAL, timeout=timeout) for name in names]
+    trajectories = {}
     for name, status in zip(names, finals):
         assert status["phase"] == "Succeeded", (name, dump(status))
         assert status["reward"]["value"] == 1.0 and status["reward"]["resolved"] is True, (name, dump(status))
-        assert status["attempts"] == 1, (name, dump(status))
+        assert status["attempts"] == 1 and status["sandbox"]["podName"] == f"{name}-a1", (name, dump(status))
+        assert not status.get("partial"), f"{name}: an outage is not an abort of the rollout"
         trajectory = Trajectory.from_bytes(stack.read_object(status["result"]["trajectory"]))
         kept = [t for t in trajectory.info["turn_log"] if t["kept"]]
         rids = [t["rid"] for t in trajectory.info["turn_log"]]
         assert len(set(rids)) == len(rids), f"{name}: a request id was used twice: {rids}"
         assert len(kept) == status["result"]["turns"] == trajectory.turns, (name, dump(status))
-    return finals
+        patch = stack.read_object(status["result"]["patch"]).decode()
+        assert _ledger_runs(patch) == [f"step {i}" for i in range(LEDGER)], f"{name}: commands ran\n{patch}"
+        trajectories[name] = trajectory
+    return trajectories
 
 
 def _component_restarted(stack: DevStack, name: str, old_pid: int) -> Callable[[], bool]:
@@ -170,16 +211,27 @@ def _component_restarted(stack: DevStack, name: str, old_pid: int) -> Callable[[
 
 
 def test_policy_server_killed_and_back_within_30s(dev_stack: DevStack, policy: Policy) -> None:
+    """SIGKILLed while a /generate is in flight: that request dies with the server, and
+    its turn is sent again (a new rid for the same turn) to the server that comes back."""
     names = _batch(dev_stack, "chaos-policy", policy.url)
-    _generating(dev_stack, names)
+    killed_server, standby = policy.serving.url, policy.standby.url
+    dev_stack.wait("a /generate in flight", lambda: _in_flight(killed_server) >= 1, timeout=600)
+    admitted = _admitted(killed_server)
     policy.kill()
     down_at = time.monotonic()
     # Down long enough that the runners' quick retries are spent and the outage budget rides it out.
     time.sleep(12)
     policy.start_again()
     assert time.monotonic() - down_at < 30
-    finals = _all_rewarded(dev_stack, names)
-    assert all(not f.get("partial") for f in finals), "an outage is not an abort of the rollout"
+    trajectories = _all_rewarded(dev_stack, names)
+    kept = {t["rid"] for tr in trajectories.values() for t in tr.info["turn_log"] if t["kept"]}
+    lost = {rid: sent for rid, sent in admitted.items() if rid not in kept}
+    assert lost, f"no request was in flight at the kill: {admitted}"
+    served_after = _admitted(standby)
+    for rid, sent in lost.items():
+        # The same run sent the same context again (a new rid) and kept that answer.
+        again = [r for r, n in served_after.items() if _run_of(r) == _run_of(rid) and n == sent and r in kept]
+        assert again, f"the turn of {rid} ({sent} tokens) was not sent again: {served_after}"
 
 
 def test_store_failing_for_10s(dev_stack: DevStack, policy: Policy) -> None:
@@ -208,17 +260,17 @@ def test_node_agent_restarted(dev_stack: DevStack, policy: Policy) -> None:
     _all_rewarded(dev_stack, names)
 
 
-def test_api_server_unavailable_for_10s(dev_stack: DevStack, policy: Policy) -> None:
-    """The API server stops answering (SIGSTOP) while the batch runs, then comes back."""
+def test_api_server_killed_and_restarted(dev_stack: DevStack, policy: Policy) -> None:
+    """kube-apiserver SIGKILLed mid-batch; the dev supervisor starts it again (same port,
+    certificates and etcd data). The operator's and the node agent's watches reconnect
+    (and relist), the runners' reports are retried: every rollout finishes once."""
     names = _batch(dev_stack, "chaos-api", policy.url)
-    _generating(dev_stack, names)
+    dev_stack.wait("a /generate in flight", lambda: _in_flight(policy.serving.url) >= 1, timeout=600)
     server = dev_stack.state().components["kube-apiserver"]
     assert server.pid
-    os.kill(server.pid, signal.SIGSTOP)
-    try:
-        time.sleep(10)
-    finally:
-        os.kill(server.pid, signal.SIGCONT)
+    os.kill(server.pid, signal.SIGKILL)
+    dev_stack.wait("kube-apiserver restarted", _component_restarted(dev_stack, "kube-apiserver", server.pid),
+                   timeout=300)
     _all_rewarded(dev_stack, names)
 
 
