@@ -93,6 +93,17 @@ def slow_policy(trainer_stack: DevStack) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def slow_oracle(trainer_stack: DevStack) -> Iterator[str]:
+    """The oracle (solves the bundled tasks: reward 1) slowed so a pause lands in the middle
+    of its first turn; integer weight versions, as the trainers count them."""
+    with launch(
+        "oracle", subprocess=True, tokenizer="qwen-2.5", tasks=trainer_stack.workdir / "tasks" / "instances.jsonl",
+        weight_version="1", faults={"delay_per_token": 0.05},
+    ) as server:
+        yield server.url
+
+
+@pytest.fixture(scope="session")
 def stack(trainer_stack: DevStack) -> Stack:
     return Stack(trainer_stack)
 

@@ -7,9 +7,12 @@ from __future__ import annotations
 import ast
 import asyncio
 from argparse import Namespace
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 
@@ -23,6 +26,7 @@ from swerollout.wire.trajectory import Trajectory
 from tests.support.client_fixtures import client, crd, store, store_url  # noqa: F401 (fixtures)
 from tests.support.client_support import INFERENCE, finish, instance, make_trajectory
 from tests.support.slime_double import DataSource, Sample
+from tests.swerollout.trainers.conftest import Stack
 
 FIXTURE = Path(__file__).parent / "fixtures" / "slime_sample.py.txt"
 DOUBLE = Path(__file__).parents[2] / "support" / "slime_double.py"
@@ -254,3 +258,58 @@ def test_the_rollout_function_runs_steps_on_its_own_loop(crd: Any, namespace: st
         adapter.close()
     assert len(groups) == 1 and [s.status for s in groups[0]] == [Sample.Status.COMPLETED] * 2
     assert source.buffer == []
+
+
+def _load(url: str) -> dict[str, Any]:
+    """The server's scheduler load (SGLang's /v1/loads, as slime reads it)."""
+    return dict(httpx.get(f"{url}/v1/loads", timeout=30).json()["loads"][0])
+
+
+async def _until(what: str, probe: Callable[[], bool], task: asyncio.Task[Any], timeout: float = 300) -> None:
+    async with asyncio.timeout(timeout):
+        while not await asyncio.to_thread(probe):
+            if task.done():
+                task.result()
+                raise AssertionError(f"the rollout ended before {what}")
+            await asyncio.sleep(0.2)
+
+
+async def test_generate_rides_slimes_weight_update_and_step_end_abort_by_itself(stack: Stack, slow_oracle: str) -> None:
+    """slime pauses its engines around a weight update and aborts everything in flight at
+    the end of a step, talking to SGLang only. The generate function's rollout rides both
+    out with no call to the client: Succeeded with reward 1, tokens of both versions."""
+    settings = stack.settings(endpoints=[slow_oracle], batch_prefix="slab", inference={"onAbort": "Keep"})
+    async with settings.connect() as client:
+        await _ride_out(slime.SlimeAdapter(settings, client=client), client, stack, slow_oracle)
+
+
+async def _ride_out(adapter: slime.SlimeAdapter, client: AsyncRolloutClient, stack: Stack, slow_oracle: str) -> None:
+    sample = Sample(group_index=0, index=0, metadata=stack.instance_row(0))
+    post = partial(httpx.post, timeout=30)
+    post(f"{slow_oracle}/update_weight_version", json={"new_version": "1"}).raise_for_status()
+    params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 8192}
+    task = asyncio.create_task(adapter.generate(_args(), sample, params))
+    used = _load(slow_oracle)["num_used_tokens"]
+    await _until("it sampled", lambda: _load(slow_oracle)["num_used_tokens"] >= used + 8, task)
+    # slime's weight update (update_weight_from_disk): pause, load with the new version, continue.
+    post(f"{slow_oracle}/pause_generation", json={}).raise_for_status()
+    post(f"{slow_oracle}/update_weights_from_disk", json={"model_path": "/ckpt/weight_v000002",
+                                                          "weight_version": "2"}).raise_for_status()
+    post(f"{slow_oracle}/continue_generation", json={}).raise_for_status()
+    used = _load(slow_oracle)["num_used_tokens"]
+    await _until("it sampled again", lambda: _load(slow_oracle)["num_used_tokens"] >= used + 8, task)
+    # slime's end of a step (abort_servers_until_idle): abort everything in flight.
+    post(f"{slow_oracle}/abort_request", json={"abort_all": True}).raise_for_status()
+
+    filled = await asyncio.wait_for(task, timeout=600)
+    name = sample.metadata[slime.META_ROLLOUT]
+    record = await client.result(name, timeout=60)
+    obj = await client.get_rollout(name)
+    assert filled is sample and sample.status is Sample.Status.COMPLETED and not sample.remove_sample
+    assert sample.reward == 1.0 and record.reward == 1.0 and record.resolved
+    assert record.phase.value == "Succeeded" and record.attempts == 1
+    assert not obj["spec"].get("suspend"), "nothing suspended the rollout"
+    assert obj["status"]["progress"]["inferenceAborts"] >= 2
+    assert set(record.weight_versions[record.loss_mask == 1].tolist()) == {"1", "2"}
+    assert sample.weight_versions[0] == "1" and set(sample.weight_versions) == {"1", "2"}
+    assert sample.tokens == record.prompt_ids.tolist() + record.response_ids.tolist()
