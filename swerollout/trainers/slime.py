@@ -346,3 +346,10 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
     """``--rollout-function-path swerollout.trainers.slime.generate_rollout``."""
     groups: list[list[Any]] = _adapter(args).generate_rollout(args, rollout_id, data_source, evaluation)
     return groups
+
+
+def close() -> None:
+    """Stop what :func:`generate_rollout` started (its thread and client); call it before
+    the process exits (the thread would keep the interpreter waiting)."""
+    if _ADAPTER is not None:
+        _ADAPTER.close()
