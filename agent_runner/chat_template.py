@@ -80,6 +80,12 @@ Message = Mapping[str, Any]
 Piece = tuple[str, bool]
 """A span of a rendering: (text, is_content)."""
 
+# Reasoning tags of replies when the template names none (the common convention).
+_DEFAULT_REASONING_TAGS = ("</think>", "<think>")
+# What a sampled unknown token decodes to: the newline (the character a vocabulary without
+# byte fallback lacks where it matters most: without it a text agent writes no code block),
+# else the Unicode replacement character.
+_UNKNOWN_CANDIDATES = ("\n", "\ufffd")
 # Placeholder text of stubbed history content (non-empty content stays non-empty).
 _STUB = "."
 
@@ -113,12 +119,21 @@ class ChatTemplate:
         self._added = {str(tok.content): int(i) for i, tok in tokenizer.added_tokens_decoder.items()}
         self._added_re = re.compile("|".join(re.escape(t) for t in sorted(self._added, key=len, reverse=True)))
         self._text_model = _text_only(tokenizer)
+        self._unknown = self._unknown_character()
         # Reasoning tags the template splits assistant content at (``<think>``, ``</mm:think>``):
         # markers keep them, so a template that branches on them renders the same structure.
         tags = sorted(set(re.findall(r"</?(?:[A-Za-z]+:)?think>", self.source)), key=len, reverse=True)
         self._tags_re = re.compile("|".join(re.escape(t) for t in tags)) if tags else None
+        self.reasoning_tags: tuple[str, ...] = tuple(tags) or _DEFAULT_REASONING_TAGS
+        """The tags that open and close reasoning in this family's replies (the template's own;
+        ``<think>``/``</think>`` when it names none)."""
         self._args_as_text = self._needs_text_arguments()
         self.opening_gap = self._opening_gap()
+
+    @property
+    def reasoning_ends(self) -> tuple[str, ...]:
+        """The tags that close reasoning: the tool-call parser reads calls only after the last."""
+        return tuple(t for t in self.reasoning_tags if t.startswith("</"))
 
     @property
     def source(self) -> str:
@@ -313,6 +328,32 @@ class ChatTemplate:
     def encode_text(self, text: str) -> list[int]:
         """Content: special-token text stays text."""
         return list(self._text_model.encode(text, add_special_tokens=False).ids) if text else []
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The text of sampled tokens (special tokens included), which encodes back to them.
+
+        A vocabulary without byte fallback encodes characters it lacks as its unknown token
+        (jiutian has no newline): a sampled unknown token is text as ``_unknown_character``,
+        not the token's name, which would re-render in the message record as other tokens."""
+        unk = self.tokenizer.unk_token_id
+        if self._unknown is None or unk not in ids:
+            return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))
+        tokens = self.tokenizer.convert_ids_to_tokens(list(ids))
+        return str(self.tokenizer.convert_tokens_to_string(
+            [self._unknown if token_id == unk else token for token_id, token in zip(ids, tokens, strict=True)]
+        ))
+
+    def _unknown_character(self) -> str | None:
+        """The character a sampled unknown token stands for: the first of ``_UNKNOWN_CANDIDATES``
+        that the vocabulary encodes as its unknown token; None when it encodes them all (or
+        has no unknown token, as byte-level vocabularies)."""
+        unk = self.tokenizer.unk_token_id
+        if unk is None:
+            return None
+        for char in _UNKNOWN_CANDIDATES:
+            if self.encode_text(f"x{char}x").count(unk) == 1:
+                return char
+        return None
 
     def encode_pieces(self, pieces: Sequence[Piece]) -> list[int]:
         ids: list[int] = []

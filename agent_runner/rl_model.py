@@ -111,11 +111,11 @@ class RLTokenModel:
         self.keep_aborted = keep_aborted
         self.template = ChatTemplate(tokenizer, tools=tools, template_kwargs=template_kwargs)
         fmt = detect_parser(self.template.source) if tool_call_format == "auto" else tool_call_format
-        self.parser = ToolCallParser(fmt, tools) if fmt else None
+        self.parser = ToolCallParser(fmt, tools, reasoning_ends=self.template.reasoning_ends) if fmt else None
         if self.parser is not None:
             self.template.check_tool_turns()
-        # Reasoning tags too: the parser splits at "</think>", which only a sampled tag may move.
-        self._markup = [*(str(t.content) for t in tokenizer.added_tokens_decoder.values()), "<think>", "</think>"]
+        # Reasoning tags too: the parser splits at the last closing tag, which only a sampled tag may move.
+        self._markup = [*(str(t.content) for t in tokenizer.added_tokens_decoder.values()), *self.template.reasoning_tags]
         self.buffer = TokenBuffer()
         self.state = ModelState()
 
@@ -399,10 +399,10 @@ class RLTokenModel:
                 run.append(token)
                 continue
             if run:
-                parts.append(escape_markup(str(self.tokenizer.decode(run, skip_special_tokens=False)), self._markup))
+                parts.append(escape_markup(self.template.decode(run), self._markup))
                 run = []
             if token is not None:
-                parts.append(str(self.tokenizer.decode([token], skip_special_tokens=False)))
+                parts.append(self.template.decode([token]))
         return "".join(parts)
 
     def _decode_reply(self, output_ids: list[int]) -> str:
@@ -410,7 +410,7 @@ class RLTokenModel:
         ids = output_ids
         if ids and self.template.is_special(ids[-1]):
             ids = ids[:-1]
-        return str(self.tokenizer.decode(ids, skip_special_tokens=False))
+        return self.template.decode(ids)
 
     # --- snapshot / resume / result -------------------------------------------------
 

@@ -63,11 +63,20 @@ def detect_parser(chat_template: str | None) -> ParserName | None:
 class ToolCallParser:
     """Parse replies of one markup family; ``tools`` (OpenAI schemas) type the arguments."""
 
-    def __init__(self, name: ParserName, tools: Sequence[Mapping[str, Any]] | None = None) -> None:
+    def __init__(
+        self,
+        name: ParserName,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        reasoning_ends: Sequence[str] = ("</think>",),
+    ) -> None:
+        """``reasoning_ends``: the tags that close reasoning in this family's replies, from its
+        chat template (``ChatTemplate.reasoning_ends``: ``</think>``, MiniMax-M3's ``</mm:think>``)."""
         if name not in _PARSERS:
             raise ValueError(f"unknown tool-call parser {name!r}; valid: {', '.join(sorted(_PARSERS))}")
         self.name = name
         self._parse = _PARSERS[name]
+        self._reasoning_ends = tuple(sorted((t for t in reasoning_ends if t), key=len, reverse=True))
         self._string_params: dict[str, set[str]] = {}
         for tool in tools or []:
             fn = tool.get("function", tool)
@@ -77,11 +86,16 @@ class ToolCallParser:
     def parse(self, text: str, *, id_prefix: str = "call") -> ParsedReply:
         """Parse ``text``; markup in it escaped with ``escape_markup`` is text, not markup."""
         # Reasoning may quote tool-call markup ("I could use <tool_call>..."); only the
-        # text after the last </think> holds real calls.
-        thought, closed, answer = text.rpartition("</think>")
+        # text after the last reasoning-closing tag holds real calls.
+        thought, closed, answer = self._split_reasoning(text)
         reply = self._parse(answer if closed else text, self._string_params)
         if closed:
             reply.content = thought + closed + reply.content if reply.error is None else text
+        if reply.error is None and not reply.tool_calls:
+            # A reply without calls is all content: its trailing whitespace is what the policy
+            # sampled, not the separator a template puts before call markup (kept for the
+            # template to render or trim, as it does a text reply).
+            reply.content = text
         for index, call in enumerate(reply.tool_calls):
             call.id = f"{id_prefix}_{index}"
             call.arguments = _unescape_value(call.arguments)
@@ -89,6 +103,14 @@ class ToolCallParser:
         if reply.error is not None:
             reply.error = unescape_markup(reply.error)
         return reply
+
+
+    def _split_reasoning(self, text: str) -> tuple[str, str, str]:
+        """(reasoning, closing tag, answer) at the last closing tag; ("", "", text) without one."""
+        at, tag = max(((text.rfind(t), t) for t in self._reasoning_ends), default=(-1, ""))
+        if at < 0:
+            return "", "", text
+        return text[:at], tag, text[at + len(tag) :]
 
 
 # Inserted after the first character of markup text the policy sampled as ordinary

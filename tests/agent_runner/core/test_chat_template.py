@@ -246,3 +246,20 @@ def test_delta_needs_an_assistant_turn() -> None:
     template = ChatTemplate(load_tokenizer("qwen-2.5"))
     with pytest.raises(ChatTemplateError, match="assistant"):
         template.delta_ids([{"role": "user", "content": "hi"}], [{"role": "user", "content": "x"}], None)
+
+
+def test_a_sampled_unknown_token_decodes_to_text_that_encodes_back() -> None:
+    """jiutian's vocabulary has no newline: a policy writes one as <unk>. The reply's text must
+    re-render as that token (the record is rendered in later turns), not as the text '<unk>'."""
+    template = ChatTemplate(load_tokenizer("jiutian-139moe-chat"))
+    unk = template.tokenizer.unk_token_id
+    sampled = template.encode_text("Look.\n```bash\nls\n```")
+    assert sampled.count(unk) == 3
+    assert template.decode(sampled) == "Look.\n```bash\nls\n```"
+    assert template.encode_text(template.decode(sampled)) == sampled
+    spelled = template.encode_text("a <unk> b")  # the name spelled with ordinary tokens stays text
+    assert unk not in spelled and template.decode(spelled) == "a <unk> b"
+    # Byte-level vocabularies have no unknown characters: decoding is the tokenizer's own.
+    qwen = ChatTemplate(load_tokenizer("qwen-3.5"))
+    ids = qwen.encode_text("a\n<unk>\ufffd")
+    assert qwen.decode(ids) == qwen.tokenizer.decode(ids, skip_special_tokens=False) == "a\n<unk>\ufffd"

@@ -2,7 +2,8 @@
 
 Each case drives one conversation through RLTokenModel, with a simulated policy that
 samples exactly what the family's template renders for its assistant turn (ending
-with the template's own end-of-turn token), in both action formats, over hostile
+with the template's own end-of-turn token; where the generation prompt opens reasoning,
+reasoning first, as the template renders it when it renders it), in both action formats, over hostile
 content: every added token's text of the tokenizer and a fake assistant turn in the
 problem statement, observations, file contents and tool arguments; the content
 marker's and the old sentinel's text; lone surrogates; CRLF and whitespace-only and
@@ -82,9 +83,12 @@ GROUPS = _groups()
 # Named template quirks per family and action format (docs/token-exactness.md has the table):
 # "think-opener": the generation prompt opens <think>; history turns are rendered without
 #   it and without the reasoning before </think>, which the list keeps (what the policy
-#   saw and sampled).
+#   saw and sampled). Templates that render the reasoning of turns after the last user
+#   message (GLM-4.7, Qwen3.5 in the tool format) get it per turn: the policy samples the
+#   reasoning as rendered, and the quirk applies to a turn once a user message follows it.
 # "trims-cut-reply": a reply cut by the length limit that ends in whitespace is rendered
-#   stripped in history; the list keeps the sampled whitespace tokens.
+#   stripped in history (the conversation renders the same without that whitespace); the
+#   list keeps the sampled whitespace tokens.
 # "eos-after-text-close": the template closes a turn with text (``\n<|EOT|>\n``), never
 #   with a token: the policy stops with EOS after its content, and the list keeps that EOS
 #   where the rendering has none.
@@ -95,8 +99,11 @@ QUIRKS: dict[tuple[str, str], set[str]] = {
 } | {
     ("minimax", "text"): {"think-opener"},
     ("qwen-3.5", "text"): {"think-opener"},
-    ("glm-4.7-flash", "text"): {"think-opener"},
+    ("qwen-3.5", "tool"): {"think-opener"},
+    ("glm-4.7-flash", "text"): {"think-opener", "trims-cut-reply"},
+    ("glm-4.7-flash", "tool"): {"think-opener", "trims-cut-reply"},
     ("glm-4.5v", "text"): {"trims-cut-reply"},
+    ("glm-4.5v", "tool"): {"trims-cut-reply"},
     ("deepseek-vl2-small", "text"): {"eos-after-text-close"},
     ("janusflow-1.3b", "text"): {"eos-after-text-close"},
 }
@@ -121,18 +128,6 @@ REFUSED: dict[tuple[str, str], str] = {
 }
 
 
-# Families whose token list is not yet exact, with what the suite found (issue #16, left
-# open; docs/token-exactness.md lists them). Every other templated family is checked.
-NOT_YET_EXACT: dict[tuple[str, str], str] = {
-    ("glm-4.5v", "tool"): "a length-cut reply ending in whitespace renders trimmed in history",
-    ("glm-4.7-flash", "text"): "a length-cut reply ending in whitespace renders trimmed in history",
-    ("jiutian-139moe-chat", "text"): "a length-cut reply ending in whitespace renders trimmed in history",
-    ("minimax-m3", "tool"): "a length-cut reply ending in whitespace renders trimmed in history",
-    ("glm-4.7-flash", "tool"): "turns after the last user message keep their reasoning (the driver strips it)",
-    ("qwen-3.5", "tool"): "the generation prompt's <think>\\n and an empty reasoning's \\n\\n tokenize across the boundary",
-}
-
-
 def _formats(name: str) -> list[str]:
     """Both action formats where the template teaches tool-call markup, else text only."""
     template = _template_of(_bundled_sources()[name]) or ""
@@ -144,7 +139,6 @@ def _cases() -> list[Any]:
         pytest.param(rep, fmt, id=f"{rep}-{fmt}")
         for rep in GROUPS
         for fmt in _formats(rep)
-        if (rep, fmt) not in NOT_YET_EXACT
     ]
 
 
@@ -233,6 +227,26 @@ def _added_in(template: ChatTemplate, ids: list[int]) -> list[int]:
     return [i for i in ids if template.is_added(i) and i != unk]
 
 
+@dataclass
+class Span:
+    """Tokens of the list the template's final rendering holds differently (a named quirk):
+    ``list[start:end]`` renders as ``rendered``. ``message``: the span applies only while the
+    template drops that message's reasoning (None: always)."""
+
+    start: int
+    end: int
+    rendered: list[int]
+    quirk: str
+    message: int | None = None
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
 class Driver:
     def __init__(self, name: str, fmt: str) -> None:
         self.tokenizer = load_tokenizer(name)
@@ -249,17 +263,36 @@ class Driver:
         self.surrogates = 0
         self.quirks: set[str] = set()
         self.reasoning_len = 0
-        self.unrendered: list[tuple[int, int]] = []
-        """Spans of the list the template's final rendering does not hold (named quirks)."""
+        self.spans: list[Span] = []
 
     def oracle(self, messages: list[dict[str, Any]], generation: bool = True) -> list[int]:
         return self.template.encode_messages(messages, add_generation_prompt=generation)
 
-    def rendered_view(self, ids: list[int]) -> list[int]:
+    def rendered_view(self, ids: list[int], messages: list[dict[str, Any]]) -> list[int]:
+        """The list as the template renders ``messages``: each span that applies replaced."""
         out = list(ids)
-        for start, end in reversed(self.unrendered):
-            del out[start:end]
+        dropped = self.reasoning_dropped(messages, {s.message for s in self.spans if s.message is not None})
+        for span in sorted(self.spans, key=lambda s: s.start, reverse=True):
+            if span.message is None or span.message in dropped:
+                out[span.start : span.end] = span.rendered
+                self.quirks.add(span.quirk)
         return out
+
+    def reasoning_dropped(self, messages: list[dict[str, Any]], indices: set[int]) -> set[int]:
+        """Which of the assistant ``messages[i]`` the template renders without their reasoning
+        (the reply's first run, before the closing tag): its marker is not in the rendering."""
+        if not indices:
+            return set()
+        t = self.template
+        values: list[str] = []
+        marker = t._marker_for(values)
+        first: dict[int, int] = {}
+        marked = []
+        for i, m in enumerate(messages):
+            first[i] = len(values)
+            marked.append(_mark(m, marker, t._tags_re))
+        structure = t.render(marked, add_generation_prompt=True)
+        return {i for i in indices if f"{t.nonce}{first[i]}Z" not in structure}
 
     def sample_turn(self, k: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """The assistant message the policy means to send at step k, and the environment's answer."""
@@ -289,33 +322,80 @@ class Driver:
         history = self.model.messages
         request = list(self.model.buffer.input_ids)
         env = clean_value(env)[0]  # as the model will hold it
-        pieces = self.template.render_pieces([*history, assistant, *env], add_generation_prompt=True)
+        self.reasoning_len = 0
+        conversation = [*history, assistant, *env]
+        pieces = self.template.render_pieces(conversation, add_generation_prompt=True)
         full = self.template.encode_pieces(pieces)
-        seen = self.rendered_view(request)  # the list as the template renders it
-        common = 0
-        while common < min(len(full), len(seen)) and full[common] == seen[common]:
-            common += 1
-        reasoning: list[int] = []
-        if common < len(seen):
-            # The generation prompt opens reasoning that history turns do not render: the
-            # policy reasons and closes it; the list keeps both (quirk "think-opener").
-            opener = str(self.tokenizer.decode(seen[common:]))
-            assert opener.strip() == "<think>", (
-                "the template re-renders history differently (see QUIRKS):\n"
-                f"list: {self.tokenizer.decode(seen[common - 20 : common + 20])!r}\n"
-                f"template: {self.tokenizer.decode(full[common - 20 : common + 20])!r}"
-            )
-            self.quirks.add("think-opener")
-            # Templates that keep </think> in history (GLM-4.7) render the rest from it.
-            closes = self.tokenizer.decode(full[common : common + 1]) == "</think>"
-            reasoning = self.template.encode(REASONING if closes else REASONING + "</think>")
-            at = len(request) - (len(seen) - common)
-            self.unrendered.append((at, len(request) + len(reasoning)))
+        seen = self.rendered_view(request, conversation)  # the list as the template renders it
+        common = _common_prefix(full, seen)
+        if common == len(seen):
+            body_end, closed = self.turn_end(conversation, len(history))
+            return self.template.encode_pieces(_cut(pieces, body_end))[common:], closed
+        # The generation prompt opens reasoning: the policy reasons. Where the template renders
+        # that reasoning in the newest turn, the policy samples it as rendered.
+        plain = pieces
+        reasoned = self.reasoned(assistant)
+        conversation = [*history, reasoned, *env]
+        pieces = self.template.render_pieces(conversation, add_generation_prompt=True)
+        seen = self.rendered_view(request, conversation)
+        if _common_prefix(self.template.encode_pieces(pieces), seen) == len(seen):
+            return self.reasoned_body(history, reasoned, env, request, pieces, seen)
+        # History turns are rendered without the opener and the reasoning the list keeps
+        # (quirk "think-opener").
+        seen = self.rendered_view(request, [*history, assistant, *env])
+        opener = str(self.tokenizer.decode(seen[common:]))
+        assert opener.strip() == "<think>", (
+            "the template re-renders history differently (see QUIRKS):\n"
+            f"list: {self.tokenizer.decode(seen[common - 20 : common + 20])!r}\n"
+            f"template: {self.tokenizer.decode(full[common - 20 : common + 20])!r}"
+        )
+        # Templates that keep </think> in history (GLM-4.7) render the rest from it.
+        closes = self.tokenizer.decode(full[common : common + 1]) == "</think>"
+        reasoning = self.template.encode(REASONING if closes else REASONING + "</think>")
+        at = len(request) - (len(seen) - common)
+        self.spans.append(Span(at, len(request) + len(reasoning), [], "think-opener"))
+        self.quirks.add("think-opener")
         self.reasoning_len = len(reasoning)
         body_end, closed = self.turn_end([*history, assistant, *env], len(history))
-        body = self.template.encode_pieces(_cut(pieces, body_end))
+        body = self.template.encode_pieces(_cut(plain, body_end))
         assert body[:common] == full[:common]
         return reasoning + body[common:], closed
+
+    def reasoned(self, assistant: dict[str, Any]) -> dict[str, Any]:
+        """``assistant`` as a reply that reasons first, closed with the template's own tag."""
+        closing = self.template.reasoning_ends[0]
+        return {**assistant, "content": REASONING + closing + str(assistant["content"])}
+
+    def reasoned_body(self, history: list[dict[str, Any]], reasoned: dict[str, Any], env: list[dict[str, Any]],
+                      request: list[int], pieces: list[tuple[str, bool]], seen: list[int]) -> tuple[list[int], bool]:
+        """The newest turn with the reasoning the template renders for it (GLM-4.7's and
+        Qwen3.5's turns after the last user message). Once a user message follows, the
+        template drops that reasoning: the span from the opener to the content then renders
+        as the template's form without it (quirk "think-opener", decided per turn)."""
+        t = self.template
+        conversation = [*history, reasoned, *env]
+        body_end, closed = self.turn_end(conversation, len(history))
+        kept = t.encode_pieces(_cut(pieces, body_end))
+        later = [*conversation, {"role": "user", "content": "next"}]
+        later_end, _ = self.turn_end(later, len(history))
+        dropped = t.encode_pieces(_cut(t.render_pieces(later, add_generation_prompt=True), later_end))
+        # The turn opens with the generation prompt (the end of ``seen``); the later rendering
+        # drops earlier turns' reasoning too, so the turn is found by its opening, not by offset.
+        prompted, bare = (t.render(history, add_generation_prompt=g) for g in (True, False))
+        assert prompted.startswith(bare)
+        opening = t.encode(prompted[len(bare) :])
+        start = len(seen) - len(opening)
+        assert kept[start : len(seen)] == opening
+        tail = min(_common_prefix(kept[::-1], dropped[::-1]), len(kept) - len(seen))
+        before = dropped[: len(dropped) - tail]
+        at = max(i for i, token in enumerate(before) if token == opening[0])
+        head = _common_prefix(kept[start:], before[at:])
+        offset = len(request) - len(seen)  # spans before this turn shorten the rendered view
+        if start + head < len(kept) - tail or at + head < len(before):
+            self.spans.append(Span(start + head + offset, len(kept) - tail + offset, before[at + head :],
+                                   "think-opener", message=len(history)))
+        self.reasoning_len = len(kept) - tail - len(seen)
+        return kept[len(seen) :], closed
 
     def turn_end(self, messages: list[dict[str, Any]], at: int) -> tuple[int, bool]:
         """Where the template's rendering of ``messages[at]`` (an assistant turn) ends, as an
@@ -346,20 +426,15 @@ class Driver:
             return t._real_offset(structure, pieces, after.end() + (eos or stops)[0].end()), True
         return t._real_offset(structure, pieces, after.end()), False
 
-    @property
-    def reasoning_tokens(self) -> int:
-        """Reasoning the policy sampled this turn (a length cut falls after it)."""
-        return self.reasoning_len
-
     async def step(self, k: int, *, finish: str = "stop", cut: int | None = None) -> None:
         assistant, env = self.sample_turn(k)
         before = list(self.model.buffer.input_ids)
-        spans = len(self.unrendered)
+        spans = len(self.spans)
         ids, closed = self.body_ids(assistant, env)
         if not closed:
             ids = [*ids, self.tokenizer.eos_token_id]
         if cut is not None:
-            ids = ids[: cut + (self.reasoning_tokens if len(self.unrendered) > spans else 0)]
+            ids = ids[: cut + self.reasoning_len]  # a length cut falls after the reasoning
         version, logprob = f"v{k % 3}", -0.5 - (k % 4) * 0.25
         self.client.queue.append(Scripted(ids, finish, version, logprob))
         turn = await self.model.generate()
@@ -370,16 +445,14 @@ class Driver:
         self.expected.extend([(0, 0.0, None)] * len(delta))
         if finish == "abort":
             assert len(self.model.buffer) == len(request)
-            del self.unrendered[spans:]  # the dropped reasoning is not in the list
+            del self.spans[spans:]  # the dropped reasoning is not in the list
             return
         self.expected.extend([(1, logprob, version)] * len(ids))
-        if cut is not None:
-            self.trimmed_cut(request, ids)
         if not closed and cut is None:
             # The template closes the turn with text, never with a token: the EOS the policy
             # stopped with is in the list, not in the rendering (quirk "eos-after-text-close").
             self.quirks.add("eos-after-text-close")
-            self.unrendered.append((len(request) + len(ids) - 1, len(request) + len(ids)))
+            self.spans.append(Span(len(request) + len(ids) - 1, len(request) + len(ids), [], "eos-after-text-close"))
         if self.fmt == "tool" and cut is None:
             assert turn.parse_error is None, turn.parse_error
             assert [c.model_dump() for c in turn.tool_calls] == [
@@ -391,23 +464,25 @@ class Driver:
             call_ids = [c.id for c in turn.tool_calls]
             env = [{**m, "tool_call_id": call_ids[i]} if m["role"] == "tool" else m for i, m in enumerate(env)]
         self.surrogates += sum(str(m["content"]).count(s) for m in env for s in ("\udcff", "\udc80", "\ud800"))
+        at = len(self.model.state.messages) - 1
         self.model.add_messages(env)
+        if cut is not None:
+            self.trimmed_cut(len(request) + len(ids), ids, at)
 
-    def trimmed_cut(self, request: list[int], ids: list[int]) -> None:
-        """A reply cut by the length limit may end in whitespace; templates that strip content
-        render it without (quirk "trims-cut-reply"): those sampled tokens are in the list only."""
-        content = str(self.model.state.messages[-1]["content"])
-        rendered = self.template.render(
-            [{"role": "user", "content": "u"}, {"role": "assistant", "content": content}],
-            add_generation_prompt=False,
-        )
+    def trimmed_cut(self, end: int, ids: list[int], at: int) -> None:
+        """A reply cut by the length limit may end in whitespace; a template that strips it
+        renders the conversation the same with or without that whitespace (quirk
+        "trims-cut-reply"): those sampled tokens are in the list only."""
+        messages = self.model.messages
+        content = str(messages[at]["content"])
         n = 0
         while n < len(ids) and not self.template.is_added(ids[-1 - n]) and not str(self.tokenizer.decode(ids[-1 - n])).strip():
             n += 1
-        if n and content not in rendered and content.rstrip() in rendered:
-            self.quirks.add("trims-cut-reply")
-            end = len(request) + len(ids)
-            self.unrendered.append((end - n, end))
+        if not n or content == content.rstrip():
+            return
+        stripped = [*messages[:at], {**messages[at], "content": content.rstrip()}, *messages[at + 1 :]]
+        if self.template.render(messages, add_generation_prompt=True) == self.template.render(stripped, add_generation_prompt=True):
+            self.spans.append(Span(end - n, end, [], "trims-cut-reply"))
 
     def check_delta_structure(self) -> None:
         """Property 3 for the pending delta: same added tokens as with plain content."""
@@ -468,5 +543,5 @@ async def test_token_properties(name: str, fmt: str) -> None:
     d.expected.extend([(0, 0.0, None)] * (len(d.client.requests[-1]) - len(d.expected) - d.model.buffer.prompt_length))
     d.check_buffer()
     assert d.model.state.replaced_code_points == d.surrogates
+    assert d.rendered_view(d.model.buffer.input_ids, d.model.messages) == d.oracle(d.model.messages)  # property 4
     assert d.quirks == QUIRKS.get((name, fmt), set()), "the family's quirks changed: update QUIRKS and the docs table"
-    assert d.rendered_view(d.model.buffer.input_ids) == d.oracle(d.model.messages)  # property 4

@@ -136,3 +136,22 @@ def test_markup_quoted_in_reasoning_is_not_a_call() -> None:
     reply = ToolCallParser("hermes").parse(text)
     assert reply.error is None and [c.arguments for c in reply.tool_calls] == [{"command": "ls"}]
     assert reply.content.startswith("<think>") and reply.content.endswith("Listing files.")
+
+
+@pytest.mark.parametrize(("tokenizer", "tags"), [("minimax-m3", ("<mm:think>", "</mm:think>")), ("qwen-3.5", ("<think>", "</think>"))])
+def test_reasoning_ends_at_the_templates_own_tag(tokenizer: str, tags: tuple[str, str]) -> None:
+    """Markup quoted in reasoning is not a call, whatever tag the family closes reasoning with."""
+    template = ChatTemplate(load_tokenizer(tokenizer), tools=TOOLS)
+    opening, closing = tags
+    assert template.reasoning_ends == (closing,) and set(template.reasoning_tags) == set(tags)
+    # The template's text for the turn, without its end-of-turn token and any rendered reasoning.
+    quoted, real = (
+        _rendered_reply(tokenizer, {"path": path}, False).split(closing)[-1].split(str(template.tokenizer.eos_token))[0]
+        for path in ("quoted", "real")
+    )
+    text = f"{opening}I could emit {quoted} but first I think.{closing}{real}"
+    parser = ToolCallParser(detect_parser(template.source) or "", TOOLS, reasoning_ends=template.reasoning_ends)
+    reply = parser.parse(text, id_prefix="t")
+    assert reply.error is None, reply.error
+    assert [c.arguments for c in reply.tool_calls] == [{"path": "real"}, {"path": "real"}]
+    assert reply.content.startswith(f"{opening}I could emit") and reply.content.strip().endswith("I will edit.")
