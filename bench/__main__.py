@@ -65,6 +65,12 @@ def _kube_client() -> str:
     return kube_client.report(kube_client.run())
 
 
+def _realnode() -> str:
+    from bench import realnode_steps
+
+    return realnode_steps.report(realnode_steps.run())
+
+
 def _viewer() -> str:
     from bench import viewer_pages
 
@@ -84,6 +90,7 @@ SUITES = {
     "nodeagent": ("node agent: 200 pods", _nodeagent),
     "kubeclient": ("async kube client: HTTP/1.1 pool vs in-flight cap vs HTTP/2 under a write burst", _kube_client),
     "lifecycle": ("operator at batch scale: 500 rollouts burst and 50/s, abort and resume fan-out, writes per rollout, 2,000 at rest", _lifecycle),
+    "realnode": ("a rollout's steps on the real node (kubelet, containerd, images) against the node agent (root)", _realnode),
     "viewer": ("viewer: 2,000-rollout batch page, 32k-token rollout in headless Chromium", _viewer),
 }
 

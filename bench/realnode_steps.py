@@ -1,0 +1,260 @@
+"""A rollout's steps on the real node next to the same steps on the node agent.
+
+For each bundled task, one oracle rollout at a time, first on `dev up` (the node
+agent: pods are processes) and then on `cluster up` (a real kubelet and containerd
+starting the task's image): seconds from the SWERollout's creation to
+
+- pod Running      the rollout pod's phase reads Running,
+- sandbox ready    the SandboxReady condition is True (swerex answers in the sandbox),
+- first /generate  the policy server receives the rollout's first /generate,
+- Succeeded        the rollout is Succeeded (graded, reward 1).
+
+The first /generate is seen by a recording proxy in front of the oracle: it notes
+when a request whose rid starts with the rollout's uid first arrives. Baseline,
+measured in the same run: the node agent's figures; the ratios say what a real
+kubelet, real images and real containers cost per step.
+
+    python -m bench realnode             # root: `cluster up` needs it
+
+Only one real node runs per machine: when another holds the machine's lock (a
+`make test` in progress), the real-node half waits for it (up to LOCK_WAIT).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from aiohttp import ClientSession, ClientTimeout, web
+
+from swerollout.api import v1alpha1 as api
+from swerollout.dev.cluster.config import ClusterConfig, ClusterPaths
+from swerollout.dev.cluster.supervisor import POLICY_PORT
+from swerollout.dev.stack.paths import DevPaths
+from swerollout.dev.policy_server.launch import launch
+from swerollout.dev.tasks import INDEX_FILE, load_instances, materialize_tasks
+from swerollout.instances import SWEBenchInstance, to_api_instance
+from swerollout.kube import PODS, SWEROLLOUTS, KubeClient, NotFound
+
+STEPS = ("pod Running", "sandbox ready", "first /generate", "Succeeded")
+NAMESPACE = "default"
+POLL = 0.2
+LOCK_WAIT = 7200.0   # seconds the real-node half waits for another cluster to finish
+
+
+class GenerateRecorder:
+    """A reverse proxy for the policy server that notes each rid's first /generate arrival."""
+
+    def __init__(self, upstream: str, host: str) -> None:
+        self.upstream, self.host = upstream.rstrip("/"), host
+        # Bound here, served later: the port is known up front and nobody can take it meanwhile.
+        self._socket = socket.create_server((host, 0))
+        self.port = int(self._socket.getsockname()[1])
+        self.first: dict[str, float] = {}   # rid -> monotonic time of its first arrival
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def first_generate(self, uid: str) -> float | None:
+        times = [t for rid, t in list(self.first.items()) if rid.startswith(uid)]
+        return min(times) if times else None
+
+    async def _forward(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        if request.path == "/generate":
+            try:
+                rid = json.loads(body).get("rid")
+            except ValueError:
+                rid = None
+            if isinstance(rid, str):
+                self.first.setdefault(rid, time.monotonic())
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
+        async with self._session.request(request.method, self.upstream + request.path_qs, data=body,
+                                         headers=headers) as upstream:
+            response = web.StreamResponse(status=upstream.status, headers={
+                k: v for k, v in upstream.headers.items()
+                if k.lower() not in ("content-length", "transfer-encoding", "content-encoding", "connection")})
+            await response.prepare(request)
+            async for chunk in upstream.content.iter_any():
+                await response.write(chunk)
+            await response.write_eof()
+            return response
+
+    async def _serve(self) -> None:
+        self._session = ClientSession(timeout=ClientTimeout(total=None))
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._forward)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.SockSite(self._runner, self._socket).start()
+        self._ready.set()
+
+    @contextmanager
+    def running(self) -> Iterator[GenerateRecorder]:
+        thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        thread.start()
+        asyncio.run_coroutine_threadsafe(self._serve(), self._loop).result(timeout=30)
+        try:
+            yield self
+        finally:
+            async def close() -> None:
+                await self._runner.cleanup()
+                await self._session.close()
+            asyncio.run_coroutine_threadsafe(close(), self._loop).result(timeout=30)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            thread.join(timeout=10)
+
+
+def _cli(*args: str, timeout: float = 3600) -> None:
+    done = subprocess.run([sys.executable, "-m", "swerollout.cli.main", *args], capture_output=True, text=True,
+                          timeout=timeout, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"swerollout {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
+
+
+def _condition_true(status: dict[str, Any], kind: str) -> bool:
+    return any(c.get("type") == kind and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+def measure_one(kube: KubeClient, recorder: GenerateRecorder, instance: SWEBenchInstance, name: str,
+                timeout: float = 900) -> dict[str, float]:
+    """Create one oracle rollout and note when each step is first seen (seconds from creation)."""
+    body = {
+        "apiVersion": api.API_VERSION, "kind": api.KIND,
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": {api.LABEL_BATCH: "bench-steps"}},
+        "spec": {"instance": to_api_instance(instance).to_wire(),
+                 "inference": {"endpoint": recorder.url, "tokenizer": "qwen-2.5"},
+                 "sandbox": {"startupTimeoutSeconds": 900}},
+    }
+    t0 = time.monotonic()
+    uid = kube.create(SWEROLLOUTS, body, NAMESPACE)["metadata"]["uid"]
+    seen: dict[str, float] = {}
+    deadline = t0 + timeout
+    try:
+        while len(seen) < len(STEPS):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{name}: only {sorted(seen)} after {timeout:.0f}s")
+            now = time.monotonic()
+            status = kube.get(SWEROLLOUTS, name, NAMESPACE).get("status") or {}
+            pod = (status.get("sandbox") or {}).get("podName")
+            if "pod Running" not in seen and pod:
+                try:
+                    if (kube.get(PODS, pod, NAMESPACE).get("status") or {}).get("phase") == "Running":
+                        seen["pod Running"] = now - t0
+                except NotFound:
+                    pass
+            if "sandbox ready" not in seen and _condition_true(status, "SandboxReady"):
+                seen["sandbox ready"] = now - t0
+            first = recorder.first_generate(uid)
+            if "first /generate" not in seen and first is not None:
+                seen["first /generate"] = first - t0
+            if status.get("phase") in ("Succeeded", "Failed"):
+                if status["phase"] != "Succeeded" or (status.get("reward") or {}).get("value") != 1.0:
+                    raise RuntimeError(f"{name}: ended {json.dumps(status)[:2000]}")
+                seen["Succeeded"] = now - t0
+                # A step that happened between two polls (a pod Running for less than one) counts at the end.
+                for step in STEPS:
+                    seen.setdefault(step, now - t0)
+            time.sleep(POLL)
+    finally:
+        kube.delete(SWEROLLOUTS, name, NAMESPACE)
+    return seen
+
+
+Timings = dict[str, dict[str, float]]   # task id -> step -> seconds from creation
+
+
+def _time_tasks(kubeconfig: Path, recorder: GenerateRecorder, tasks: list[SWEBenchInstance]) -> Timings:
+    with KubeClient.from_kubeconfig(kubeconfig) as kube:
+        return {task.instance_id: measure_one(kube, recorder, task, f"steps-{i}") for i, task in enumerate(tasks)}
+
+
+def run_node_agent(workdir: Path) -> Timings:
+    """`dev up` pointed at the recorder (its pods may reach only the policy URL it is given)."""
+    tasks = materialize_tasks(workdir / "tasks")
+    with launch("oracle", subprocess=True, ready_timeout=900, tokenizer="qwen-2.5",
+                tasks=str(workdir / "tasks" / INDEX_FILE)) as oracle, \
+            GenerateRecorder(oracle.url, "127.0.0.1").running() as recorder:
+        _cli("dev", "up", "--sglang-url", recorder.url, "--workdir", str(workdir))
+        try:
+            return _time_tasks(DevPaths.under(str(workdir)).kubeconfig, recorder, tasks)
+        finally:
+            _cli("dev", "down", "--workdir", str(workdir))
+
+
+def _wait_for_machine_lock(paths: ClusterPaths) -> None:
+    """Until no other real node holds the machine's lock (the supervisor takes it for good)."""
+    paths.runtime.mkdir(parents=True, exist_ok=True)
+    deadline, told = time.monotonic() + LOCK_WAIT, False
+    with open(paths.lock, "a+") as lock:
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"another real node held {paths.lock} for {LOCK_WAIT:.0f}s") from None
+                if not told:
+                    lock.seek(0)
+                    print(f"waiting for the machine's real node to stop ({lock.read().strip()})", file=sys.stderr)
+                    told = True
+                time.sleep(5)
+                continue
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            return
+
+
+def run_real_node(workdir: Path) -> Timings:
+    """`cluster up --policy oracle` (task images built and loaded); the recorder on the node IP."""
+    _wait_for_machine_lock(ClusterPaths.under(str(workdir)))
+    _cli("cluster", "up", "--policy", "oracle", "--workdir", str(workdir))
+    try:
+        paths, node_ip = ClusterPaths.under(str(workdir)), ClusterConfig().node_ip
+        tasks = load_instances(paths.root / "tasks" / INDEX_FILE)
+        with GenerateRecorder(f"http://{node_ip}:{POLICY_PORT}", node_ip).running() as recorder:
+            return _time_tasks(paths.kubeconfig, recorder, tasks)
+    finally:
+        _cli("cluster", "down", "--workdir", str(workdir))
+
+
+def run() -> dict[str, Timings]:
+    results: dict[str, Timings] = {}
+    for mode in ("node agent", "real node"):
+        with tempfile.TemporaryDirectory(prefix="bench-steps-", dir="/var/tmp") as tmp:
+            results[mode] = (run_node_agent if mode == "node agent" else run_real_node)(Path(tmp))
+    return results
+
+
+def report(results: dict[str, Timings]) -> str:
+    agent, real = results["node agent"], results["real node"]
+    tasks = sorted(set(agent) & set(real))
+    lines = [f"one oracle rollout at a time per bundled task ({len(tasks)} tasks); seconds from the SWERollout's "
+             "creation, median (baseline: the node agent, same run):",
+             f"  {'step':<16} {'node agent':>11} {'real node':>10} {'ratio':>7}"]
+    for step in STEPS:
+        a = statistics.median(agent[t][step] for t in tasks)
+        b = statistics.median(real[t][step] for t in tasks)
+        lines.append(f"  {step:<16} {a:>11.1f} {b:>10.1f} {b / a if a else float('inf'):>6.2f}x")
+    lines.append("  per task, node agent / real node:")
+    for task in tasks:
+        steps = "  ".join(f"{agent[task][step]:.1f}/{real[task][step]:.1f}" for step in STEPS)
+        lines.append(f"    {task:<44} {steps}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(report(run()))
