@@ -46,6 +46,9 @@ MAX_EVAL_ATTEMPTS = 2
 MAX_ROLLOUT_ATTEMPTS = 5
 # Events are best effort and written in the background, at most this many at once.
 EVENT_WRITERS = 8
+PARSED_IDLE_SECONDS = 60.0
+"""A rollout whose parsed spec and status nobody read for this long holds neither (memory
+at thousands of rollouts at rest); a burst's passes all fall well inside it."""
 EVENTFUL = frozenset({Trigger.SANDBOX_READY, Trigger.REPLAY_STARTED})
 """Transitions that post a Normal Event, besides the end of a rollout (and every warning):
 where it runs, and a replay. The routine ones (pod created, aborted, resuming, resumed,
@@ -483,6 +486,7 @@ class Reconciler:
             if self.progress.due(entry):
                 async with entry.lock:
                     await self.progress.flush(entry)
+        self.rollouts.release_idle(PARSED_IDLE_SECONDS)
         self.refresh_gauges()
 
     # -- runner reports (ingest API) ----------------------------------------------

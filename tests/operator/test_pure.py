@@ -10,7 +10,7 @@ import pytest
 from swerollout.api import v1alpha1 as api
 from swerollout.api.v1alpha1 import ConditionType, Phase
 from swerollout_operator import phases, podspec
-from swerollout_operator.cache import PodCache
+from swerollout_operator.cache import PodCache, RolloutCache
 from swerollout_operator.phases import Trigger, IllegalTransition
 from swerollout_operator.podstatus import read_pod
 from swerollout_operator.settings import OperatorSettings
@@ -331,3 +331,27 @@ def test_the_pod_cache_keeps_everything_podstatus_reads(status: dict[str, Any]) 
     assert kept["metadata"]["uid"] == "pod-uid" and cache.owned_by("uid-1") == [kept]
     assert "managedFields" not in kept["metadata"] and "env" not in kept["spec"]["containers"][1]
     assert {c["type"] for c in kept["status"]["conditions"]} <= {"Ready", "PodScheduled"}
+
+
+def _cached_rollout(uid: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"r-{uid}", "namespace": "ns", "uid": uid, "resourceVersion": "3", "generation": 1},
+        "spec": rollout().spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+        "status": {"phase": "Running", "attempts": 1, "sandbox": {"podName": f"r-{uid}-a1"}},
+    }
+
+
+def test_rollouts_at_rest_hold_no_parsed_models_and_parse_again_when_read() -> None:
+    cache = RolloutCache()
+    busy, idle = (cache.observe(_cached_rollout(uid))[0] for uid in ("busy", "idle"))
+    spec, status = idle.rollout_spec, idle.rollout_status
+    busy_spec = busy.rollout_spec
+    assert cache.release_idle(3600) == 0, "read within the hour: kept"
+    busy.parsed_used_at = idle.parsed_used_at = 0.0  # as if read long ago
+    busy.rollout_status  # noqa: B018 - read again just now
+    assert cache.release_idle(60) == 1
+    assert idle.release_parsed(float("inf")) is False, "nothing left to release"
+    # The next read parses again, to the same models.
+    assert idle.rollout_spec == spec and idle.rollout_spec is not spec
+    assert idle.rollout_status == status
+    assert busy.rollout_spec is busy_spec, "the busy one kept its parse"
