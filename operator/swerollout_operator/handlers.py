@@ -57,6 +57,10 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     settings.scanning.disabled = True
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
+    # An API server restart (an upgrade, a crash) can take minutes on a busy control
+    # plane; kopf's default retries (about a minute in all) would end the watches and
+    # the operator with them. Ride it out: about four minutes before giving up.
+    settings.networking.error_backoffs = (1, 1, 2, 3, 5, 8, 13, 21, 30, 30, 30, 30, 30, 30)
     # Our handlers only note what changed; coalescing is the work queue's job.
     settings.batching.batch_window = 0.01
     await _runtime(memo).start()
