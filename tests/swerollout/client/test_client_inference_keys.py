@@ -1,0 +1,53 @@
+"""abort(batch) sends its one abort_all per server with the server's admin key (SGLang's
+--admin-api-key), from the argument, the client's option or $SWEROLLOUT_INFERENCE_ADMIN_KEY."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from swerollout.client import RolloutClient
+from swerollout.dev.controlplane import ControlPlane
+from swerollout.dev.policy_server.launch import PolicyServerHandle, launch
+from swerollout.dev.tasks import DEFAULT_TASKS_DIR, load_instances
+
+
+@pytest.fixture
+def keyed_server() -> Iterator[PolicyServerHandle]:
+    with launch("null", tokenizer="qwen-2.5", admin_api_key="k-admin") as server:
+        yield server
+
+
+def _server_aborts(caplog: pytest.LogCaptureFixture) -> int:
+    """abort_all requests the stand-in accepted (it logs each one it handles)."""
+    return sum("abort rid='' all=True" in r.getMessage() for r in caplog.records
+               if r.name.startswith("swerollout.dev.policy_server"))
+
+
+def _refusals(caplog: pytest.LogCaptureFixture) -> int:
+    return sum("refused the abort (HTTP 401)" in r.getMessage() for r in caplog.records)
+
+
+def test_batch_abort_carries_the_admin_key(
+    crd: ControlPlane, namespace: str, keyed_server: PolicyServerHandle, caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    caplog.set_level(logging.INFO)
+    monkeypatch.delenv("SWEROLLOUT_INFERENCE_ADMIN_KEY", raising=False)
+    inference = {"endpoint": keyed_server.url, "tokenizer": "qwen-2.5"}
+    instances = load_instances(DEFAULT_TASKS_DIR / "instances.jsonl")[:1]
+    with RolloutClient.connect(crd.kubeconfig_path, namespace=namespace) as client:
+        names = client.submit_batch(instances, 1, batch="keys", inference=inference)
+        # Without the key the server refuses (401): said once, and the members are still marked.
+        assert client.abort("keys") == names
+        assert (_refusals(caplog), _server_aborts(caplog)) == (1, 0)
+        client.resume("keys")
+        assert client.abort("keys", admin_key="k-admin") == names
+        assert (_refusals(caplog), _server_aborts(caplog)) == (1, 1)
+        client.resume("keys")
+    monkeypatch.setenv("SWEROLLOUT_INFERENCE_ADMIN_KEY", "k-admin")
+    with RolloutClient.connect(crd.kubeconfig_path, namespace=namespace) as client:
+        assert client.abort("keys") == names
+    assert (_refusals(caplog), _server_aborts(caplog)) == (1, 2)
