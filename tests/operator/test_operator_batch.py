@@ -106,6 +106,18 @@ def test_one_batch_write_suspends_and_resumes_every_member(
     assert not runners["ba"].report_started(first["ba"]["id"])
     assert phase(kubectl, namespace, "ba") == "Aborted"
 
+    # A restarted operator reads every batch before its first pass: an Aborted member of a
+    # suspended batch (its own flag false) is not taken for resumed.
+    def passes() -> int:
+        return operator.log_path.read_text(errors="replace").count(f"pass over {namespace}/ba at")
+
+    seen = passes()
+    operator.kill()
+    operator.start()
+    wait_for("ba's first pass after the restart", lambda: passes() > seen, op=operator)
+    assert phase(kubectl, namespace, "ba") == "Aborted"
+    assert runners["ba"].assignment()["kind"] == "wait"
+
     # bb is also suspended by name: resuming the batch resumes ba only (own flag OR batch's).
     kubectl("patch", "swer", "bb", "-n", namespace, "--type=merge", "-p", '{"spec": {"suspend": true}}')
     _batch(kubectl, namespace, "b1", suspend=False, weightVersion="v9")
