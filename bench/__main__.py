@@ -71,6 +71,12 @@ def _realnode() -> str:
     return realnode_steps.report(realnode_steps.run())
 
 
+def _operator_cache() -> str:
+    from bench import operator_cache
+
+    return operator_cache.report(operator_cache.run())
+
+
 def _viewer() -> str:
     from bench import viewer_pages
 
@@ -89,6 +95,7 @@ SUITES = {
     "store": ("result store throughput", _store),
     "nodeagent": ("node agent: 200 pods", _nodeagent),
     "kubeclient": ("async kube client: HTTP/1.1 pool vs in-flight cap vs HTTP/2 under a write burst", _kube_client),
+    "opcache": ("operator caches: memory per rollout at rest vs the bodies as sent", _operator_cache),
     "lifecycle": ("operator at batch scale: 500 rollouts burst and 50/s, abort and resume fan-out, writes per rollout, 2,000 at rest", _lifecycle),
     "realnode": ("a rollout's steps on the real node (kubelet, containerd, images) against the node agent (root)", _realnode),
     "viewer": ("viewer: 2,000-rollout batch page, 32k-token rollout in headless Chromium", _viewer),
