@@ -25,6 +25,13 @@ from swerollout.datasets.conventions import TEMPLATE_FIELDS
 from swerollout.instances import InstanceError, load_instances
 
 
+def _secret_key_ref(value: str) -> dict[str, str]:
+    name, _, key = value.partition("/")
+    if not name or not key or "/" in key:
+        raise argparse.ArgumentTypeError(f"{value!r} is not SECRET/KEY: name the Secret and its key, e.g. sglang-keys/admin-key")
+    return {"name": name, "key": key}
+
+
 def _labels(pairs: list[str]) -> dict[str, str]:
     labels = {}
     for pair in pairs:
@@ -56,6 +63,10 @@ def _submit(args: argparse.Namespace, client: RolloutClient) -> int:
         inference["sampling"] = {"temperature": args.temperature}
     if args.on_abort:
         inference["onAbort"] = args.on_abort
+    if args.api_key_secret:
+        inference["apiKeySecretRef"] = args.api_key_secret
+    if args.admin_key_secret:
+        inference["adminKeySecretRef"] = args.admin_key_secret
     agent: dict[str, Any] = {"kind": args.agent}
     if args.max_turns:
         agent["maxTurns"] = args.max_turns
@@ -115,6 +126,15 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--issue-image-mode", choices=[v.value for v in IssueImageMode],
         help="how issue images (SWE-bench Multimodal) reach the model: Inline (default) as images, which the "
              "tokenizer's chat template must show; Links as a text list after the problem statement",
+    )
+    parser.add_argument(
+        "--api-key-secret", type=_secret_key_ref, metavar="SECRET/KEY",
+        help="the Secret key holding the server's API key (SGLang's --api-key); mounted into the runner only",
+    )
+    parser.add_argument(
+        "--admin-key-secret", type=_secret_key_ref, metavar="SECRET/KEY",
+        help="the Secret key holding the server's admin key (SGLang's --admin-api-key), sent on the runner's aborts; "
+             "`swerollout dev up` makes swerollout-inference-keys/admin-key",
     )
     parser.add_argument("--weight-version", help="weight version the trainer expects (recorded per token)")
     parser.add_argument("--label", action="append", metavar="KEY=VALUE", help="extra label on every rollout (repeatable)")

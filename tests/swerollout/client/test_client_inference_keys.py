@@ -51,3 +51,29 @@ def test_batch_abort_carries_the_admin_key(
     with RolloutClient.connect(crd.kubeconfig_path, namespace=namespace) as client:
         assert client.abort("keys") == names
     assert (_refusals(caplog), _server_aborts(caplog)) == (1, 2)
+
+
+def test_cli_submit_names_the_key_secrets(crd: ControlPlane, namespace: str) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from swerollout.kube import SWEROLLOUTS, KubeClient
+
+    def submit(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "swerollout.cli.main", "submit", "-f", str(DEFAULT_TASKS_DIR / "instances.jsonl"),
+             "--limit", "1", "-G", "1", "--batch", "cli-keys", "--endpoint", "http://127.0.0.1:9",
+             "--tokenizer", "qwen-2.5", "-n", namespace, *extra],
+            env={**os.environ, "KUBECONFIG": str(crd.kubeconfig_path)}, capture_output=True, text=True, timeout=120,
+        )
+
+    bad = submit("--admin-key-secret", "just-a-name")
+    assert bad.returncode != 0 and "--admin-key-secret" in bad.stderr and "SECRET/KEY" in bad.stderr, bad.stderr
+    done = submit("--api-key-secret", "sglang-keys/api-key", "--admin-key-secret", "sglang-keys/admin-key")
+    assert done.returncode == 0, done.stderr
+    with KubeClient.from_kubeconfig(crd.kubeconfig_path) as kube:
+        [item] = kube.list(SWEROLLOUTS, namespace)["items"]
+    inference = item["spec"]["inference"]
+    assert inference["apiKeySecretRef"] == {"name": "sglang-keys", "key": "api-key"}
+    assert inference["adminKeySecretRef"] == {"name": "sglang-keys", "key": "admin-key"}
