@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -123,13 +124,18 @@ def instance_from_row(row: Mapping[str, Any]) -> dict[str, Any]:
     )
 
 
-_CLIENTS: dict[tuple[str, int], AsyncRolloutClient] = {}
+# Keyed by the loop itself, weakly: a closed loop's id can be reused by the next loop, which
+# would then be handed a client bound to a dead loop.
+_CLIENTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, AsyncRolloutClient]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def shared_client(settings: AdapterSettings) -> AsyncRolloutClient:
     """One client (so one shared watch) per settings and event loop of a process: per-sample
     hooks (verl builds a new agent loop for every sample) all wait through it."""
-    key = (settings.model_dump_json(), id(asyncio.get_running_loop()))
-    if key not in _CLIENTS:
-        _CLIENTS[key] = settings.connect()
-    return _CLIENTS[key]
+    clients = _CLIENTS.setdefault(asyncio.get_running_loop(), {})
+    key = settings.model_dump_json()
+    if key not in clients:
+        clients[key] = settings.connect()
+    return clients[key]
