@@ -99,7 +99,7 @@ def main() -> None:
     out = run(graph, "calculate_advantages", rewarded.batch, config, worker).batch
     print(json.dumps({
         "shape": list(out["responses"].shape),
-        "status": list(out.get(STATUS_KEY)),
+        "status": list(out[STATUS_KEY]),
         "rewards": out["token_level_scores"].sum(-1).tolist(),
         "sampled_tokens": int(out["response_mask"].sum()),
         "advantages_finite": bool(torch.isfinite(out["advantages"]).all()),

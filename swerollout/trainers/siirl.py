@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import itertools
 import os
 import secrets
 from collections.abc import Coroutine, Mapping, Sequence
@@ -49,6 +48,7 @@ from siirl.dag_worker.data_structures import NodeOutput
 from siirl.execution.dag.node import NodeRole
 from siirl.execution.dag.task_graph import TaskGraph
 from tensordict import TensorDict
+from tensordict.tensorclass import NonTensorData
 
 from swerollout.client import ClientConfigError, RolloutRecord, TrainerStatus
 from swerollout.trainers._records import LengthCaps, has_tokens, reward_of, sampling_from, token_arrays
@@ -162,7 +162,8 @@ def node_output(batch: TensorDict, records: Sequence[RolloutRecord], caps: Lengt
     (:func:`rollout_tensors`, replacing the dataset's prompt-only ``input_ids``, masks and
     positions, as siiRL's own rollout does) and their statuses (:data:`STATUS_KEY`)."""
     batch.update(rollout_tensors(records, caps, pad_token_id=pad_token_id))
-    batch[STATUS_KEY] = np.array([r.status.value for r in records], dtype=object)
+    statuses = np.array([r.status.value for r in records], dtype=object)
+    batch[STATUS_KEY] = NonTensorData(statuses, batch_size=batch.batch_size)
     return NodeOutput(batch=batch, metrics=rollout_metrics(records))
 
 
@@ -171,7 +172,7 @@ def _rows(batch: TensorDict) -> list[dict[str, Any]]:
     size = int(batch.batch_size[0])
     columns: dict[str, Any] = {}
     for key in batch.keys():
-        value = batch.get(key)
+        value = batch[key]  # a non-tensor column comes back as its array (``get`` would wrap it)
         if isinstance(value, np.ndarray) and value.shape[:1] == (size,):
             columns[str(key)] = value
         elif isinstance(value, list) and len(value) == size:
@@ -206,7 +207,8 @@ class SWERolloutNode:
         self.run_id = run_id or secrets.token_hex(3)
         """Keeps this run's batch names apart from an earlier run's with the same steps."""
         self.pad_token_id = pad_token_id
-        self._steps = itertools.count()
+        self._calls = 0
+        """Steps counted by the node itself, when no DAG worker tells it ``global_steps``."""
 
     def __call__(self, config: Any, batch: TensorDict, **kwargs: Any) -> NodeOutput:
         if bool(config.algorithm.use_kl_in_reward):
@@ -216,7 +218,8 @@ class SWERolloutNode:
                 "actor_rollout_ref.actor.use_kl_loss=True instead"
             )
         worker = kwargs.get("_dag_worker_instance")
-        step = int(getattr(worker, "global_steps", next(self._steps)))
+        step = int(worker.global_steps) if hasattr(worker, "global_steps") else self._calls
+        self._calls += 1
         rank = int(getattr(worker, "_rank", 0))
         validate = bool(getattr(batch.get("validate", None), "data", False))
         caps = caps_from_siirl(config)

@@ -7,6 +7,8 @@ only where they must run for real: a pause or an abort in the middle of a step."
 from __future__ import annotations
 
 import asyncio
+import os
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +19,11 @@ from swerollout.client import AsyncRolloutClient, RolloutRecord
 from swerollout.dev.policy_server.launch import launch
 from swerollout.trainers._settings import AdapterSettings
 from tests.support.devstack import DevStack, running_dev_stack
+
+# siiRL opens a log file under ./siirl_logs when it is imported (and logs INFO to stderr):
+# keep it out of the checkout. Set before test_siirl.py (and the example it starts) import siiRL.
+os.environ.setdefault("SIIRL_LOG_DIRECTORY", tempfile.mkdtemp(prefix="siirl-logs-"))
+os.environ.setdefault("LOGURU_LEVEL", "WARNING")
 
 SHARED_BATCH = "trainers-shared"
 TASKS = 2

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import pickle
 from typing import Any
 
 import pytest
@@ -123,7 +124,7 @@ def check_rows(batch: TensorDict, records: list[RolloutRecord], prompt_length: i
         scores = batch["token_level_scores"][row]
         assert scores[r - 1].item() == pytest.approx(record.reward or 0.0)
         assert torch.count_nonzero(scores[: r - 1]) == 0 and torch.count_nonzero(scores[r:]) == 0
-    assert list(batch.get(STATUS_KEY)) == [r.status.value for r in records]
+    assert list(batch[STATUS_KEY]) == [r.status.value for r in records]
 
 
 def test_records_of_a_real_batch_go_through_siirls_grpo_steps(shared: Shared) -> None:
@@ -281,5 +282,8 @@ def test_the_pipeline_function_reads_its_settings_from_the_environment(
     rollout = graph.get_node("rollout_actor")
     assert rollout is not None and isinstance(rollout.executable, SWERolloutNode)
     assert rollout.executable.settings.endpoints == ["http://10.0.3.7:30000"]
+    # siiRL ships the graph to its DAG workers.
+    shipped = pickle.loads(pickle.dumps(rollout.executable))
+    assert shipped.settings == rollout.executable.settings and shipped.run_id == rollout.executable.run_id
     # The rest is siiRL's own GRPO pipeline, unchanged.
     assert sorted(graph.nodes) == sorted(grpo_pipeline().nodes)
