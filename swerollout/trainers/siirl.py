@@ -217,7 +217,7 @@ class SWERolloutNode:
                 "passed through and applies no KL penalty; set it to False and use "
                 "actor_rollout_ref.actor.use_kl_loss=True instead"
             )
-        worker = kwargs.get("_dag_worker_instance")
+        worker: Any = kwargs.get("_dag_worker_instance")
         step = int(worker.global_steps) if hasattr(worker, "global_steps") else self._calls
         self._calls += 1
         rank = int(getattr(worker, "_rank", 0))

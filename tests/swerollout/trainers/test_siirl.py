@@ -41,6 +41,10 @@ from swerollout.trainers.siirl import (
 )
 from tests.swerollout.trainers.conftest import GROUP, SLOW_AGENT, SLOW_SAMPLING, TASKS, Shared, Stack
 
+# The first test to run waits for the shared stack and batch (run alone, for the stack to
+# come up), and siiRL's imports are slow on a loaded machine: generous.
+pytestmark = pytest.mark.timeout(1800)
+
 
 def siirl_config(prompt_length: int, response_length: int, n: int) -> SiiRLArguments:
     """siiRL's own argument dataclasses, set up for GRPO as its GRPO examples are."""
