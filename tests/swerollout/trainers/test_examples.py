@@ -1,6 +1,6 @@
 """examples/trainers/*.py run as a user runs them, on the shared embedded default: one
-task, one member each (the hooks themselves are tested in test_verl.py, test_areal.py,
-test_slime.py and test_siirl.py). All examples start together in one fixture, so their rollouts and
+task, one member each (the hooks themselves are tested in test_verl.py, test_areal.py
+and test_slime.py). All examples start together in one fixture, so their rollouts and
 their imports overlap instead of adding up; each test then reads its own example's output."""
 
 from __future__ import annotations
@@ -72,7 +72,6 @@ def examples(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         "verl": _start(out / "verl", "verl_step.py", *common, "--n", "1", "--step", "4",
                        "--model-path", str(resolve_tokenizer_dir("qwen-2.5"))),
         "areal": _start(out / "areal", "areal_episode.py", *common, "--group-size", "1", "--task", "1", "--version", "5"),
-        "siirl": _start(out / "siirl", "siirl_pipeline.py", *common, "--group-size", "1", "--task", "1", "--step", "5"),
         # The flags of docs/trainers-slime.md: the rollout function with partial rollout over two
         # steps, and the generate function inside slime's own rollout.
         "slime_rollout": _start(out / "slime_rollout", "slime_step.py", *slime, "--rollout-function-path",
@@ -100,14 +99,6 @@ def test_areal_episode_example(examples: dict[str, Example]) -> None:
     summary = examples["areal"].summary()
     assert summary["shape"][0] == 1 and summary["rewards"] == [1.0]
     assert summary["versions"] == [5]
-
-
-def test_siirl_pipeline_example(examples: dict[str, Example]) -> None:
-    summary = examples["siirl"].summary()
-    assert summary["shape"][0] == 1 and summary["status"] == ["completed"]
-    assert summary["rewards"] == [1.0] and summary["sampled_tokens"] > 0
-    assert summary["advantages_finite"] is True
-    assert summary["metrics"]["swerollout/weight_version/max"] == 5
 
 
 def _check_slime_group(group: dict[str, Any]) -> None:

@@ -9,7 +9,6 @@ in which one member is aborted and resumed."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import pickle
 from typing import Any
@@ -27,8 +26,8 @@ from siirl.execution.scheduler.enums import AdvantageEstimator
 from siirl.params import SiiRLArguments
 from tensordict import TensorDict
 
-from swerollout.api.v1alpha1 import Phase
 from swerollout.client import AsyncRolloutClient, ClientConfigError, RolloutRecord, TrainerStatus
+from swerollout.client.records import build_record
 from swerollout.trainers._records import LengthOverflow, NotFinished
 from swerollout.trainers.siirl import (
     STATUS_KEY,
@@ -39,6 +38,8 @@ from swerollout.trainers.siirl import (
     rollout_tensors,
     with_swe_rollout,
 )
+from swerollout.wire.trajectory import Trajectory
+from tests.support.client_support import make_trajectory
 from tests.swerollout.trainers.conftest import GROUP, SLOW_AGENT, SLOW_SAMPLING, TASKS, Shared, Stack
 
 # The first test to run waits for the shared stack and batch (run alone, for the stack to
@@ -131,50 +132,24 @@ def check_rows(batch: TensorDict, records: list[RolloutRecord], prompt_length: i
     assert list(batch[STATUS_KEY]) == [r.status.value for r in records]
 
 
-def test_records_of_a_real_batch_go_through_siirls_grpo_steps(shared: Shared) -> None:
-    records = sorted(shared.records, key=lambda r: (r.sample, r.member))
-    prompt_length = max(r.prompt_ids.size for r in records) + 3
-    response_length = max(r.response_ids.size for r in records) + 5
-    config = siirl_config(prompt_length, response_length, GROUP)
-    batch = siirl_batch(shared, list(range(TASKS)), GROUP)
-    assert batch["uid"].dtype == torch.int64 and batch["uid"].tolist() == [t for t in range(TASKS) for _ in range(GROUP)]
-    node = SWERolloutNode(shared.settings(batch_prefix="siirl"))
-    graph = with_swe_rollout(grpo_pipeline(), node)
-    rollout = graph.get_node("rollout_actor")
-    assert rollout is not None and rollout.executable is node and rollout.node_role == NodeRole.ROLLOUT
-    assert graph.copy().get_node("rollout_actor").executable is node  # type: ignore[union-attr]
-
-    # What the node returns for these records (the live node is run below).
-    output = node_output(batch, records, caps_from_siirl(config), pad_token_id=0)
-    assert isinstance(output, NodeOutput)
-    assert output.metrics["swerollout/completed"] == 1.0 and output.metrics["swerollout/reward/mean"] == 0.5
-    assert output.metrics["swerollout/weight_version/min"] == output.metrics["swerollout/weight_version/max"] == 7
-    out = downstream(graph, output, config, dag_worker(7))
-    check_rows(out, records, prompt_length, response_length)
-    assert torch.equal(out["token_level_rewards"], out["token_level_scores"]), "siiRL's reward node kept our rewards"
-    # GRPO over each uid group: the solving member (oracle, reward 1) gains, the other loses,
-    # on exactly the tokens the policy sampled.
-    advantages = out["advantages"]
-    for row, record in enumerate(records):
-        sampled = out["response_mask"][row] == 1
-        assert not advantages[row, ~sampled].any()
-        values = set(advantages[row, sampled].sign().tolist())
-        assert values == ({1.0} if record.reward == 1.0 else {-1.0}), (record.name, record.reward)
-    # siiRL's data buffer (between ranks of different sizes) keeps the mask and the reward.
-    buffered = Samples2Dict(Dict2Samples(out))
-    for key in ("response_mask", "token_level_scores", "token_level_rewards", "advantages", "responses"):
-        assert torch.equal(buffered[key], out[key]), key
+def record_of(trajectory: Trajectory | None, phase: str, reward: float | None, name: str = "x-0-0") -> RolloutRecord:
+    """A record as the client builds it from an API object and its trajectory."""
+    status: dict[str, Any] = {"phase": phase}
+    if trajectory is not None:
+        status["result"] = {"exitStatus": trajectory.exit_status, "turns": trajectory.turns}
+    if reward is not None:
+        status["reward"] = {"value": reward, "resolved": reward > 0, "graded": True}
+    return build_record({"metadata": {"name": name, "namespace": "ns", "labels": {}}, "status": status}, trajectory)
 
 
-def test_status_mapping_and_lengths_fail_loudly(shared: Shared) -> None:
-    completed = max(shared.records, key=lambda r: r.response_ids.size)
-    failed_empty = RolloutRecord(
-        name="x-0-1", namespace="default", batch="x", sample=0, member=1, instance_id=completed.instance_id,
-        phase=Phase.FAILED, status=TrainerStatus.FAILED, reward=None,
-    )
-    failed_with_tokens = dataclasses.replace(
-        completed, name="x-0-2", phase=Phase.FAILED, status=TrainerStatus.FAILED, reward=None
-    )
+def test_status_mapping_and_lengths_fail_loudly() -> None:
+    trajectory = make_trajectory(3)
+    completed = record_of(trajectory, "Succeeded", 1.0)
+    failed_empty = record_of(None, "Failed", None, "x-0-1")
+    failed_with_tokens = record_of(trajectory, "Failed", None, "x-0-2")
+    assert [r.status for r in (completed, failed_empty, failed_with_tokens)] == [
+        TrainerStatus.COMPLETED, TrainerStatus.FAILED, TrainerStatus.FAILED,
+    ]
     p, r = completed.prompt_ids.size, completed.response_ids.size
     config = siirl_config(p, r, 3)
     out = rollout_tensors([completed, failed_empty, failed_with_tokens], caps_from_siirl(config), pad_token_id=0)
@@ -185,7 +160,7 @@ def test_status_mapping_and_lengths_fail_loudly(shared: Shared) -> None:
     assert out["response_mask"][2].tolist() == completed.loss_mask.tolist()
     assert not out["token_level_scores"][2].any()
     assert out["token_level_scores"][0, r - 1].item() == pytest.approx(completed.reward or 0.0)
-    aborted = dataclasses.replace(completed, phase=Phase.RUNNING, status=TrainerStatus.ABORTED)
+    aborted = record_of(trajectory, "Running", None)
     with pytest.raises(NotFinished, match="not finished"):
         rollout_tensors([aborted], caps_from_siirl(config), pad_token_id=0)
     with pytest.raises(LengthOverflow, match=r"actor_rollout_ref\.rollout\.response_length=" + str(r - 1)):
@@ -196,75 +171,9 @@ def test_status_mapping_and_lengths_fail_loudly(shared: Shared) -> None:
         groups_of([0, 1, 0, 1])
     kl = siirl_config(p, r, 1)
     kl.algorithm.use_kl_in_reward = True
+    batch = TensorDict({"uid": torch.zeros(1, dtype=torch.int64)}, batch_size=1)
     with pytest.raises(ClientConfigError, match=r"use_kl_in_reward.*use_kl_loss"):
-        SWERolloutNode(shared.settings())(kl, siirl_batch(shared, [0], 1))
-
-
-async def test_the_node_rides_an_abort_and_resume_in_the_middle_of_a_step(stack: Stack, slow_policy: str) -> None:
-    config = siirl_config(4096, 4096, GROUP)
-    node = SWERolloutNode(
-        stack.settings(endpoints=[slow_policy], agent=SLOW_AGENT, inference={"sampling": SLOW_SAMPLING},
-                       batch_prefix="siirl"),
-        pad_token_id=0,
-    )
-    worker = dag_worker(1)
-    batch_name = node.batch_name(1, 0)
-    async with AsyncRolloutClient.connect(
-        stack.stack.paths.kubeconfig, namespace="default", store_url=stack.stack.store_dir.as_uri()
-    ) as client:
-        await asyncio.to_thread(_post, f"{slow_policy}/update_weight_version", {"new_version": "1"})
-        step = asyncio.create_task(asyncio.to_thread(
-            node, config, siirl_batch(stack, [0], GROUP), _dag_worker_instance=worker, process_group=None,
-            agent_group={}, cur_tp_rank=0,
-        ))
-        name = await _first_member(client, batch_name, step, lambda o: _turns(o) >= 1)
-        assert await client.abort(names=[name]) == [name]
-        await _first_member(client, batch_name, step, lambda o: o["metadata"]["name"] == name and _phase(o) == "Aborted")
-        await asyncio.to_thread(_post, f"{slow_policy}/update_weight_version", {"new_version": "2"})
-        assert await client.resume(names=[name], weight_version="2") == [name]
-        output = await asyncio.wait_for(step, timeout=900)
-        records = await client.results(batch_name)
-        objects = await client.members(batch_name)
-    assert isinstance(output, NodeOutput)
-    assert {o["spec"]["inference"]["weightVersion"] for o in objects if o["metadata"]["name"] != name} == {"1"}
-    assert [(r.sample, r.member) for r in records] == [(0, 0), (0, 1)]
-    assert all(r.attempts == 1 for r in records), "the aborted member finished on its first pod"
-    assert all(r.trainer_labels == {"uid": 0} for r in records)
-    check_rows(output.batch, records, 4096, 4096)
-    aborted = next(r for r in records if r.name == name)
-    versions = set(aborted.versions_as_int(-1)[aborted.loss_mask == 1].tolist())
-    assert versions == {1, 2}, "tokens sampled before the abort carry 1, after the resume 2"
-    assert output.metrics["swerollout/weight_version/min"] == 1 and output.metrics["swerollout/weight_version/max"] == 2
-    out = downstream(with_swe_rollout(grpo_pipeline(), node), output, config, worker)
-    assert out["advantages"].shape == (GROUP, 4096) and torch.isfinite(out["advantages"]).all()
-
-
-def _post(url: str, body: dict[str, Any]) -> None:
-    import httpx
-
-    httpx.post(url, json=body, timeout=30).raise_for_status()
-
-
-def _turns(obj: dict[str, Any]) -> int:
-    return int(((obj.get("status") or {}).get("progress") or {}).get("turns", 0))
-
-
-def _phase(obj: dict[str, Any]) -> str:
-    return str((obj.get("status") or {}).get("phase", ""))
-
-
-async def _first_member(client: AsyncRolloutClient, batch: str, step: Any, probe: Any, timeout: float = 600) -> str:
-    """The first member of ``batch`` for which ``probe`` holds (polling the API); the
-    node's own error if its step ends first."""
-    async with asyncio.timeout(timeout):
-        while True:
-            if step.done():
-                step.result()
-                raise AssertionError("the step finished before the probe held")
-            for obj in await client.list_rollouts(batch):
-                if probe(obj):
-                    return str(obj["metadata"]["name"])
-            await asyncio.sleep(0.5)
+        SWERolloutNode({"endpoints": ["http://10.0.3.7:30000"], "tokenizer": "qwen-3"})(kl, batch)
 
 
 def test_the_pipeline_function_reads_its_settings_from_the_environment(
