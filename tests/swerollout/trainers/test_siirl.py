@@ -136,7 +136,10 @@ def record_of(trajectory: Trajectory | None, phase: str, reward: float | None, n
     """A record as the client builds it from an API object and its trajectory."""
     status: dict[str, Any] = {"phase": phase}
     if trajectory is not None:
-        status["result"] = {"exitStatus": trajectory.exit_status, "turns": trajectory.turns}
+        status["result"] = {
+            "exitStatus": trajectory.exit_status, "turns": trajectory.turns,
+            "promptTokens": len(trajectory.prompt_ids), "responseTokens": len(trajectory.response_ids),
+        }
     if reward is not None:
         status["reward"] = {"value": reward, "resolved": reward > 0, "graded": True}
     return build_record({"metadata": {"name": name, "namespace": "ns", "labels": {}}, "status": status}, trajectory)
