@@ -125,6 +125,9 @@ def _listening(path: Path) -> bool:
 
 
 TERMINAL = {"Succeeded", "Failed"}
+# The fully qualified resource: `swerollout` is also a category, and with SWERolloutBatch
+# in it `kubectl get swerollout NAME` fails ("you must specify only one resource").
+SWEROLLOUTS = "swerollouts.swerollout.io"
 
 
 def rollout_body(name: str, instance: SWEBenchInstance, endpoint: str, namespace: str,
@@ -164,7 +167,7 @@ class Rollouts:
         self.node.kubectl_ok("apply", "-f", "-", input=json.dumps(body))
 
     def status(self, name: str) -> dict[str, Any]:
-        proc = self.node.kubectl("get", "swerollout", name, "-n", self.namespace, "-o", "json")
+        proc = self.node.kubectl("get", SWEROLLOUTS, name, "-n", self.namespace, "-o", "json")
         return dict(json.loads(proc.stdout).get("status") or {}) if proc.returncode == 0 else {}
 
     def wait_phase(self, name: str, phases: set[str], timeout: float = 420) -> dict[str, Any]:
@@ -174,5 +177,5 @@ class Rollouts:
         ))
 
     def set_suspend(self, name: str, value: bool) -> None:
-        self.node.kubectl_ok("patch", "swerollout", name, "-n", self.namespace, "--type=merge",
+        self.node.kubectl_ok("patch", SWEROLLOUTS, name, "-n", self.namespace, "--type=merge",
                              "-p", json.dumps({"spec": {"suspend": value}}))
