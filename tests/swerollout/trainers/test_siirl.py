@@ -132,6 +132,53 @@ def check_rows(batch: TensorDict, records: list[RolloutRecord], prompt_length: i
     assert list(batch[STATUS_KEY]) == [r.status.value for r in records]
 
 
+def record_of(trajectory: Trajectory | None, phase: str, reward: float | None, name: str = "x-0-0") -> RolloutRecord:
+    """A record as the client builds it from an API object and its trajectory."""
+    status: dict[str, Any] = {"phase": phase}
+    if trajectory is not None:
+        status["result"] = {
+            "exitStatus": trajectory.exit_status, "turns": trajectory.turns,
+            "promptTokens": len(trajectory.prompt_ids), "responseTokens": len(trajectory.response_ids),
+        }
+    if reward is not None:
+        status["reward"] = {"value": reward, "resolved": reward > 0, "graded": True}
+    return build_record({"metadata": {"name": name, "namespace": "ns", "labels": {}}, "status": status}, trajectory)
+
+
+def test_status_mapping_and_lengths_fail_loudly() -> None:
+    trajectory = make_trajectory(3)
+    completed = record_of(trajectory, "Succeeded", 1.0)
+    failed_empty = record_of(None, "Failed", None, "x-0-1")
+    failed_with_tokens = record_of(trajectory, "Failed", None, "x-0-2")
+    assert [r.status for r in (completed, failed_empty, failed_with_tokens)] == [
+        TrainerStatus.COMPLETED, TrainerStatus.FAILED, TrainerStatus.FAILED,
+    ]
+    p, r = completed.prompt_ids.size, completed.response_ids.size
+    config = siirl_config(p, r, 3)
+    out = rollout_tensors([completed, failed_empty, failed_with_tokens], caps_from_siirl(config), pad_token_id=0)
+    # A run that failed before sampling: one attended padding token each side, trains nothing.
+    assert out["attention_mask"][1].tolist() == [0] * (p - 1) + [1, 1] + [0] * (r - 1)
+    assert not out["response_mask"][1].any() and not out["token_level_scores"][1].any()
+    # A failed run with tokens keeps them (mask as recorded) at reward 0.
+    assert out["response_mask"][2].tolist() == completed.loss_mask.tolist()
+    assert not out["token_level_scores"][2].any()
+    assert out["token_level_scores"][0, r - 1].item() == pytest.approx(completed.reward or 0.0)
+    aborted = record_of(trajectory, "Running", None)
+    with pytest.raises(NotFinished, match="not finished"):
+        rollout_tensors([aborted], caps_from_siirl(config), pad_token_id=0)
+    with pytest.raises(LengthOverflow, match=r"actor_rollout_ref\.rollout\.response_length=" + str(r - 1)):
+        rollout_tensors([completed], caps_from_siirl(siirl_config(p, r - 1, 1)), pad_token_id=0)
+    with pytest.raises(LengthOverflow, match=r"actor_rollout_ref\.rollout\.prompt_length=" + str(p - 1)):
+        rollout_tensors([completed], caps_from_siirl(siirl_config(p - 1, r, 1)), pad_token_id=0)
+    with pytest.raises(ClientConfigError, match="not consecutive"):
+        groups_of([0, 1, 0, 1])
+    kl = siirl_config(p, r, 1)
+    kl.algorithm.use_kl_in_reward = True
+    batch = TensorDict({"uid": torch.zeros(1, dtype=torch.int64)}, batch_size=1)
+    with pytest.raises(ClientConfigError, match=r"use_kl_in_reward.*use_kl_loss"):
+        SWERolloutNode({"endpoints": ["http://10.0.3.7:30000"], "tokenizer": "qwen-3"})(kl, batch)
+
+
 def test_the_pipeline_function_reads_its_settings_from_the_environment(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
