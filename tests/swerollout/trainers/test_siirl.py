@@ -132,6 +132,47 @@ def check_rows(batch: TensorDict, records: list[RolloutRecord], prompt_length: i
     assert list(batch[STATUS_KEY]) == [r.status.value for r in records]
 
 
+def test_records_of_a_real_batch_go_through_siirls_grpo_steps(shared: Shared) -> None:
+    records = sorted(shared.records, key=lambda r: (r.sample, r.member))
+    prompt_length = max(r.prompt_ids.size for r in records) + 3
+    response_length = max(r.response_ids.size for r in records) + 5
+    config = siirl_config(prompt_length, response_length, GROUP)
+    batch = siirl_batch(shared, list(range(TASKS)), GROUP)
+    assert batch["uid"].dtype == torch.int64 and batch["uid"].tolist() == [t for t in range(TASKS) for _ in range(GROUP)]
+    node = SWERolloutNode(shared.settings(batch_prefix="siirl"))
+    graph = with_swe_rollout(grpo_pipeline(), node)
+    rollout = graph.get_node("rollout_actor")
+    assert rollout is not None and rollout.executable is node and rollout.node_role == NodeRole.ROLLOUT
+    assert graph.copy().get_node("rollout_actor").executable is node  # type: ignore[union-attr]
+
+    # What the node returns for these records (the live node is run below).
+    output = node_output(batch, records, caps_from_siirl(config), pad_token_id=0)
+    assert isinstance(output, NodeOutput)
+    assert output.metrics["swerollout/completed"] == 1.0 and output.metrics["swerollout/reward/mean"] == 0.5
+    assert output.metrics["swerollout/weight_version/min"] == output.metrics["swerollout/weight_version/max"] == 7
+    out = downstream(graph, output, config, dag_worker(7))
+    check_rows(out, records, prompt_length, response_length)
+    assert torch.equal(out["token_level_rewards"], out["token_level_scores"]), "siiRL's reward node kept our rewards"
+    # GRPO over each uid group: the solving member (oracle, reward 1) gains, the other loses,
+    # on exactly the tokens the policy sampled.
+    advantages = out["advantages"]
+    for row, record in enumerate(records):
+        sampled = out["response_mask"][row] == 1
+        assert not advantages[row, ~sampled].any()
+        values = set(advantages[row, sampled].sign().tolist())
+        assert values == ({1.0} if record.reward == 1.0 else {-1.0}), (record.name, record.reward)
+    # siiRL's data buffer (between ranks of different sizes) keeps the mask and the reward.
+    loop = asyncio.new_event_loop()  # siiRL's buffer runs asyncio.get_event_loop().run_until_complete
+    try:
+        asyncio.set_event_loop(loop)
+        buffered = Samples2Dict(Dict2Samples(out))
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
+    for key in ("response_mask", "token_level_scores", "token_level_rewards", "advantages", "responses"):
+        assert torch.equal(buffered[key], out[key]), key
+
+
 def record_of(trajectory: Trajectory | None, phase: str, reward: float | None, name: str = "x-0-0") -> RolloutRecord:
     """A record as the client builds it from an API object and its trajectory."""
     status: dict[str, Any] = {"phase": phase}
@@ -177,6 +218,34 @@ def test_status_mapping_and_lengths_fail_loudly() -> None:
     batch = TensorDict({"uid": torch.zeros(1, dtype=torch.int64)}, batch_size=1)
     with pytest.raises(ClientConfigError, match=r"use_kl_in_reward.*use_kl_loss"):
         SWERolloutNode({"endpoints": ["http://10.0.3.7:30000"], "tokenizer": "qwen-3"})(kl, batch)
+
+
+def _post(url: str, body: dict[str, Any]) -> None:
+    import httpx
+
+    httpx.post(url, json=body, timeout=30).raise_for_status()
+
+
+def _turns(obj: dict[str, Any]) -> int:
+    return int(((obj.get("status") or {}).get("progress") or {}).get("turns", 0))
+
+
+def _phase(obj: dict[str, Any]) -> str:
+    return str((obj.get("status") or {}).get("phase", ""))
+
+
+async def _first_member(client: AsyncRolloutClient, batch: str, step: Any, probe: Any, timeout: float = 600) -> str:
+    """The first member of ``batch`` for which ``probe`` holds (polling the API); the
+    node's own error if its step ends first."""
+    async with asyncio.timeout(timeout):
+        while True:
+            if step.done():
+                step.result()
+                raise AssertionError("the step finished before the probe held")
+            for obj in await client.list_rollouts(batch):
+                if probe(obj):
+                    return str(obj["metadata"]["name"])
+            await asyncio.sleep(0.5)
 
 
 def test_the_pipeline_function_reads_its_settings_from_the_environment(
