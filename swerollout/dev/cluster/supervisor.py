@@ -55,6 +55,18 @@ OPERATOR_UID = 10001   # the image's user (Dockerfile); the data volume must be 
 POLICY_PORT = 30000    # SGLang's default port, on the node IP
 
 
+def chart_install_args() -> list[str]:
+    """`helm` arguments that install (or restore) the operator's release as `cluster up` does:
+    our image by name, never pulled; every namespace watched (tests use their own)."""
+    repository, tag = IMAGE.rsplit(":", 1)
+    return [
+        "upgrade", "--install", RELEASE, str(repo_root() / "helm" / "swerollout"),
+        "--namespace", RELEASE_NAMESPACE, "--create-namespace",
+        "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
+        "--set", "image.pullPolicy=IfNotPresent", "--set", "rbac.clusterWide=true",
+    ]
+
+
 def repo_root() -> Path:
     return Path(__file__).resolve().parents[3]
 
@@ -301,15 +313,8 @@ spec:
         applied = self.plane.kubectl("apply", "-f", "-", input=volume)
         if applied.returncode != 0:
             raise ClusterStartFailed(f"could not create the operator's volume: {applied.stderr.strip()}")
-        repository, tag = IMAGE.rsplit(":", 1)
         started = time.monotonic()
-        installed = self.plane.helm(
-            "upgrade", "--install", RELEASE, str(repo_root() / "helm" / "swerollout"),
-            "--namespace", RELEASE_NAMESPACE, "--create-namespace",
-            "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
-            "--set", "image.pullPolicy=IfNotPresent", "--set", "rbac.clusterWide=true",
-            "--wait", "--timeout", "6m", timeout=420,
-        )
+        installed = self.plane.helm(*chart_install_args(), "--wait", "--timeout", "6m", timeout=420)
         if installed.returncode != 0:
             pods = self.plane.kubectl("get", "pods", "-n", RELEASE_NAMESPACE, "-o", "wide").stdout
             raise ClusterStartFailed(f"helm install failed: {installed.stderr.strip()[-1500:]}\n{pods}")
