@@ -378,15 +378,19 @@ class AsyncRolloutClient:
         await self.check_cluster()
         selector = f"{LABEL_BATCH}={batch}" if batch else None
         try:
-            items = [o async for o in self.kube.iter_items(SWEROLLOUTS, self.namespace, label_selector=selector)]
+            # Reads are idempotent: ride out a reset, 429 or 5xx as the marks do.
+            items = await aretry(lambda: self._listed(selector))
         except KubeError as exc:
             raise _kube_error(exc, f"listing SWERollouts in {self.namespace}") from exc
         return sorted(items, key=lambda o: str(o["metadata"]["name"]))
 
+    async def _listed(self, selector: str | None) -> list[Object]:
+        return [o async for o in self.kube.iter_items(SWEROLLOUTS, self.namespace, label_selector=selector)]
+
     async def get_rollout(self, name: str) -> Object:
         await self.check_cluster()
         try:
-            return await self.kube.get(SWEROLLOUTS, name, self.namespace)
+            return await aretry(lambda: self.kube.get(SWEROLLOUTS, name, self.namespace))
         except NotFound:
             raise RolloutNotFound(
                 f"no SWERollout named {name!r} in namespace {self.namespace!r}; `swerollout list` shows what exists"

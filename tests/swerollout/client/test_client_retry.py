@@ -79,3 +79,20 @@ async def test_a_mark_that_keeps_failing_names_the_rollout_and_is_retryable(
             assert caught.value.retryable
             assert proxy.pending() == 0 and patches(proxy, namespace, names[:1])[names[0]] == 0
             assert not (await akube.get(SWEROLLOUTS, names[0], namespace))["spec"].get("suspend")
+
+
+async def test_reads_by_name_and_batch_ride_out_transient_failures(
+    crd: ControlPlane, akube: AsyncKubeClient, namespace: str, store_url: str, tmp_path: Path
+) -> None:
+    names = await running_members(crd, akube, namespace, store_url)
+    with fault_proxy(crd.kubeconfig_path) as proxy:
+        kubeconfig = proxy.write_kubeconfig(tmp_path / "proxy.kubeconfig", namespace)
+        async with AsyncRolloutClient.connect(str(kubeconfig), namespace=namespace, store_url=store_url) as client:
+            await client.get_rollout(names[0])   # the cluster check is done once; the faults hit the reads
+            proxy.fail("GET", 503, "drop")
+            assert (await client.get_rollout(names[1]))["metadata"]["name"] == names[1]
+            proxy.fail("GET", 503)
+            assert [o["metadata"]["name"] for o in await client.list_rollouts("rt")] == names
+            proxy.fail("GET", "drop")
+            assert await client.abort(names=names[2:3]) == names[2:3]
+            assert proxy.pending() == 0 and len(proxy.faulted) == 4
