@@ -40,7 +40,9 @@ KIND = "SWERollout"
 PLURAL = "swerollouts"
 SINGULAR = "swerollout"
 SHORT_NAMES = ["swer"]
-CATEGORIES = ["swerollout", "rl"]
+# No category may equal a resource's name: with two kinds in a category named like the
+# singular `swerollout`, `kubectl get swerollout NAME` fails ("you must specify only one resource").
+CATEGORIES = ["rl"]
 BATCH_KIND = "SWERolloutBatch"
 BATCH_PLURAL = "swerolloutbatches"
 BATCH_SINGULAR = "swerolloutbatch"

@@ -125,8 +125,7 @@ def _listening(path: Path) -> bool:
 
 
 TERMINAL = {"Succeeded", "Failed"}
-# The fully qualified resource: `swerollout` is also a category, and with SWERolloutBatch
-# in it `kubectl get swerollout NAME` fails ("you must specify only one resource").
+# The fully qualified resource, so no short name or category can ever make it ambiguous.
 SWEROLLOUTS = "swerollouts.swerollout.io"
 
 

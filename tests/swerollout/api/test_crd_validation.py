@@ -316,8 +316,11 @@ def test_printer_columns_short_name_and_category(kubectl: Callable[..., Any], na
     kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(base("columns")))
     header = kubectl("get", "swer", "-n", namespace).stdout.splitlines()[0].split()
     assert header == ["NAME", "PHASE", "TURNS", "TOKENS", "REWARD", "AGE"]
-    by_category = kubectl("get", "swerollout", "-n", namespace, "-o", "name").stdout
+    by_category = kubectl("get", "rl", "-n", namespace, "-o", "name").stdout
     assert "swerollout.swerollout.io/columns" in by_category
+    # The singular name stays one resource whatever else shares the category.
+    one = json.loads(kubectl("get", "swerollout", "columns", "-n", namespace, "-o", "json").stdout)
+    assert one["kind"] == "SWERollout" and one["metadata"]["name"] == "columns"
     explained = kubectl("explain", "swerollout.spec.sandbox.keepAliveSecondsAfterAbort").stdout
     assert "keep" in explained.lower() and "pod" in explained.lower()
 
