@@ -220,6 +220,45 @@ def test_status_mapping_and_lengths_fail_loudly() -> None:
         SWERolloutNode({"endpoints": ["http://10.0.3.7:30000"], "tokenizer": "qwen-3"})(kl, batch)
 
 
+async def test_the_node_rides_an_abort_and_resume_in_the_middle_of_a_step(stack: Stack, slow_policy: str) -> None:
+    config = siirl_config(4096, 4096, GROUP)
+    node = SWERolloutNode(
+        stack.settings(endpoints=[slow_policy], agent=SLOW_AGENT, inference={"sampling": SLOW_SAMPLING},
+                       batch_prefix="siirl"),
+        pad_token_id=0,
+    )
+    worker = dag_worker(1)
+    batch_name = node.batch_name(1, 0)
+    async with AsyncRolloutClient.connect(
+        stack.stack.paths.kubeconfig, namespace="default", store_url=stack.stack.store_dir.as_uri()
+    ) as client:
+        await asyncio.to_thread(_post, f"{slow_policy}/update_weight_version", {"new_version": "1"})
+        step = asyncio.create_task(asyncio.to_thread(
+            node, config, siirl_batch(stack, [0], GROUP), _dag_worker_instance=worker, process_group=None,
+            agent_group={}, cur_tp_rank=0,
+        ))
+        name = await _first_member(client, batch_name, step, lambda o: _turns(o) >= 1)
+        assert await client.abort(names=[name]) == [name]
+        await _first_member(client, batch_name, step, lambda o: o["metadata"]["name"] == name and _phase(o) == "Aborted")
+        await asyncio.to_thread(_post, f"{slow_policy}/update_weight_version", {"new_version": "2"})
+        assert await client.resume(names=[name], weight_version="2") == [name]
+        output = await asyncio.wait_for(step, timeout=900)
+        records = await client.results(batch_name)
+        objects = await client.members(batch_name)
+    assert isinstance(output, NodeOutput)
+    assert {o["spec"]["inference"]["weightVersion"] for o in objects if o["metadata"]["name"] != name} == {"1"}
+    assert [(r.sample, r.member) for r in records] == [(0, 0), (0, 1)]
+    assert all(r.attempts == 1 for r in records), "the aborted member finished on its first pod"
+    assert all(r.trainer_labels == {"uid": 0} for r in records)
+    check_rows(output.batch, records, 4096, 4096)
+    aborted = next(r for r in records if r.name == name)
+    versions = set(aborted.versions_as_int(-1)[aborted.loss_mask == 1].tolist())
+    assert versions == {1, 2}, "tokens sampled before the abort carry 1, after the resume 2"
+    assert output.metrics["swerollout/weight_version/min"] == 1 and output.metrics["swerollout/weight_version/max"] == 2
+    out = downstream(with_swe_rollout(grpo_pipeline(), node), output, config, worker)
+    assert out["advantages"].shape == (GROUP, 4096) and torch.isfinite(out["advantages"]).all()
+
+
 def _post(url: str, body: dict[str, Any]) -> None:
     import httpx
 
