@@ -1,6 +1,6 @@
 """examples/trainers/*.py run as a user runs them, on the shared embedded default: one
-task, one member each (the hooks themselves are tested in test_verl.py, test_areal.py
-and test_slime.py). All examples start together in one fixture, so their rollouts and
+task, one member each (the hooks themselves are tested in test_verl.py, test_areal.py,
+test_slime.py and test_siirl.py). All examples start together in one fixture, so their rollouts and
 their imports overlap instead of adding up; each test then reads its own example's output."""
 
 from __future__ import annotations
@@ -79,6 +79,8 @@ def examples(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator
                                 "--over-sampling-batch-size", "2", "--rollout-batch-size", "1", "--steps", "2"),
         "slime_generate": _start(out / "slime_generate", "slime_step.py", *slime, "--custom-generate-function-path",
                                  "swerollout.trainers.slime.generate", "--rollout-batch-size", "1"),
+        # siiRL's own GRPO pipeline with our rollout node, then its reward and advantage nodes.
+        "siirl": _start(out / "siirl", "siirl_pipeline.py", *common, "--group-size", "1", "--task", "1", "--step", "5"),
     }
     try:
         yield started
@@ -125,3 +127,10 @@ def test_slime_generate_function_example(examples: dict[str, Example]) -> None:
     summary = examples["slime_generate"].summary()
     assert [len(groups) for groups in summary["steps"]] == [1] and summary["buffered"] == 0
     _check_slime_group(summary["steps"][0][0])
+
+
+def test_siirl_pipeline_example(examples: dict[str, Example]) -> None:
+    summary = examples["siirl"].summary()
+    assert summary["shape"][0] == 1 and summary["status"] == ["completed"]
+    assert summary["rewards"] == [1.0] and summary["sampled_tokens"] > 0
+    assert summary["advantages_finite"] is True
