@@ -35,6 +35,13 @@ def test_batch_abort_carries_the_admin_key(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     caplog.set_level(logging.INFO)
+    # The stand-in's log is what counts its aborts: keep it reaching caplog even where a
+    # library imported earlier in this process reconfigured logging (a dictConfig with
+    # disable_existing_loggers turns existing loggers off).
+    stand_in = logging.getLogger("swerollout.dev.policy_server")
+    monkeypatch.setattr(stand_in, "disabled", False)
+    monkeypatch.setattr(stand_in, "propagate", True)
+    caplog.set_level(logging.INFO, logger=stand_in.name)
     monkeypatch.delenv("SWEROLLOUT_INFERENCE_ADMIN_KEY", raising=False)
     inference = {"endpoint": keyed_server.url, "tokenizer": "qwen-2.5"}
     instances = load_instances(DEFAULT_TASKS_DIR / "instances.jsonl")[:1]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import weakref
 from pathlib import Path
 
 from swerollout.client import AsyncRolloutClient
@@ -26,14 +27,18 @@ def test_one_client_per_loop_and_settings_and_none_kept_for_a_closed_loop(tmp_pa
     first = AdapterSettings(endpoints=["http://127.0.0.1:1"], tokenizer="qwen-2.5", kubeconfig=str(kubeconfig), batch_prefix="a")
     other = AdapterSettings(endpoints=["http://127.0.0.1:1"], tokenizer="qwen-2.5", kubeconfig=str(kubeconfig), batch_prefix="b")
 
+    loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+
     async def clients() -> tuple[AsyncRolloutClient, AsyncRolloutClient, AsyncRolloutClient]:
+        loops.append(weakref.ref(asyncio.get_running_loop()))
         return shared_client(first), shared_client(first), shared_client(other)
 
     a1, a2, b = asyncio.run(clients())
     assert a1 is a2 and a1 is not b
     gc.collect()
-    # asyncio.run closed its loop: nothing of it is kept, so a later loop (which may get
-    # the same id) builds its own client.
-    assert len(_settings._CLIENTS) == 0
+    # asyncio.run closed its loop: nothing of it is kept (other tests' live loops may be),
+    # so a later loop, which may get the same id, builds its own client.
+    assert loops[0]() is None
+    assert not any(a1 in kept.values() or b in kept.values() for kept in _settings._CLIENTS.values())
     (c1, _, _) = asyncio.run(clients())
     assert c1 is not a1
