@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from swerollout import sandbox_bundle
+from swerollout.dev.cluster.buildinputs import logical_lines
 from swerollout.api import v1alpha1 as api
 from swerollout_operator import podspec
 from swerollout_operator.settings import OperatorSettings
@@ -127,16 +128,7 @@ def test_launcher_serves_with_auth_and_refuses_an_empty_token(tmp_path: Path) ->
 
 def _instructions() -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
-    pending = ""
-    for raw in (ROOT / "Dockerfile").read_text().splitlines():
-        line = raw.strip()
-        if not pending and (not line or line.startswith("#")):
-            continue
-        if line.endswith("\\"):
-            pending += line[:-1] + " "
-            continue
-        line = pending + line
-        pending = ""
+    for line in logical_lines((ROOT / "Dockerfile").read_text()):
         op, _, rest = line.partition(" ")
         out.append((op.upper(), rest.strip()))
     return out

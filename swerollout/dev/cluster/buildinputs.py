@@ -29,8 +29,8 @@ class BuildInputsError(ValueError):
     pass
 
 
-def _instructions(dockerfile: str) -> Iterator[list[str]]:
-    """The Dockerfile's instructions as word lists (comments dropped, continuations joined)."""
+def logical_lines(dockerfile: str) -> Iterator[str]:
+    """The Dockerfile's instructions, one line each (comments dropped, continuations joined)."""
     pending = ""
     for raw in dockerfile.splitlines():
         line = raw.strip()
@@ -39,12 +39,18 @@ def _instructions(dockerfile: str) -> Iterator[list[str]]:
         if line.endswith("\\"):
             pending += line[:-1] + " "
             continue
-        words = shlex.split(pending + line, comments=False, posix=True)
+        yield pending + line
         pending = ""
+    if pending.strip():
+        yield pending
+
+
+def _instructions(dockerfile: str) -> Iterator[list[str]]:
+    """The Dockerfile's instructions as word lists."""
+    for line in logical_lines(dockerfile):
+        words = shlex.split(line, comments=False, posix=True)
         if words:
             yield words
-    if pending.strip():
-        yield shlex.split(pending)
 
 
 def copy_sources(dockerfile: str) -> list[str]:
