@@ -7,6 +7,7 @@ import random
 from datetime import UTC, datetime
 from typing import Any
 
+from swerollout.client.records import RolloutRecord, build_record
 from swerollout.kube import SWEROLLOUTS, AsyncKubeClient
 from swerollout.store import Owner, ResultStore
 from swerollout.wire.trajectory import Trajectory
@@ -99,3 +100,17 @@ async def finish(
             "completionTime": now(),
         },
     )
+
+
+def record_of(trajectory: Trajectory | None, phase: str = "Succeeded", reward: float | None = 1.0,
+              name: str = "b-0-1") -> RolloutRecord:
+    """A record as the client builds it from an API object and its trajectory."""
+    status: dict[str, Any] = {"phase": phase}
+    if trajectory is not None:
+        status["result"] = {
+            "exitStatus": trajectory.exit_status, "turns": trajectory.turns,
+            "promptTokens": len(trajectory.prompt_ids), "responseTokens": len(trajectory.response_ids),
+        }
+    if reward is not None:
+        status["reward"] = {"value": reward, "resolved": reward > 0, "graded": True}
+    return build_record({"metadata": {"name": name, "namespace": "ns", "labels": {}}, "status": status}, trajectory)

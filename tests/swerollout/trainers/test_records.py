@@ -3,12 +3,10 @@ on records built exactly as the client builds them from an object and its trajec
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pytest
 
-from swerollout.client.records import RolloutRecord, TrainerStatus, build_record
+from swerollout.client.records import TrainerStatus
 from swerollout.trainers._records import (
     LengthCaps,
     LengthOverflow,
@@ -17,21 +15,7 @@ from swerollout.trainers._records import (
     sampling_from,
     token_arrays,
 )
-from swerollout.wire.trajectory import Trajectory
-from tests.support.client_support import make_trajectory
-
-
-def record_of(trajectory: Trajectory | None, phase: str = "Succeeded", reward: float | None = 1.0) -> RolloutRecord:
-    status: dict[str, Any] = {"phase": phase}
-    if trajectory is not None:
-        status["result"] = {
-            "exitStatus": trajectory.exit_status, "turns": trajectory.turns,
-            "promptTokens": len(trajectory.prompt_ids), "responseTokens": len(trajectory.response_ids),
-        }
-    if reward is not None:
-        status["reward"] = {"value": reward, "resolved": reward > 0, "graded": True}
-    obj = {"metadata": {"name": "b-0-1", "namespace": "ns", "labels": {}}, "status": status}
-    return build_record(obj, trajectory)
+from tests.support.client_support import make_trajectory, record_of
 
 
 def test_arrays_are_the_trajectory_split_at_the_prompt() -> None:

@@ -27,7 +27,6 @@ from siirl.params import SiiRLArguments
 from tensordict import TensorDict
 
 from swerollout.client import AsyncRolloutClient, ClientConfigError, RolloutRecord, TrainerStatus
-from swerollout.client.records import build_record
 from swerollout.trainers._records import LengthOverflow, NotFinished
 from swerollout.trainers.siirl import (
     STATUS_KEY,
@@ -38,8 +37,7 @@ from swerollout.trainers.siirl import (
     rollout_tensors,
     with_swe_rollout,
 )
-from swerollout.wire.trajectory import Trajectory
-from tests.support.client_support import make_trajectory
+from tests.support.client_support import make_trajectory, record_of
 from tests.swerollout.trainers.conftest import GROUP, SLOW_AGENT, SLOW_SAMPLING, TASKS, Shared, Stack
 
 # The first test to run waits for the shared stack and batch (run alone, for the stack to
@@ -173,22 +171,9 @@ def test_records_of_a_real_batch_go_through_siirls_grpo_steps(shared: Shared) ->
         assert torch.equal(buffered[key], out[key]), key
 
 
-def record_of(trajectory: Trajectory | None, phase: str, reward: float | None, name: str = "x-0-0") -> RolloutRecord:
-    """A record as the client builds it from an API object and its trajectory."""
-    status: dict[str, Any] = {"phase": phase}
-    if trajectory is not None:
-        status["result"] = {
-            "exitStatus": trajectory.exit_status, "turns": trajectory.turns,
-            "promptTokens": len(trajectory.prompt_ids), "responseTokens": len(trajectory.response_ids),
-        }
-    if reward is not None:
-        status["reward"] = {"value": reward, "resolved": reward > 0, "graded": True}
-    return build_record({"metadata": {"name": name, "namespace": "ns", "labels": {}}, "status": status}, trajectory)
-
-
 def test_status_mapping_and_lengths_fail_loudly() -> None:
     trajectory = make_trajectory(3)
-    completed = record_of(trajectory, "Succeeded", 1.0)
+    completed = record_of(trajectory, "Succeeded", 1.0, "x-0-0")
     failed_empty = record_of(None, "Failed", None, "x-0-1")
     failed_with_tokens = record_of(trajectory, "Failed", None, "x-0-2")
     assert [r.status for r in (completed, failed_empty, failed_with_tokens)] == [
@@ -204,7 +189,7 @@ def test_status_mapping_and_lengths_fail_loudly() -> None:
     assert out["response_mask"][2].tolist() == completed.loss_mask.tolist()
     assert not out["token_level_scores"][2].any()
     assert out["token_level_scores"][0, r - 1].item() == pytest.approx(completed.reward or 0.0)
-    aborted = record_of(trajectory, "Running", None)
+    aborted = record_of(trajectory, "Running", None, "x-0-0")
     with pytest.raises(NotFinished, match="not finished"):
         rollout_tensors([aborted], caps_from_siirl(config), pad_token_id=0)
     with pytest.raises(LengthOverflow, match=r"actor_rollout_ref\.rollout\.response_length=" + str(r - 1)):
