@@ -38,6 +38,9 @@ def kubectl(control_plane: ControlPlane, crd: None) -> Callable[..., Any]:
     return checked(control_plane.kubectl)
 
 
+READY_TIMEOUT = 240.0
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -66,16 +69,27 @@ class OperatorProcess:
         self._logs.append(log)
         self.proc = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.starts += 1
-        deadline = time.monotonic() + 60
-        while True:
-            assert self.proc.poll() is None, f"operator exited early:\n{self.log_tail()}"
-            try:
-                if httpx.get(f"{self.metrics_url}/readyz", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, f"operator not ready:\n{self.log_tail()}"
-            time.sleep(0.2)
+        # Generous: make test runs three pytest processes and an image build side by side on
+        # two cores, and the operator's imports alone took over 60 s there once.
+        deadline = time.monotonic() + READY_TIMEOUT
+        try:
+            while True:
+                assert self.proc.poll() is None, f"operator exited early:\n{self.log_tail()}"
+                try:
+                    if httpx.get(f"{self.metrics_url}/readyz", timeout=1).status_code == 200:
+                        return
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline, (
+                    f"operator not ready after {READY_TIMEOUT:.0f} s:\n{self.log_tail()}"
+                )
+                time.sleep(0.2)
+        except BaseException:
+            # A fixture whose setup fails gets no teardown: never leave this process running.
+            self.kill()
+            for log in self._logs:
+                log.close()
+            raise
 
     def kill(self) -> None:
         if self.proc and self.proc.poll() is None:
