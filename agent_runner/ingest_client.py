@@ -40,7 +40,10 @@ class IngestClient:
         role: str = "rollout",
         attempt: int = 1,
         give_up_after: float = 900.0,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        """`transport`: a connection pool shared by many clients in one process (the
+        lifecycle bench runs thousands of runners); the caller closes it. Default: our own."""
         self._prefix = f"{wire.API_PREFIX}/{namespace}/{name}/{uid}"
         self._http = httpx.AsyncClient(
             base_url=base_url.rstrip("/"),
@@ -50,12 +53,15 @@ class IngestClient:
                 "X-Swerollout-Attempt": str(attempt),
             },
             timeout=httpx.Timeout(30.0, read=wire.MAX_WAIT_SECONDS + 30.0),
+            transport=transport,
         )
+        self._owns_transport = transport is None
         # The operator restarting (upgrade, crash) must not kill runners: keep trying for minutes.
         self._backoff = Backoff(first_seconds=0.5, max_seconds=15.0, budget_seconds=give_up_after)
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        if self._owns_transport:
+            await self._http.aclose()
 
     async def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         schedule = self._backoff.start()

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
+import contextlib
 import json
 import os
 import re
@@ -40,6 +40,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +52,12 @@ from swerollout.dev.controlplane import ControlPlane
 from swerollout.kube import NAMESPACES, PODS, SECRETS, SWEROLLOUTS, AsyncKubeClient, load_kubeconfig
 from swerollout.wire import ingest as wire
 
+from agent_runner.ingest_client import IngestClient
+
 ROOT = Path(__file__).resolve().parents[1]
 PARALLEL = 32
 BATCH = "bench"
+RUNNER_WAIT_SECONDS = 30.0
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -154,6 +158,7 @@ async def bare_client(kube: AsyncKubeClient, n: int, ns: str, rate: float | None
 
 class Operator:
     def __init__(self, plane: ControlPlane, workdir: Path, namespaces: list[str]) -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
         self.key = workdir / "key"
         # Text, not raw bytes: the operator strips whitespace from its key file (a key made
         # with `echo` ends in a newline), so a random key that began or ended in a
@@ -270,8 +275,12 @@ async def _wait_phase(kube: AsyncKubeClient, ns: str, names: set[str], phase: st
 
 
 class Runners:
-    """One fake runner per rollout over real HTTP: long-polls, reports its abort with a
-    snapshot, then waits for its resume and reports it started."""
+    """One fake runner per rollout over real HTTP, through the runner's own IngestClient (so
+    its retry rule: a reset upload or poll is retried like the real runner's): long-polls,
+    reports its abort with a snapshot, then waits for its resume and reports it started.
+
+    Thousands of them share one connection pool (one per runner would load a TLS context
+    each: about a GB in this process for 2,000)."""
 
     def __init__(self, operator: Operator, ns: str, uids: dict[str, str]) -> None:
         from swerollout_operator.tokens import TokenKey, TokenKind
@@ -280,41 +289,40 @@ class Runners:
         self.kind = TokenKind.INGEST
         self.ns = ns
         self.uids = uids
-        self.base = f"http://127.0.0.1:{operator.ingest_port}{wire.API_PREFIX}"
+        self.base = f"http://127.0.0.1:{operator.ingest_port}"
         limits = httpx.Limits(max_connections=len(uids) + 10, max_keepalive_connections=len(uids) + 10)
-        self.http = httpx.AsyncClient(limits=limits, timeout=300)
+        self.transport = httpx.AsyncHTTPTransport(limits=limits)
         self.got: dict[str, dict[str, float]] = {"abort": {}, "resume": {}}
         self.parked = 0
 
-    async def _poll_until(self, name: str, url: str, headers: dict[str, str], after: str, kind: str) -> dict[str, Any]:
+    def client(self, name: str) -> IngestClient:
+        uid = self.uids[name]
+        token = self.key.derive(self.kind, self.ns, name, uid)
+        return IngestClient(self.base, namespace=self.ns, name=name, uid=uid, token=token, transport=self.transport)
+
+    async def _poll_until(self, name: str, ingest: IngestClient, after: str, kind: str) -> wire.Assignment:
         while True:
-            got = (await self.http.get(url, headers=headers, params={"wait": "60", "after": after})).json()
-            if got["kind"] == kind:
+            # The real runner's long poll (agent_runner/session.py).
+            got = await ingest.assignment(after=after, wait=RUNNER_WAIT_SECONDS)
+            if got.kind.value == kind:
                 self.got[kind][name] = time.monotonic()
-                return dict(got)
-            after = got["id"]
+                return got
+            after = got.id
 
     async def run(self, name: str, lifecycle: bool) -> None:
-        uid = self.uids[name]
-        headers = {"Authorization": f"Bearer {self.key.derive(self.kind, self.ns, name, uid)}"}
-        base = f"{self.base}/{self.ns}/{name}/{uid}"
-        first = (await self.http.get(f"{base}/assignment", headers=headers, params={"wait": "0"})).json()
+        ingest = self.client(name)
+        first = await ingest.assignment(after=None, wait=0)
         self.parked += 1
-        abort = await self._poll_until(name, f"{base}/assignment", headers, first["id"], "abort")
+        abort = await self._poll_until(name, ingest, first.id, "abort")
         if not lifecycle:
             return
-        blob = f"snapshot of {name}".encode()
-        put = await self.http.put(f"{base}/objects/snapshot", content=blob,
-                                  headers={**headers, wire.SHA256_HEADER: hashlib.sha256(blob).hexdigest()})
-        ref = wire.StoredObjectRef.model_validate_json(put.content)
-        event = wire.RunnerEvent(kind=wire.EventKind.ABORTED, assignment_id=abort["id"], reason="Suspended", snapshot=ref)
-        await self.http.post(f"{base}/events", content=event.model_dump_json(), headers=headers)
-        resume = await self._poll_until(name, f"{base}/assignment", headers, abort["id"], "resume")
-        started = wire.RunnerEvent(kind=wire.EventKind.STARTED, assignment_id=resume["id"])
-        await self.http.post(f"{base}/events", content=started.model_dump_json(), headers=headers)
+        ref = await ingest.upload(wire.ObjectKind.SNAPSHOT, f"snapshot of {name}".encode())
+        await ingest.event(wire.RunnerEvent(kind=wire.EventKind.ABORTED, assignment_id=abort.id, reason="Suspended", snapshot=ref))
+        resume = await self._poll_until(name, ingest, abort.id, "resume")
+        await ingest.event(wire.RunnerEvent(kind=wire.EventKind.STARTED, assignment_id=resume.id))
 
     async def aclose(self) -> None:
-        await self.http.aclose()
+        await self.transport.aclose()
 
 
 async def abort_resume(kube: AsyncKubeClient, client: AsyncRolloutClient, operator: Operator, ns: str, n: int) -> dict[str, float]:
@@ -344,25 +352,49 @@ async def abort_resume(kube: AsyncKubeClient, client: AsyncRolloutClient, operat
     }
 
 
-async def at_rest(kube: AsyncKubeClient, operator: Operator, ns: str, n: int, window: float = 20.0) -> dict[str, float]:
-    """n rollouts Running, each runner parked in a long poll: RSS and CPU while nothing changes."""
-    await operator_creates(kube, ns, n, None)
-    uids = await _all_running(kube, ns, n)
-    runners = Runners(operator, ns, uids)
-    tasks = [asyncio.create_task(runners.run(name, lifecycle=False)) for name in uids]
+def _cpu_fraction(operator: Operator, window: float) -> float:
+    """The operator's CPU over `window` seconds, as a fraction of one core."""
+    cpu0, t0 = operator.cpu_seconds(), time.monotonic()
+    time.sleep(window)
+    return (operator.cpu_seconds() - cpu0) / (time.monotonic() - t0)
+
+
+async def at_rest(plane: ControlPlane, kube: AsyncKubeClient, workdir: Path, n: int, window: float = 30.0) -> dict[str, float]:
+    """A fresh operator (so nothing of the other steps is in its memory): its RSS and CPU
+    with nothing to do, then with n rollouts Running, each runner parked in a long poll
+    as the real runner parks (re-polling every RUNNER_WAIT_SECONDS)."""
+    ns = "rest"
+    await _ensure_namespace(kube, ns)
+    operator = Operator(plane, workdir, [ns])
     try:
-        while runners.parked < n:
-            await asyncio.sleep(0.2)
-        await asyncio.sleep(5)  # the last status writes settle
-        cpu0, t0 = operator.cpu_seconds(), time.monotonic()
-        await asyncio.sleep(window)
-        idle = (operator.cpu_seconds() - cpu0) / (time.monotonic() - t0)
-        return {"active_rollouts": n, "rss_mib": operator.rss_mib(), "idle_cpu_fraction_of_core": idle}
+        await operator.ready()
+        empty_cpu = await asyncio.to_thread(_cpu_fraction, operator, window)
+        empty_rss = operator.rss_mib()
+        await operator_creates(kube, ns, n, None)
+        uids = await _all_running(kube, ns, n)
+        runners = Runners(operator, ns, uids)
+        tasks = [asyncio.create_task(runners.run(name, lifecycle=False)) for name in uids]
+        try:
+            while runners.parked < n:
+                failed = [t for t in tasks if t.done()]
+                if failed:
+                    await failed[0]  # a runner that gave up: its error, not a hang
+                await asyncio.sleep(0.2)
+            await asyncio.sleep(5)  # the last status writes settle
+            # The window spans at least one full poll cycle of every runner.
+            parked_cpu = await asyncio.to_thread(_cpu_fraction, operator, max(window, RUNNER_WAIT_SECONDS + 5))
+            return {
+                "active_rollouts": n, "rss_mib": operator.rss_mib(), "peak_rss_mib": operator.peak_rss_mib(),
+                "parked_cpu_fraction_of_core": parked_cpu,
+                "empty_rss_mib": empty_rss, "empty_cpu_fraction_of_core": empty_cpu,
+            }
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await runners.aclose()
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await runners.aclose()
+        operator.stop()
 
 
 _REQUEST = re.compile(r'^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$')
@@ -387,9 +419,9 @@ def _api_writes(plane: ControlPlane) -> Counter[str]:
     return out
 
 
-async def _main(n: int, rate: float, active: int) -> dict[str, Any]:
-    # The machine may be shared: the ratios hold within one run, the load says how far.
-    load_start = os.getloadavg()[0]
+@contextlib.asynccontextmanager
+async def _control_plane() -> AsyncIterator[tuple[ControlPlane, AsyncKubeClient, Path]]:
+    """A fresh API server with the CRDs, a client of it, and a scratch directory."""
     with tempfile.TemporaryDirectory() as tmp:
         plane = ControlPlane(Path(tmp) / "cp")
         plane.start()
@@ -400,30 +432,37 @@ async def _main(n: int, rate: float, active: int) -> dict[str, Any]:
             # Lists of thousands on a loaded machine can take longer than the default 30 s.
             kube = AsyncKubeClient(load_kubeconfig(plane.kubeconfig_path), timeout=300)
             try:
-                baseline = {
-                    "burst": await bare_client(kube, n, "base-burst", None),
-                    "steady": await bare_client(kube, n, "base-steady", rate),
-                }
-                for ns in ("bench", "steady", "rest"):
-                    await _ensure_namespace(kube, ns)
-                operator = Operator(plane, Path(tmp), ["bench", "steady", "rest"])
-                try:
-                    await operator.ready()
-                    before = _api_writes(plane)
-                    ours: dict[str, Any] = {"burst": await operator_creates(kube, "bench", n, None)}
-                    async with AsyncRolloutClient(kube, "bench") as client:
-                        ours["fan_out"] = await abort_resume(kube, client, operator, "bench", n)
-                    await asyncio.sleep(5)  # events are written in the background
-                    delta = _api_writes(plane) - before
-                    ours["steady"] = await operator_creates(kube, "steady", n, rate)
-                    ours["rest"] = await at_rest(kube, operator, "rest", active) if active else {}
-                    ours["peak_rss_mib"] = operator.peak_rss_mib()
-                finally:
-                    operator.stop()
+                yield plane, kube, Path(tmp)
             finally:
                 await kube.aclose()
         finally:
             plane.stop(delete_data=True)
+
+
+async def _main(n: int, rate: float, active: int) -> dict[str, Any]:
+    # The machine may be shared: the ratios hold within one run, the load says how far.
+    load_start = os.getloadavg()[0]
+    async with _control_plane() as (plane, kube, tmp):
+        baseline = {
+            "burst": await bare_client(kube, n, "base-burst", None),
+            "steady": await bare_client(kube, n, "base-steady", rate),
+        }
+        for ns in ("bench", "steady"):
+            await _ensure_namespace(kube, ns)
+        operator = Operator(plane, tmp / "lifecycle", ["bench", "steady"])
+        try:
+            await operator.ready()
+            before = _api_writes(plane)
+            ours: dict[str, Any] = {"burst": await operator_creates(kube, "bench", n, None)}
+            async with AsyncRolloutClient(kube, "bench") as client:
+                ours["fan_out"] = await abort_resume(kube, client, operator, "bench", n)
+            await asyncio.sleep(5)  # events are written in the background
+            delta = _api_writes(plane) - before
+            ours["steady"] = await operator_creates(kube, "steady", n, rate)
+            ours["peak_rss_mib"] = operator.peak_rss_mib()
+        finally:
+            operator.stop()
+        ours["rest"] = await at_rest(plane, kube, tmp / "rest", active) if active else {}
     # The bench's own writes in that window: the CR and the kubelet's pod status.
     own = Counter({"POST swerollouts": n, "PATCH pods/status": n})
     # The trainer's abort(batch) and resume(batch): the operator never writes a batch.
@@ -438,6 +477,28 @@ async def _main(n: int, rate: float, active: int) -> dict[str, Any]:
 
 def run(rollouts: int = 500, rate: float = 50.0, active: int = 2000) -> dict[str, Any]:
     return asyncio.run(_main(rollouts, rate, active))
+
+
+async def _rest_main(active: int) -> dict[str, Any]:
+    load_start = os.getloadavg()[0]
+    async with _control_plane() as (plane, kube, tmp):
+        rest = await at_rest(plane, kube, tmp / "rest", active)
+    return {"rest": rest, "load_average": {"start": load_start, "end": os.getloadavg()[0]}}
+
+
+def run_rest(active: int = 2000) -> dict[str, Any]:
+    """The at-rest step alone (`--rest-only`): its own API server and operator."""
+    return asyncio.run(_rest_main(active))
+
+
+def report_rest(rest: dict[str, Any]) -> str:
+    return (
+        f"  at rest, a fresh operator: with nothing to do RSS {rest['empty_rss_mib']:.0f} MiB, CPU "
+        f"{rest['empty_cpu_fraction_of_core'] * 100:.1f}% of a core; with {rest['active_rollouts']} Running rollouts, "
+        f"every runner parked in a {RUNNER_WAIT_SECONDS:.0f} s long poll: RSS {rest['rss_mib']:.0f} MiB "
+        f"(peak {rest['peak_rss_mib']:.0f}; {(rest['rss_mib'] - rest['empty_rss_mib']) * 1024 / rest['active_rollouts']:.0f} KiB "
+        f"per rollout), CPU {rest['parked_cpu_fraction_of_core'] * 100:.1f}% of a core"
+    )
 
 
 _WHY = {
@@ -487,12 +548,9 @@ def report(result: dict[str, Any]) -> str:
         lines.append(f"    {per:5.2f}  {what:28s} {_WHY.get(what, '')}")
     lines.append(f"    {sum(result['writes_per_rollout'].values()):5.2f}  total")
     rest = o["rest"]
+    lines.append(f"  peak RSS of the operator over the steps above: {o['peak_rss_mib']:.0f} MiB ({2 * n} rollouts tracked)")
     if rest:
-        lines.append(
-            f"  at rest with {rest['active_rollouts']} Running rollouts in long polls: RSS {rest['rss_mib']:.0f} MiB, "
-            f"idle CPU {rest['idle_cpu_fraction_of_core'] * 100:.1f}% of a core (peak RSS {o['peak_rss_mib']:.0f} MiB; "
-            f"the operator tracks {2 * n + rest['active_rollouts']} rollouts and their pods in all)"
-        )
+        lines.append(report_rest(rest))
     return "\n".join(lines)
 
 
@@ -501,8 +559,15 @@ def main() -> int:
     parser.add_argument("--rollouts", type=int, default=500)
     parser.add_argument("--rate", type=float, default=50.0, help="CR/s of the steady run")
     parser.add_argument("--active", type=int, default=2000, help="rollouts at rest for RSS and idle CPU (0: skip)")
+    parser.add_argument("--rest-only", action="store_true", help="only the at-rest step (RSS and CPU with --active)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.rest_only:
+        result = run_rest(args.active)
+        load = result["load_average"]
+        text = f"load average {load['start']:.1f} -> {load['end']:.1f}, {os.cpu_count()} cores\n" + report_rest(result["rest"])
+        print(json.dumps(result, indent=2) if args.json else text)
+        return 0
     result = run(args.rollouts, args.rate, args.active)
     print(json.dumps(result, indent=2) if args.json else report(result))
     return 0
