@@ -16,9 +16,11 @@ the pod's status says it runs unisolated.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -26,9 +28,12 @@ from . import seccomp
 
 MOUNT_ROOT_ENV = "SWEROLLOUT_MOUNT_ROOT"
 
-# Host paths a sandbox (task image) container may see, read-only. Everything else
-# (home directories, /work, the node agent's pod directories) stays invisible.
+# Host system paths every container sees, read-only. Nothing else of the host is visible
+# except what visible_host_paths adds: not home directories (~/.kube/config, SSH keys),
+# /var/tmp, /work or other checkouts (their .swerollout/ admin kubeconfigs and certs).
 SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
+# The packages a runner image is made of, found where they are imported from.
+_OWN_PACKAGES = ("swerollout", "agent_runner", "swerollout_operator")
 _REPLACED = (PurePosixPath("/proc"), PurePosixPath("/dev"), PurePosixPath("/tmp"))
 # Never visible to any container: host daemons keep their sockets here (containerd,
 # a `cluster up` node's containerd under /run/swerollout-cluster, dbus), and a read-only
@@ -84,6 +89,50 @@ def bwrap_works(bwrap: str, seccomp_file: Path) -> str | None:
     except (OSError, subprocess.TimeoutExpired, seccomp.UnsupportedArch) as exc:
         return str(exc)
     return None if result.returncode == 0 else (result.stderr.strip() or f"exit code {result.returncode}")
+
+
+def visible_host_paths(python_bin_dir: Path, *, runner_image: bool) -> list[Path]:
+    """The host paths a container sees read-only: the one rule for both container kinds.
+
+    Every container: the system paths, the Python environment the node agent maps
+    runner images to (``python_bin_dir``'s parent; a sandbox runs the swerex launcher
+    with it) and the installation that environment's interpreter comes from. A runner
+    image container also sees the source directories of our own packages, which an
+    editable install imports from a checkout. Its tokenizers are package data in the
+    environment and its caches go to its HOME, the private /tmp or an emptyDir.
+    """
+    paths = [*(Path(p) for p in SYSTEM_PATHS), python_bin_dir.parent, *_interpreter_prefixes(python_bin_dir)]
+    if runner_image:
+        paths += own_source_dirs()
+    out: list[Path] = []
+    for path in paths:
+        # "/" would expose everything (an interpreter at /bin/python3 on a merged-usr-less host).
+        if path != Path("/") and path not in out:
+            out.append(path)
+    return out
+
+
+def _interpreter_prefixes(python_bin_dir: Path) -> list[Path]:
+    """Where the interpreter of the environment really lives (a venv's python is a symlink
+    into e.g. ~/.pyenv/versions/3.11.7 or uv's python directory), and this process's own base."""
+    prefixes = [Path(sys.base_prefix)]
+    for name in ("python3", "python"):
+        exe = python_bin_dir / name
+        if exe.exists():
+            prefixes.append(exe.resolve().parent.parent)
+            break
+    return prefixes
+
+
+def own_source_dirs() -> list[Path]:
+    """Where our own packages are imported from (an editable install points into the
+    checkout, not the environment)."""
+    dirs: list[Path] = []
+    for module in _OWN_PACKAGES:
+        spec = importlib.util.find_spec(module)
+        if spec is not None and spec.origin:
+            dirs.append(Path(spec.origin).parent)
+    return dirs
 
 
 def _under(path: PurePosixPath, parent: PurePosixPath) -> bool:

@@ -11,7 +11,6 @@ import asyncio
 import json
 import logging
 import shutil
-import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from .config import NodeAgentConfig, parse_egress
 from .env import container_env, expand, referenced_objects
 from .errors import ContainerConfigError, ReferenceNotFound
 from .images import BASE_COMMIT_ENV, PythonEnvImage, checkout, resolve_argv, resolve_image
-from .isolation import HOST_RUNTIME_DIRS, MOUNT_ROOT_ENV, SYSTEM_PATHS, Mount, bwrap_argv, map_unisolated
+from .isolation import HOST_RUNTIME_DIRS, MOUNT_ROOT_ENV, Mount, bwrap_argv, map_unisolated, visible_host_paths
 from .layout import PodDir
 from .network import HOST_IP, POD_LOOPBACK_ENV
 from .podspec import Container, Pod
@@ -516,15 +515,11 @@ class PodRuntime:
         tmp = ctr_dir / "tmp"
         tmp.mkdir(exist_ok=True)
         if self.bwrap is not None:
-            exposed = [Path("/")] if isinstance(image, PythonEnvImage) else [
-                *(Path(p) for p in SYSTEM_PATHS), python_env, Path(sys.base_prefix)]
-            keep = [python_env, Path(sys.base_prefix)]
-            if isinstance(image, PythonEnvImage):
-                keep += _source_dirs()
+            exposed = visible_host_paths(self.config.python_bin_dir, runner_image=isinstance(image, PythonEnvImage))
             prefix = bwrap_argv(
-                self.bwrap, exposed=exposed, hidden=[self.config.root_dir, *self.config.hidden_paths, *HOST_RUNTIME_DIRS], mounts=mounts, private_tmp=tmp,
-                workdir=workdir or PurePosixPath("/tmp"), hostname=self.pod.metadata.name, keep_visible=keep,
-                seccomp_file=self.config.seccomp_file,
+                self.bwrap, exposed=exposed, hidden=[self.config.root_dir, *self.config.hidden_paths, *HOST_RUNTIME_DIRS],
+                mounts=mounts, private_tmp=tmp, workdir=workdir or PurePosixPath("/tmp"), hostname=self.pod.metadata.name,
+                keep_visible=exposed, seccomp_file=self.config.seccomp_file,
             )
             cwd = ctr_dir
             launch = [*prefix, *argv]
@@ -628,15 +623,3 @@ class PodRuntime:
         podnet.teardown(self.dir)
         shutil.rmtree(self.dir.path, ignore_errors=True)
 
-
-def _source_dirs() -> list[Path]:
-    """Where our own packages are imported from (an editable install points into the
-    checkout), so runner containers can import them even from a checkout under /tmp."""
-    import importlib.util
-
-    dirs: list[Path] = []
-    for module in ("swerollout", "agent_runner", "swerollout_operator"):
-        spec = importlib.util.find_spec(module)
-        if spec is not None and spec.origin:
-            dirs.append(Path(spec.origin).parent)
-    return dirs
