@@ -1,10 +1,13 @@
-"""The bubblewrap command line: what a container can see."""
+"""The bubblewrap command line and the host paths it exposes: what a container can see."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path, PurePosixPath
 
-from swerollout.dev.nodeagent.isolation import bwrap_argv
+import agent_runner
+
+from swerollout.dev.nodeagent.isolation import bwrap_argv, own_source_dirs, visible_host_paths
 
 
 def test_paths_under_tmp_stay_visible_on_top_of_the_private_tmp(tmp_path: Path) -> None:
@@ -24,3 +27,14 @@ def test_paths_under_tmp_stay_visible_on_top_of_the_private_tmp(tmp_path: Path) 
     finally:
         venv.rmdir()
         venv.parent.rmdir()
+
+
+def test_runner_and_sandbox_views_share_one_list_and_never_expose_the_root_or_home() -> None:
+    bin_dir = Path(sys.executable).parent
+    runner = visible_host_paths(bin_dir, runner_image=True)
+    sandbox = visible_host_paths(bin_dir, runner_image=False)
+    assert runner[:len(sandbox)] == sandbox, "the runner's view is the sandbox's plus our source dirs"
+    assert set(runner) - set(sandbox) <= set(own_source_dirs())
+    assert Path(agent_runner.__file__).parent in runner and Path(agent_runner.__file__).parent not in sandbox
+    assert bin_dir.parent in sandbox and Path(sys.base_prefix) in sandbox
+    assert {Path("/"), Path.home(), Path("/var/tmp"), Path("/home"), Path("/tmp")}.isdisjoint(runner)
