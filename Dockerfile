@@ -17,7 +17,7 @@
 # so it runs on any task image's libc; BUNDLE_PYTHON=base relocates the base
 # image's own Debian CPython instead (offline; it needs glibc >= 2.36 and libz,
 # libexpat, libssl3, libffi8 in the task image).
-# Stage 2 installs swerollout and its pinned lock into a venv at /opt/swerollout
+# Stage 2 installs swerollout and its runtime lock into a venv at /opt/swerollout
 # (a venv works on any base, whatever its Python's layout).
 # Stage 3 is the runtime image, non-root, with the bundle at /opt/swerex-bundle.
 
@@ -59,12 +59,13 @@ RUN python3 -m venv /opt/swerollout && /opt/swerollout/bin/pip install --no-cach
 
 FROM venv AS wheels
 WORKDIR /src
-COPY pyproject.toml requirements.lock README.md ./
-# The runtime image needs neither torch (a test-only dependency) nor the
-# dev tools; everything else comes from the lock so builds are reproducible. The
-# dependencies go in before our sources, so a source change reuses this layer.
-RUN grep -vE '^(torch|nvidia-|cuda-|triton|pytest|mypy|moto|import-linter)' requirements.lock > /tmp/runtime.lock \
- && /opt/swerollout/bin/uv pip install --python /opt/swerollout/bin/python --no-cache -r /tmp/runtime.lock
+COPY pyproject.toml requirements-runtime.lock README.md ./
+# Exactly the locked runtime set (the `image` extra, `make lock`), with --no-deps: nothing
+# is resolved here, so no package or version the lock does not name can come in, and
+# `uv pip check` fails the build if the lock misses a dependency. The dependencies go in
+# before our sources, so a source change reuses this layer.
+RUN /opt/swerollout/bin/uv pip install --python /opt/swerollout/bin/python --no-cache --no-deps -r requirements-runtime.lock \
+ && /opt/swerollout/bin/uv pip check --python /opt/swerollout/bin/python
 COPY swerollout ./swerollout
 COPY agent_runner ./agent_runner
 COPY operator ./operator
@@ -72,12 +73,12 @@ RUN /opt/swerollout/bin/uv pip install --python /opt/swerollout/bin/python --no-
 
 FROM bundle-python-${BUNDLE_PYTHON} AS bundle
 COPY --from=venv /opt/swerollout /opt/swerollout
-COPY requirements.lock /tmp/requirements.lock
-# Only swe-rex's runtime closure goes into the bundle (not torch, not kopf), into the
-# bundle interpreter's own site directory.
+COPY requirements-runtime.lock /tmp/requirements-runtime.lock
+# Only swe-rex's runtime closure goes into the bundle (not kopf), into the bundle
+# interpreter's own site directory, at the runtime lock's pins (it holds that closure).
 RUN site="$(/opt/swerex-bundle/python/bin/python3 -c 'import site; print(site.getsitepackages()[0])')" \
  && /opt/swerollout/bin/uv pip install --no-cache --python /opt/swerex-bundle/python/bin/python3 \
-      --target "$site" -c /tmp/requirements.lock swe-rex \
+      --target "$site" -c /tmp/requirements-runtime.lock swe-rex \
  && find /opt/swerex-bundle -name '__pycache__' -prune -exec rm -rf {} + \
  && /opt/swerex-bundle/python/bin/python3 -c "import swerex.server, uvicorn"
 

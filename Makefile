@@ -16,7 +16,7 @@ help:
 	@echo "make demo   - run rollouts on the embedded default (no cluster, no Docker)"
 	@echo "make bench  - benchmarks with ratios against in-run baselines"
 	@echo "make crds   - regenerate crds/*.yaml from the API models"
-	@echo "make lock   - re-resolve requirements.lock from pyproject.toml"
+	@echo "make lock   - re-resolve requirements.lock and requirements-runtime.lock from pyproject.toml"
 	@echo "make test-cluster - (root) only the real-node tests: kubelet + containerd (docs/real-node.md)"
 
 $(STAMP): requirements.lock pyproject.toml hack/sglang-contract.txt hack/trainers-test.txt
@@ -47,8 +47,12 @@ cluster-deps:
 cluster-bins: bins
 	@hack/k8s-bin/build.sh node >/dev/null
 
+# requirements.lock: everything, for the venv and the tests. requirements-runtime.lock: only
+# what the image installs (the `image` extra), constrained by the first so that every pin
+# in it is the one the tests ran with; the Dockerfile installs it with --no-deps.
 lock:
 	$(BIN)/uv pip compile -q --python-version 3.11 --all-extras pyproject.toml -o requirements.lock
+	$(BIN)/uv pip compile -q --python-version 3.11 --extra image -c requirements.lock pyproject.toml -o requirements-runtime.lock
 
 crds: venv
 	$(BIN)/python -m swerollout.api.crdgen --out crds/ --chart helm/swerollout

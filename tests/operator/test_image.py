@@ -170,8 +170,8 @@ def test_dockerfile_lint() -> None:
     assert users and users[-1].split(":")[0] == str(runner["securityContext"]["runAsUser"])
     cmd = next(rest for op, rest in reversed(final) if op == "CMD")
     assert "swerollout_operator" in cmd and importlib.util.find_spec("swerollout_operator") is not None
-    # Runtime dependencies come from the lock file.
-    assert any(op == "RUN" and "requirements.lock" in rest for op, rest in ins)
+    # Runtime dependencies come from the image's own lock (tests/swerollout/dev/cluster/test_image_lock.py).
+    assert any(op == "RUN" and "requirements-runtime.lock" in rest for op, rest in ins)
 
 
 @pytest.mark.parametrize("module", ["swerollout_operator", "agent_runner", "swerollout.cli.main"])

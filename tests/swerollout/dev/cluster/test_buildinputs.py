@@ -47,7 +47,7 @@ def test_copy_sources_are_the_context_paths_of_copy_lines_without_from() -> None
 
 def test_our_dockerfile_copies_the_packages_and_the_lock() -> None:
     sources = copy_sources((ROOT / "Dockerfile").read_text())
-    assert {"swerollout", "agent_runner", "operator", "requirements.lock", "pyproject.toml"} <= set(sources)
+    assert {"swerollout", "agent_runner", "operator", "requirements-runtime.lock", "pyproject.toml"} <= set(sources)
 
 
 def test_a_copied_file_changes_the_hash(context: Path) -> None:
