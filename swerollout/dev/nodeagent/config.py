@@ -67,6 +67,11 @@ class NodeAgentConfig(BaseModel):
         """The compiled seccomp filter every bubblewrap container loads (see seccomp.py)."""
         return self.root_dir / "seccomp.bpf"
 
+    @property
+    def mask_dir(self) -> Path:
+        """Where the empty, unreadable file and directory bound over private host entries live (see isolation.Masks)."""
+        return self.root_dir / "mask"
+
     def egress_addresses(self) -> list[tuple[str, int]]:
         """``egress`` as (IPv4 address, port); names are resolved once, here."""
         return parse_egress(self.egress, "egress")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -32,6 +33,10 @@ MOUNT_ROOT_ENV = "SWEROLLOUT_MOUNT_ROOT"
 # except what visible_host_paths adds: not home directories (~/.kube/config, SSH keys),
 # /var/tmp, /work or other checkouts (their .swerollout/ admin kubeconfigs and certs).
 SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
+# System paths whose entries that are not world-readable are hidden (see private_entries).
+# /etc is where a host keeps its secrets (shadow, TLS keys, /etc/kubernetes/admin.conf on a
+# kubeadm node); it is small enough to scan at every container start, /usr is not.
+_SCANNED_FOR_PRIVATE = ("/etc",)
 # The packages a runner image is made of, found where they are imported from.
 _OWN_PACKAGES = ("swerollout", "agent_runner", "swerollout_operator")
 _REPLACED = (PurePosixPath("/proc"), PurePosixPath("/dev"), PurePosixPath("/tmp"))
@@ -112,6 +117,30 @@ def visible_host_paths(python_bin_dir: Path, *, runner_image: bool) -> list[Path
     return out
 
 
+def private_entries() -> list[Path]:
+    """Entries of the scanned system paths that other users may not read: a container must
+    not read them either. Under a root node agent a container's user maps to host root, which
+    owns them, so dropping capabilities alone does not stop ``cat /etc/shadow``; bwrap_argv
+    covers each with a mask."""
+    found: list[Path] = []
+    for top in _SCANNED_FOR_PRIVATE:
+        for root, dirs, files in os.walk(top):
+            for name in [*dirs, *files]:
+                path = os.path.join(root, name)
+                try:
+                    mode = os.lstat(path).st_mode
+                except OSError:
+                    continue
+                if stat.S_ISLNK(mode):
+                    continue
+                wanted = 0o005 if stat.S_ISDIR(mode) else 0o004  # a directory must be listable and enterable
+                if mode & wanted != wanted:
+                    found.append(Path(path))
+                    if name in dirs:
+                        dirs.remove(name)  # hidden whole
+    return found
+
+
 def _interpreter_prefixes(python_bin_dir: Path) -> list[Path]:
     """Where the interpreter of the environment really lives (a venv's python is a symlink
     into e.g. ~/.pyenv/versions/3.11.7 or uv's python directory), and this process's own base."""
@@ -133,6 +162,26 @@ def own_source_dirs() -> list[Path]:
         if spec is not None and spec.origin:
             dirs.append(Path(spec.origin).parent)
     return dirs
+
+
+@dataclass(frozen=True)
+class Masks:
+    """What is bound over a private entry: an empty file and an empty directory of mode 000,
+    which a container, holding no capabilities, cannot open even as their owner. Cheaper than
+    splitting /etc into one bind per entry, and reading gives EACCES rather than a fake file."""
+
+    file: Path
+    directory: Path
+
+    @classmethod
+    def write(cls, directory: Path) -> Masks:
+        masks = cls(directory / "file", directory / "dir")
+        directory.mkdir(parents=True, exist_ok=True)
+        masks.file.touch(exist_ok=True)
+        masks.directory.mkdir(exist_ok=True)
+        for path in (masks.file, masks.directory):
+            path.chmod(0)
+        return masks
 
 
 def _under(path: PurePosixPath, parent: PurePosixPath) -> bool:
@@ -196,8 +245,13 @@ def bwrap_argv(
     hostname: str,
     seccomp_file: Path,
     keep_visible: list[Path] | None = None,
+    private: list[Path] | None = None,
+    masks: Masks | None = None,
 ) -> list[str]:
     """The bwrap prefix for one container (the command follows after ``--``).
+
+    ``private``: exposed host paths the container must not read; each visible one is
+    covered with one of ``masks``.
 
     ``keep_visible``: paths the container needs even where they live under /tmp (a
     checkout or venv in /tmp, as CI clones often are), which the private /tmp would
@@ -207,6 +261,13 @@ def bwrap_argv(
     args = [*confined(bwrap, seccomp_file), "--hostname", hostname[:63], "--die-with-parent"]
     for path in exposed:
         _emit(path, PurePosixPath(path), cuts, args)
+    roots = [PurePosixPath(p) for p in exposed]
+    for path in private or []:
+        dest = PurePosixPath(path)
+        if masks is None:
+            raise ValueError("private paths need masks to cover them")
+        if any(_under(dest, r) for r in roots) and not any(_under(dest, c) for c in cuts) and path.exists():
+            args += ["--ro-bind", str(masks.directory if path.is_dir() else masks.file), str(dest)]
     args += ["--dev", "/dev", "--proc", "/proc", "--bind", str(private_tmp), "/tmp"]
     for path in keep_visible or []:
         if path.exists() and Path("/tmp") in path.resolve().parents:

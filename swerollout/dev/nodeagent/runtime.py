@@ -26,7 +26,9 @@ from .config import NodeAgentConfig, parse_egress
 from .env import container_env, expand, referenced_objects
 from .errors import ContainerConfigError, ReferenceNotFound
 from .images import BASE_COMMIT_ENV, PythonEnvImage, checkout, resolve_argv, resolve_image
-from .isolation import HOST_RUNTIME_DIRS, MOUNT_ROOT_ENV, Mount, bwrap_argv, map_unisolated, visible_host_paths
+from .isolation import (
+    HOST_RUNTIME_DIRS, MOUNT_ROOT_ENV, Masks, Mount, bwrap_argv, map_unisolated, private_entries, visible_host_paths,
+)
 from .layout import PodDir
 from .network import HOST_IP, POD_LOOPBACK_ENV
 from .podspec import Container, Pod
@@ -516,8 +518,10 @@ class PodRuntime:
         tmp.mkdir(exist_ok=True)
         if self.bwrap is not None:
             exposed = visible_host_paths(self.config.python_bin_dir, runner_image=isinstance(image, PythonEnvImage))
+            private = await asyncio.to_thread(private_entries)
             prefix = bwrap_argv(
-                self.bwrap, exposed=exposed, hidden=[self.config.root_dir, *self.config.hidden_paths, *HOST_RUNTIME_DIRS],
+                self.bwrap, exposed=exposed, private=private, masks=Masks.write(self.config.mask_dir),
+                hidden=[self.config.root_dir, *self.config.hidden_paths, *HOST_RUNTIME_DIRS],
                 mounts=mounts, private_tmp=tmp, workdir=workdir or PurePosixPath("/tmp"), hostname=self.pod.metadata.name,
                 keep_visible=exposed, seccomp_file=self.config.seccomp_file,
             )

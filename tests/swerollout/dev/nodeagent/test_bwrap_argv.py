@@ -7,7 +7,7 @@ from pathlib import Path, PurePosixPath
 
 import agent_runner
 
-from swerollout.dev.nodeagent.isolation import bwrap_argv, own_source_dirs, visible_host_paths
+from swerollout.dev.nodeagent.isolation import Masks, bwrap_argv, own_source_dirs, visible_host_paths
 
 
 def test_paths_under_tmp_stay_visible_on_top_of_the_private_tmp(tmp_path: Path) -> None:
@@ -38,3 +38,17 @@ def test_runner_and_sandbox_views_share_one_list_and_never_expose_the_root_or_ho
     assert Path(agent_runner.__file__).parent in runner and Path(agent_runner.__file__).parent not in sandbox
     assert bin_dir.parent in sandbox and Path(sys.base_prefix) in sandbox
     assert {Path("/"), Path.home(), Path("/var/tmp"), Path("/home"), Path("/tmp")}.isdisjoint(runner)
+
+
+def test_private_entries_of_visible_paths_are_covered_by_an_unreadable_mask(tmp_path: Path) -> None:
+    masks = Masks.write(tmp_path / "mask")
+    visible, elsewhere, cut = Path("/etc/passwd"), Path("/var/lib/dpkg/status"), Path("/etc/hostname")
+    args = bwrap_argv(
+        "bwrap", exposed=[Path("/etc"), Path("/usr")], hidden=[cut], mounts=[], private_tmp=tmp_path,
+        workdir=PurePosixPath("/tmp"), hostname="pod", seccomp_file=tmp_path / "f.bpf",
+        private=[visible, Path("/etc/apt"), elsewhere, cut], masks=masks,
+    )
+    binds = [(args[i + 1], args[i + 2]) for i in range(len(args) - 2) if args[i] == "--ro-bind"]
+    assert (str(masks.file), "/etc/passwd") in binds and (str(masks.directory), "/etc/apt") in binds
+    assert not any(dest in (str(elsewhere), str(cut)) for _, dest in binds)
+    assert (masks.file.stat().st_mode & 0o777, masks.directory.stat().st_mode & 0o777) == (0, 0)

@@ -3,7 +3,7 @@
 A runner image container parses model output, so it must not reach Kubernetes
 credentials any more than a sandbox may: files planted where they live on a
 developer's machine (a kubeconfig in HOME, a dev stack's state in a checkout,
-admin certificates under /var/tmp) and the session control plane's own admin
+admin certificates under /var/tmp, a root-only admin.conf in /etc) and the session control plane's own admin
 kubeconfig are unreadable from both containers of one pod, while the runner
 still imports our packages and loads a bundled tokenizer.
 """
@@ -54,13 +54,17 @@ def planted(control_plane: ControlPlane) -> Iterator[list[Path]]:
     """Secrets where a developer's machine keeps them; the session's real admin kubeconfig last."""
     tag = secrets.token_hex(4)
     dirs = [Path.home() / f".swerollout-view-{tag}", CHECKOUT / ".swerollout" / f"view-{tag}",
-            Path("/var/tmp") / f"swerollout-view-{tag}"]
-    files = [dirs[0] / ".kube" / "config", dirs[1] / "dev" / "admin.kubeconfig", dirs[2] / "pki" / "admin.key"]
+            Path("/var/tmp") / f"swerollout-view-{tag}", Path("/etc") / f"swerollout-view-{tag}"]
+    files = [dirs[0] / ".kube" / "config", dirs[1] / "dev" / "admin.kubeconfig", dirs[2] / "pki" / "admin.key",
+             dirs[3] / "admin.conf"]
     try:
         for f in files:
             f.parent.mkdir(parents=True)
             f.write_text(f"secret {tag}\n")
             f.chmod(0o644)  # readable by anyone on the host: only the container's view may stop it
+        # As /etc/kubernetes/admin.conf on a kubeadm node: in a visible directory, readable by its owner
+        # only, and under a root node agent the container's user maps to that owner.
+        files[3].chmod(0o600)
         yield [*files, control_plane.kubeconfig_path]
     finally:
         for d in dirs:
