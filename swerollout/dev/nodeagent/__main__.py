@@ -32,6 +32,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help=f"glob of images that map to this Python environment (default: {', '.join(DEFAULT_RUNNER_IMAGES)})")
     p.add_argument("--hide", action="append", type=Path, default=[], metavar="PATH",
                    help="a host path no container may see (repeatable; the node root is always hidden)")
+    p.add_argument("--runner-path", action="append", type=Path, default=[], metavar="PATH",
+                   help="a host path runner-image containers may also read, e.g. a tokenizer directory (repeatable)")
     p.add_argument("--network", choices=["auto", "isolated", "host"], default="auto",
                    help="own network namespaces per pod (auto: when running as root)")
     p.add_argument("--egress", action="append", default=[], metavar="HOST:PORT",
@@ -45,7 +47,7 @@ async def serve(args: argparse.Namespace) -> None:
     config = NodeAgentConfig(
         node_name=args.node_name, root_dir=args.root.resolve(), isolation=args.isolation, taint=not args.no_taint,
         runner_images=tuple(args.runner_image or DEFAULT_RUNNER_IMAGES),
-        hidden_paths=tuple(p.resolve() for p in args.hide), network=args.network, egress=tuple(args.egress),
+        hidden_paths=tuple(p.resolve() for p in args.hide), runner_paths=tuple(p.resolve() for p in args.runner_path), network=args.network, egress=tuple(args.egress),
     )
     async with AsyncKubeClient.from_kubeconfig(args.kubeconfig) as kube:
         agent = NodeAgent(config, kube)

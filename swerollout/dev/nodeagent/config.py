@@ -39,6 +39,11 @@ class NodeAgentConfig(BaseModel):
     """Host paths no container may see under bubblewrap, besides ``root_dir`` (e.g. the dev
     directory holding the admin kubeconfig: pods get no Kubernetes credentials)."""
 
+    runner_paths: tuple[Path, ...] = ()
+    """Host paths runner-image containers also see under bubblewrap, read-only (e.g. a tokenizer
+    directory that spec.inference.tokenizer names). They see nothing else of the host beyond
+    isolation.visible_host_paths; sandbox containers never see these."""
+
     network: Literal["auto", "isolated", "host"] = "auto"
     """auto: give each pod its own network namespaces when this agent can (root, ``ip``,
     ``nsenter``), else share the host network and say so in the pod status.

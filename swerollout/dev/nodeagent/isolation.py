@@ -22,6 +22,7 @@ import shutil
 import stat
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -96,19 +97,20 @@ def bwrap_works(bwrap: str, seccomp_file: Path) -> str | None:
     return None if result.returncode == 0 else (result.stderr.strip() or f"exit code {result.returncode}")
 
 
-def visible_host_paths(python_bin_dir: Path, *, runner_image: bool) -> list[Path]:
+def visible_host_paths(python_bin_dir: Path, *, runner_image: bool, runner_paths: Sequence[Path] = ()) -> list[Path]:
     """The host paths a container sees read-only: the one rule for both container kinds.
 
     Every container: the system paths, the Python environment the node agent maps
     runner images to (``python_bin_dir``'s parent; a sandbox runs the swerex launcher
     with it) and the installation that environment's interpreter comes from. A runner
     image container also sees the source directories of our own packages, which an
-    editable install imports from a checkout. Its tokenizers are package data in the
-    environment and its caches go to its HOME, the private /tmp or an emptyDir.
+    editable install imports from a checkout, and the ``runner_paths`` the node agent was
+    given. Its bundled tokenizers are package data in the environment and its caches go to
+    its HOME, the private /tmp or an emptyDir.
     """
     paths = [*(Path(p) for p in SYSTEM_PATHS), python_bin_dir.parent, *_interpreter_prefixes(python_bin_dir)]
     if runner_image:
-        paths += own_source_dirs()
+        paths += [*own_source_dirs(), *runner_paths]
     out: list[Path] = []
     for path in paths:
         # "/" would expose everything (an interpreter at /bin/python3 on a merged-usr-less host).

@@ -517,7 +517,8 @@ class PodRuntime:
         tmp = ctr_dir / "tmp"
         tmp.mkdir(exist_ok=True)
         if self.bwrap is not None:
-            exposed = visible_host_paths(self.config.python_bin_dir, runner_image=isinstance(image, PythonEnvImage))
+            exposed = visible_host_paths(self.config.python_bin_dir, runner_image=isinstance(image, PythonEnvImage),
+                                         runner_paths=self.config.runner_paths)
             private = await asyncio.to_thread(private_entries)
             prefix = bwrap_argv(
                 self.bwrap, exposed=exposed, private=private, masks=Masks.write(self.config.mask_dir),

@@ -5,7 +5,8 @@ credentials any more than a sandbox may: files planted where they live on a
 developer's machine (a kubeconfig in HOME, a dev stack's state in a checkout,
 admin certificates under /var/tmp, a root-only admin.conf in /etc) and the session control plane's own admin
 kubeconfig are unreadable from both containers of one pod, while the runner
-still imports our packages and loads a bundled tokenizer.
+still imports our packages and loads a bundled tokenizer and one from a host
+directory the node agent shows runners only (``--runner-path``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pytest
 from swerollout.dev.controlplane import ControlPlane
 from swerollout.dev.nodeagent.layout import container_logs, find_pod_dirs
 from swerollout.kube import PODS, KubeClient
+from swerollout.tokenizers import resolve_tokenizer_dir
 
 from tests.support.nodeagent_support import AgentProcess, phase_is, pod_manifest, wait_pod
 
@@ -40,12 +42,14 @@ _TRY_READ = (
     "print(json.dumps({p: attempt(p) for p in sys.argv[1:]}), flush=True)\n"
 )
 # What a rollout's runner needs: our packages (an editable install imports them from the
-# checkout) and a bundled tokenizer, extracted into its HOME's cache.
+# checkout) and a tokenizer: a bundled one, extracted into its HOME's cache, and the same
+# one from a host directory the agent was told to show runners (--runner-path).
 _RUNNER_WORKS = (
-    "import agent_runner.loop, swerollout_operator, tokenizers\n"
+    "import os, agent_runner.loop, swerollout_operator, tokenizers\n"
     "from swerollout.tokenizers import resolve_tokenizer_dir\n"
-    "tok = tokenizers.Tokenizer.from_file(str(resolve_tokenizer_dir('qwen-2.5') / 'tokenizer.json'))\n"
-    "print('runner tokens:', len(tok.encode('def add(a, b): return a + b').ids), flush=True)\n"
+    "for name in ('qwen-2.5', os.environ['TOKENIZER_DIR']):\n"
+    "    tok = tokenizers.Tokenizer.from_file(str(resolve_tokenizer_dir(name) / 'tokenizer.json'))\n"
+    "    print('runner tokens:', len(tok.encode('def add(a, b): return a + b').ids), flush=True)\n"
 )
 
 
@@ -84,15 +88,19 @@ def task_repo(path: Path) -> None:
 def test_no_container_reads_host_credentials_and_the_runner_still_works(
     agent_factory: Callable[..., AgentProcess], kube: KubeClient, namespace: str, tmp_path: Path, planted: list[Path],
 ) -> None:
-    agent = agent_factory()  # no --hide: the view itself must keep these out
+    tokenizer = tmp_path / "tokenizer"
+    shutil.copytree(resolve_tokenizer_dir("qwen-2.5"), tokenizer)
+    agent = agent_factory("--runner-path", str(tokenizer))  # no --hide: the view itself must keep these out
     paths = [str(p) for p in planted]
     for p in planted:  # the host really has them, readable
         assert p.read_text()
     task_repo(tmp_path / "task")
+    shown = str(tokenizer / "tokenizer_config.json")
     kube.create(PODS, pod_manifest("view", agent.node, [
-        {"name": "runner", "image": RUNNER, "command": ["python", "-c", _RUNNER_WORKS + _TRY_READ, *paths]},
+        {"name": "runner", "image": RUNNER, "command": ["python", "-c", _RUNNER_WORKS + _TRY_READ, *paths],
+         "env": [{"name": "TOKENIZER_DIR", "value": str(tokenizer)}]},
         {"name": "sandbox", "image": f"file://{tmp_path / 'task'}", "workingDir": "/testbed",
-         "command": ["python3", "-c", _TRY_READ, *paths]},
+         "command": ["python3", "-c", _TRY_READ, *paths, shown]},
     ], restartPolicy="Never"), namespace)
     try:
         pod = wait_pod(kube, namespace, "view", phase_is("Succeeded", "Failed"), timeout=180)
@@ -101,12 +109,13 @@ def test_no_container_reads_host_credentials_and_the_runner_still_works(
         assert pod["status"]["phase"] == "Succeeded", logs
         isolated = next(c for c in pod["status"]["conditions"] if c["type"] == "swerollout.io/Isolated")
         assert isolated["status"] == "True", isolated
-        runner_lines = logs["runner"].strip().splitlines()
-        tokens = next(line for line in runner_lines if line.startswith("runner tokens:"))
-        assert int(tokens.split(":")[1]) > 0, logs["runner"]
+        counts = [int(line.split(":")[1]) for line in logs["runner"].splitlines() if line.startswith("runner tokens:")]
+        assert len(counts) == 2 and counts[0] == counts[1] > 0, logs["runner"]
         for container, out in logs.items():
             report = json.loads(out.strip().splitlines()[-1])
-            assert report == {p: "blocked" for p in paths}, (container, out)
+            assert {p: report[p] for p in paths} == {p: "blocked" for p in paths}, (container, out)
+        # the runner path is the runner's alone
+        assert json.loads(logs["sandbox"].strip().splitlines()[-1])[shown] == "blocked", logs["sandbox"]
     finally:
         kube.delete(PODS, "view", namespace, grace_period_seconds=1)
         wait_pod(kube, namespace, "view", lambda p: not p, timeout=30)
