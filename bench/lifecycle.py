@@ -156,6 +156,20 @@ async def bare_client(kube: AsyncKubeClient, n: int, ns: str, rate: float | None
     return _summary(latencies, n, time.monotonic() - started)
 
 
+def _service_account(plane: ControlPlane, directory: Path) -> Path:
+    """A pod's ServiceAccount volume for the operator (token, ca.crt, namespace), bound
+    to cluster-admin: the bench measures speed and memory, not RBAC (tests do that)."""
+    ns, name = "swerollout-system", "bench-operator"
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "token").write_text(plane.mint_token(ns, name, expiration=2 * 86400))
+    (directory / "ca.crt").write_bytes(plane.pki.ca_cert.read_bytes())
+    (directory / "namespace").write_text(ns)
+    bound = plane.kubectl("create", "clusterrolebinding", f"{name}-{directory.parent.name}", "--clusterrole=cluster-admin",
+                          f"--serviceaccount={ns}:{name}")
+    assert bound.returncode == 0, bound.stderr
+    return directory
+
+
 class Operator:
     def __init__(self, plane: ControlPlane, workdir: Path, namespaces: list[str]) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
@@ -166,14 +180,20 @@ class Operator:
         self.key.write_bytes(secrets.token_hex(32).encode())
         self.ingest_port = _free_port()
         self.metrics_port = _free_port()
+        # As the chart runs it: under a ServiceAccount's in-cluster identity (not an admin
+        # kubeconfig, whose loader is the `kubernetes` package: 45 MB of memory).
+        identity = _service_account(plane, workdir / "serviceaccount")
+        host, port = plane.server_url.removeprefix("https://").rsplit(":", 1)
+        env = {**os.environ, "KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port}
+        env.pop("KUBECONFIG", None)
         argv = [
-            sys.executable, "-m", "swerollout_operator", "--kubeconfig", str(plane.kubeconfig_path),
+            sys.executable, "-m", "swerollout_operator", "--service-account-dir", str(identity),
             "--namespaces", ",".join(namespaces), "--bind-host", "127.0.0.1", "--metrics-port", str(self.metrics_port),
             "--ingest-port", str(self.ingest_port), "--token-key-file", str(self.key),
             "--store-url", f"file://{workdir / 'store'}", "--log-level", "WARNING",
         ]
         self.log = open(workdir / "operator.log", "wb")
-        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
 
     async def ready(self) -> None:
         async with httpx.AsyncClient() as http:

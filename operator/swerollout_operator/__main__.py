@@ -7,6 +7,8 @@ KUBECONFIG). It watches only the namespaces it is given (--namespaces) unless
 
 from __future__ import annotations
 
+from . import lean_imports  # noqa: F401, I001 - first: kopf without the kubernetes package
+
 import argparse
 import asyncio
 import logging

@@ -79,8 +79,15 @@ async def shutdown(memo: Any, **_: Any) -> None:
 
 @kopf.on.login()
 def login(memo: Any, **kwargs: Any) -> kopf.ConnectionInfo | None:
-    if _runtime(memo).in_cluster:
-        return kopf.login_with_service_account(**kwargs)
+    runtime = _runtime(memo)
+    if runtime.in_cluster:
+        # Our own loader's view of the ServiceAccount (settings.service_account_dir), so
+        # kopf's watches and our client are one identity; a rotated token is read again
+        # when the API server answers 401 and kopf logs in anew.
+        config = runtime.kube_config()
+        return kopf.ConnectionInfo(
+            server=config.server, ca_data=config.ca_pem, token=config.bearer_token(), default_namespace=config.namespace
+        )
     return kopf.login_with_kubeconfig(**kwargs)
 
 

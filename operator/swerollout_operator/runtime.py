@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from swerollout.kube import AsyncKubeClient, load_incluster, load_kubeconfig
+from swerollout.kube import AsyncKubeClient, KubeConfig, load_incluster, load_kubeconfig
 from swerollout.kube._base import RequestSpec
 from swerollout.store import Owner, ResultStore, open_store
 
@@ -78,8 +78,15 @@ class OperatorRuntime:
         self.queue.forget(uid)
         self.backoff.succeeded(uid)
 
+    def kube_config(self) -> KubeConfig:
+        """Who the operator is: the --kubeconfig (read by the `kubernetes` package's loader,
+        so exec plugins work), else the pod's ServiceAccount (read without that package)."""
+        if self.kubeconfig is not None:
+            return load_kubeconfig(self.kubeconfig)
+        return load_incluster(self.settings.service_account_dir)
+
     async def start(self) -> None:
-        config = load_kubeconfig(self.kubeconfig) if self.kubeconfig else load_incluster()
+        config = self.kube_config()
         self._kube = CountingKubeClient(
             config, max_in_flight=self.settings.api_max_in_flight, http2=self.settings.api_http2
         )

@@ -28,6 +28,11 @@ class OperatorSettings(BaseModel):
     """Namespaces to watch. Empty with `cluster_wide` means every namespace."""
     cluster_wide: bool = False
     """Watch every namespace (needs the chart's ClusterRole)."""
+    service_account_dir: Path = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+    """Where the pod's ServiceAccount identity is mounted (token, ca.crt, namespace), read
+    when no --kubeconfig is given; with KUBERNETES_SERVICE_HOST/PORT it is all the operator
+    needs. Another directory runs it under a ServiceAccount outside a pod (the lifecycle
+    bench measures the operator so, as the chart runs it)."""
 
     runner_image: str = "ghcr.io/swerollout/swerollout:0.1.0"
     """Image of the init (swerex bundle) and runner containers."""

@@ -1,8 +1,8 @@
 """How the client finds and proves itself to an API server.
 
 Two sources: kubeconfig files and the in-cluster identity of a pod (token file + CA +
-``KUBERNETES_SERVICE_HOST``). Both are read by the official ``kubernetes`` package's
-loaders and end as one :class:`KubeConfig`.
+``KUBERNETES_SERVICE_HOST``); both end as one :class:`KubeConfig`. The in-cluster identity
+is four small files, read here; kubeconfigs are not (see below).
 
 Kubeconfigs are read by the official ``kubernetes`` package's loader, as kubectl reads
 them: exec credential plugins (EKS, GKE, AKS), several files in ``$KUBECONFIG`` merged,
@@ -16,6 +16,7 @@ import base64
 import os
 import ssl
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -251,40 +252,63 @@ def _live_token(configuration: Any) -> Callable[[], str | None]:
     return token
 
 
+class ProjectedToken:
+    """The ServiceAccount token of a pod, re-read as the kubelet rotates it: a projected
+    token is rewritten well before it expires, and client-go re-reads the file once a
+    minute; so do we. A failed re-read keeps the token we have (the kubelet swaps the
+    file atomically, so a read error is transient); a file never read is an error."""
+
+    def __init__(self, path: Path, every_seconds: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self._path = path
+        self._every = every_seconds
+        self._clock = clock
+        self._value: str | None = None
+        self._read_at = 0.0
+
+    def __call__(self) -> str | None:
+        now = self._clock()
+        if self._value is None or now - self._read_at >= self._every:
+            try:
+                value = self._path.read_text().strip()
+            except OSError as exc:
+                if self._value is None:
+                    raise ConfigError(f"cannot read the in-cluster token {self._path}: {exc.strerror or exc}") from exc
+                return self._value
+            self._value = value or self._value
+            self._read_at = now
+        return self._value
+
+
 def load_incluster(
     token_dir: str | os.PathLike[str] = INCLUSTER_DIR, environ: dict[str, str] | None = None
 ) -> KubeConfig:
-    """The identity Kubernetes mounts into a pod (``token``, ``ca.crt``, ``namespace``).
+    """The identity Kubernetes mounts into a pod (``token``, ``ca.crt``, ``namespace``),
+    read as client-go's InClusterConfig reads it; the token is re-read as it rotates.
 
-    Read by the official package's in-cluster loader, as client-go's InClusterConfig reads
-    it; its refresh hook re-reads the projected token as the kubelet rotates it.
+    Read here rather than by the ``kubernetes`` package's loader: the operator runs
+    in-cluster, and importing that package costs it 45 MB of its memory for four files.
     """
-    from kubernetes.client import Configuration
-    from kubernetes.config.config_exception import ConfigException
-    from kubernetes.config.incluster_config import InClusterConfigLoader
-
     env = dict(os.environ if environ is None else environ)
-    if not env.get("KUBERNETES_SERVICE_HOST"):
+    host = env.get("KUBERNETES_SERVICE_HOST", "")
+    if not host:
         raise ConfigError("not running in a cluster: KUBERNETES_SERVICE_HOST is not set")
-    env.setdefault("KUBERNETES_SERVICE_PORT", "443")
+    port = env.get("KUBERNETES_SERVICE_PORT") or "443"
     directory = Path(token_dir)
-    token, ca = directory / "token", directory / "ca.crt"
+    token, ca, ns_file = directory / "token", directory / "ca.crt", directory / "namespace"
     if not token.is_file():
         raise ConfigError(f"in-cluster token file {token} is missing (automountServiceAccountToken off?)")
-    configuration = Configuration()
     try:
-        InClusterConfigLoader(token_filename=str(token), cert_filename=str(ca), environ=env).load_and_set(configuration)
-        ns_file = directory / "namespace"
+        ca_pem = ca.read_bytes()
         namespace = ns_file.read_text().strip() if ns_file.is_file() else "default"
-    except ConfigException as exc:
-        raise ConfigError(f"in-cluster identity in {directory}: {exc}") from exc
     except OSError as exc:
-        raise ConfigError(f"cannot read the in-cluster identity in {directory}: {exc}") from exc
-    config = KubeConfig(
-        server=str(configuration.host).rstrip("/"), ca_pem=_read(configuration.ssl_ca_cert, "in-cluster ca.crt"),
-        namespace=namespace,
-    )
-    return config.with_token_source(_live_token(configuration))
+        raise ConfigError(f"cannot read the in-cluster identity in {directory}: {exc.strerror or exc}") from exc
+    if not ca_pem.strip():
+        raise ConfigError(f"in-cluster CA file {ca} is empty: the pod's ServiceAccount volume is broken; recreate the pod")
+    source = ProjectedToken(token)
+    if not source():
+        raise ConfigError(f"in-cluster token file {token} is empty: the pod's ServiceAccount volume is broken; recreate the pod")
+    server = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+    return KubeConfig(server=server, ca_pem=ca_pem, namespace=namespace or "default").with_token_source(source)
 
 
 def _b64(data: bytes) -> str:

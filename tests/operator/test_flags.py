@@ -16,6 +16,7 @@ from swerollout_operator.settings import OperatorSettings
 NON_DEFAULT: dict[str, tuple[list[str], object]] = {
     "namespaces": (["--namespaces", "team-a,team-b"], ["team-a", "team-b"]),
     "cluster_wide": (["--cluster-wide"], True),
+    "service_account_dir": (["--service-account-dir", "/run/sa"], Path("/run/sa")),
     "runner_image": (["--runner-image", "reg.example/swer:2"], "reg.example/swer:2"),
     "runner_image_pull_policy": (["--runner-image-pull-policy", "Always"], "Always"),
     "ingest_url": (["--ingest-url", "http://op:9"], "http://op:9"),

@@ -125,7 +125,14 @@ def operator(control_plane: ControlPlane, crd: None, namespace: str, tmp_path: P
     release = f"swerollout-{secrets.token_hex(3)}"
     install_chart(control_plane, namespace, release)
     token = control_plane.mint_token(namespace, release, create_serviceaccount=False)
+    # For kubectl as the operator (tests of its RBAC); the operator itself reads the
+    # ServiceAccount volume the Deployment gets, as in a pod.
     kubeconfig = control_plane.write_kubeconfig_for_token(tmp_path / "operator.kubeconfig", token, namespace)
+    identity = tmp_path / "serviceaccount"
+    identity.mkdir()
+    (identity / "token").write_text(token)
+    (identity / "ca.crt").write_bytes(control_plane.pki.ca_cert.read_bytes())
+    (identity / "namespace").write_text(namespace)
     # The key the chart generated, as the Deployment would mount it.
     with KubeClient.from_kubeconfig(control_plane.kubeconfig_path) as admin:
         secret = admin.get(SECRETS, f"{release}-token-key", namespace)
@@ -135,7 +142,7 @@ def operator(control_plane: ControlPlane, crd: None, namespace: str, tmp_path: P
     ingest_port = _free_port()
     argv = [
         sys.executable, "-m", "swerollout_operator",
-        "--kubeconfig", str(kubeconfig),
+        "--service-account-dir", str(identity),
         "--namespaces", namespace,
         "--bind-host", "127.0.0.1",
         "--metrics-port", str(port),
@@ -144,7 +151,9 @@ def operator(control_plane: ControlPlane, crd: None, namespace: str, tmp_path: P
         "--store-url", f"file://{tmp_path / 'store'}",
         "--log-level", "DEBUG",
     ]
+    host, api_port = control_plane.server_url.removeprefix("https://").rsplit(":", 1)
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    env.update(KUBERNETES_SERVICE_HOST=host, KUBERNETES_SERVICE_PORT=api_port)
     handle = OperatorProcess(
         argv, env, tmp_path / "operator.log", f"http://127.0.0.1:{port}", release, kubeconfig,
         ingest_url=f"http://127.0.0.1:{ingest_port}", key_file=key_file, store_dir=tmp_path / "store",

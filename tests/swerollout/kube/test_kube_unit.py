@@ -23,6 +23,7 @@ from swerollout.kube import (
     retry,
 )
 from swerollout.backoff import Backoff
+from swerollout.kube.config import ProjectedToken
 from swerollout.kube.errors import ApiError, error_from_response
 
 
@@ -107,6 +108,41 @@ def test_incluster_needs_the_service_host_and_token(tmp_path: Path) -> None:
     assert config.namespace == "default"
 
 
+def test_incluster_token_is_reread_as_the_kubelet_rotates_it(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("first\n")
+    now = [0.0]
+    source = ProjectedToken(token, every_seconds=60, clock=lambda: now[0])
+    assert source() == "first"
+    token.write_text("second\n")
+    now[0] = 59.0
+    assert source() == "first"  # not re-read on every request
+    now[0] = 60.0
+    assert source() == "second"
+    token.unlink()  # the kubelet swapping the file: keep what we have
+    now[0] = 200.0
+    assert source() == "second"
+    with pytest.raises(ConfigError, match="cannot read the in-cluster token"):
+        ProjectedToken(token)()
+
+
+def test_incluster_config_reads_no_kubernetes_package(tmp_path: Path) -> None:
+    """The operator's in-cluster identity costs no import of the 45 MB `kubernetes` package."""
+    import subprocess
+    import sys
+
+    (tmp_path / "token").write_text("abc")
+    (tmp_path / "ca.crt").write_text("pem")
+    (tmp_path / "namespace").write_text("ops")
+    code = (
+        "import sys; from swerollout.kube import load_incluster; "
+        f"c = load_incluster({str(tmp_path)!r}, {{'KUBERNETES_SERVICE_HOST': '10.0.0.1'}}); "
+        "print(c.namespace, c.bearer_token(), 'kubernetes' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.split() == ["ops", "abc", "False"]
+
+
 def test_load_config_search_order(tmp_path: Path) -> None:
     def write(name: str, server: str) -> Path:
         doc = {
@@ -134,7 +170,7 @@ def test_load_config_search_order(tmp_path: Path) -> None:
     (token_dir / "ca.crt").write_text("")
     pod_env = {"HOME": str(tmp_path / "nohome"), "KUBERNETES_SERVICE_HOST": "10.0.0.1"}
     # An empty CA is a broken identity, refused as client-go refuses it.
-    with pytest.raises(ConfigError, match="Cert file exists but empty"):
+    with pytest.raises(ConfigError, match="CA file .* is empty"):
         load_config(environ=pod_env, incluster_dir=token_dir)
     (token_dir / "ca.crt").write_text("not used until connecting")
     assert load_config(environ=pod_env, incluster_dir=token_dir).server == "https://10.0.0.1:443"
