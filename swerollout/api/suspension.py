@@ -24,11 +24,13 @@ def is_suspended(own: bool, batch: SWERolloutBatchSpec | None) -> bool:
     return own or (batch is not None and batch.suspend)
 
 
-def suspended_by(own: bool, batch: SWERolloutBatchSpec | None) -> str:
-    """Who suspends the rollout, for messages: '' when nobody does."""
-    if own:
-        return "spec.suspend"
-    return "its SWERolloutBatch's spec.suspend" if batch is not None and batch.suspend else ""
+def suspended_by(own: bool, batch: SWERolloutBatchSpec | None, batch_name: str | None = None) -> str:
+    """Who suspends the rollout, for what users read (`swerollout list/get/watch`):
+    'spec.suspend', 'batch <name>', both joined by ' and ', or '' when nobody does."""
+    who = ["spec.suspend"] if own else []
+    if batch is not None and batch.suspend:
+        who.append(f"batch {batch_name}" if batch_name else "its SWERolloutBatch")
+    return " and ".join(who)
 
 
 def weight_version(own: str | None, batch: SWERolloutBatchSpec | None) -> str | None:

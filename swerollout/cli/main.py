@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "watch": ("swerollout.cli.watch", "follow a batch live until every rollout finished"),
     "abort": ("swerollout.cli.rollouts", "abort a batch's unfinished rollouts (keeps their pods for resume)"),
     "resume": ("swerollout.cli.rollouts", "resume a batch's aborted rollouts on their pods"),
+    "delete": ("swerollout.cli.rollouts", "delete a batch: its rollouts with their pods and stored results, then its SWERolloutBatch"),
     "results": ("swerollout.cli.results", "export a batch's trajectories and rewards (.parquet or .jsonl)"),
     "view": ("swerollout.cli.view", "see a batch and its trajectories in the browser (serves on 127.0.0.1)"),
 }

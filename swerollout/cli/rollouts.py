@@ -1,4 +1,4 @@
-"""`swerollout list | get | abort | resume`, and what every trainer-client command shares:
+"""`swerollout list | get | abort | resume | delete`, and what every trainer-client command shares:
 the connection options, turning client errors into exit codes, and the tables.
 
 Exit codes of the client commands: 0 ok; 1 the batch has failed rollouts (where that
@@ -21,7 +21,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from swerollout.api.v1alpha1 import LABEL_BATCH
+from swerollout.api.suspension import batch_name
+from swerollout.api.v1alpha1 import LABEL_BATCH, SWERolloutBatchSpec
 from swerollout.client import (
     ClientConfigError,
     ClientError,
@@ -31,6 +32,7 @@ from swerollout.client import (
     RolloutNotFound,
     UnknownBatch,
 )
+from swerollout.client.aclient import INFERENCE_ADMIN_KEY_ENV
 from swerollout.client.progress import member_state
 
 EXIT_OK = 0
@@ -114,13 +116,15 @@ def age(timestamp: str | None) -> str:
     return f"{max(seconds, 0)}s"
 
 
-def rollouts_table(objects: list[dict[str, Any]]) -> Table:
+def rollouts_table(objects: list[dict[str, Any]], batches: dict[str, SWERolloutBatchSpec]) -> Table:
+    """One line per rollout; SUSPENDED BY says who suspends it (its own spec.suspend or
+    its batch, from ``batches``: the batch objects' specs by name)."""
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("NAME", "BATCH", "PHASE", "TURNS", "TOKENS", "EXIT", "REWARD", "SUSPEND", "AGE"):
+    for column in ("NAME", "BATCH", "PHASE", "TURNS", "TOKENS", "EXIT", "REWARD", "SUSPENDED BY", "AGE"):
         table.add_column(column, no_wrap=True)
     for obj in objects:
         meta = obj.get("metadata") or {}
-        state = member_state(obj)
+        state = member_state(obj, batches)
         table.add_row(
             state.name,
             (meta.get("labels") or {}).get(LABEL_BATCH, ""),
@@ -129,7 +133,7 @@ def rollouts_table(objects: list[dict[str, Any]]) -> Table:
             str(state.generated_tokens),
             state.exit_status or "",
             "" if state.reward is None else f"{state.reward:g}",
-            "yes" if state.suspend else "",
+            state.suspended_by,
             age(meta.get("creationTimestamp")),
         )
     return table
@@ -144,7 +148,7 @@ def _list(args: argparse.Namespace, client: RolloutClient) -> int:
     if not objects:
         out.print(f"No SWERollouts in namespace {client.namespace}.")
         return EXIT_OK
-    out.print(rollouts_table(objects))
+    out.print(rollouts_table(objects, client.batch_specs()))
     return EXIT_OK
 
 
@@ -156,7 +160,9 @@ def _get(args: argparse.Namespace, client: RolloutClient) -> int:
         return EXIT_OK
     status = obj.get("status") or {}
     spec = obj.get("spec") or {}
-    state = member_state(obj)
+    owner = batch_name(obj["metadata"].get("labels"))
+    batch = client.batch_spec(owner) if owner else None
+    state = member_state(obj, {owner: batch} if owner and batch else None)
     table = Table(box=None, show_header=False, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()
@@ -167,7 +173,7 @@ def _get(args: argparse.Namespace, client: RolloutClient) -> int:
         ("Instance", (spec.get("instance") or {}).get("instanceId", "")),
         ("Endpoint", (spec.get("inference") or {}).get("endpoint", "")),
         ("Mode", spec.get("mode", "")),
-        ("Suspend", str(spec.get("suspend", False)).lower()),
+        ("Suspended", f"yes, by {state.suspended_by}" if state.suspend else "no"),
         ("Phase", state.phase.value),
         ("Trainer status", state.status.value if state.phase.is_terminal else ""),
         ("Message", status.get("message", "")),
@@ -190,7 +196,7 @@ def _suspend(value: bool) -> Command:
     verb = "abort" if value else "resume"
 
     def command(args: argparse.Namespace, client: RolloutClient) -> int:
-        names = client.abort(args.batch) if value else client.resume(args.batch)
+        names = client.abort(args.batch, admin_key=admin_key(args)) if value else client.resume(args.batch)
         what = "asked to abort" if value else "resumed"
         if names:
             print(f"{len(names)} rollout(s) of batch {args.batch} {what}: {', '.join(names)}")
@@ -200,6 +206,48 @@ def _suspend(value: bool) -> Command:
         return EXIT_OK
 
     return command
+
+
+def admin_key(args: argparse.Namespace) -> str | None:
+    """The inference servers' admin key from --admin-key-file or --admin-key-env; None
+    leaves the client's default ($SWEROLLOUT_INFERENCE_ADMIN_KEY). Never an argument
+    value: argv is visible to every user of the machine (ps)."""
+    if args.admin_key_file:
+        try:
+            key = Path(args.admin_key_file).read_text().strip()
+        except OSError as exc:
+            raise ClientConfigError(f"cannot read --admin-key-file {args.admin_key_file}: {exc.strerror}") from exc
+        if not key:
+            raise ClientConfigError(f"--admin-key-file {args.admin_key_file} is empty: write the server's admin key into it")
+        return key
+    if args.admin_key_env:
+        key = os.environ.get(args.admin_key_env, "").strip()
+        if not key:
+            raise ClientConfigError(
+                f"--admin-key-env {args.admin_key_env}: that environment variable is not set or empty; export the "
+                "server's admin key in it"
+            )
+        return key
+    return None
+
+
+def _delete(args: argparse.Namespace, client: RolloutClient) -> int:
+    if not args.yes:
+        count = len(client.list_rollouts(args.batch))
+        question = (
+            f"delete the {count} rollout(s) of batch {args.batch}, their pods and stored trajectories, and its "
+            "SWERolloutBatch? [y/N] "
+        )
+        if not sys.stdin.isatty():
+            raise ClientConfigError(
+                f"deleting batch {args.batch} deletes {count} rollout(s) and their stored results: pass --yes to confirm"
+            )
+        if input(question).strip().lower() not in ("y", "yes"):
+            print("nothing deleted")
+            return EXIT_OK
+    names = client.delete_batch(args.batch)
+    print(f"deleted {len(names)} rollout(s) of batch {args.batch} and its SWERolloutBatch (if it had one)")
+    return EXIT_OK
 
 
 def _register_list(parser: argparse.ArgumentParser) -> None:
@@ -218,10 +266,26 @@ def _register_get(parser: argparse.ArgumentParser) -> None:
 def _register_suspend(value: bool) -> Callable[[argparse.ArgumentParser], None]:
     def register(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--batch", required=True, help="batch whose unfinished rollouts to " + ("abort" if value else "resume"))
+        if value:
+            keys = parser.add_argument_group(
+                "inference admin key",
+                f"the SGLang servers' --admin-api-key for the batch's /abort_request (default: ${INFERENCE_ADMIN_KEY_ENV}); "
+                "never taken as an argument value, which every user sees in ps",
+            )
+            source = keys.add_mutually_exclusive_group()
+            source.add_argument("--admin-key-file", metavar="PATH", help="file holding the key")
+            source.add_argument("--admin-key-env", metavar="NAME", help="environment variable holding the key")
         add_connection_args(parser)
         parser.set_defaults(func=run_client_command(_suspend(value)))
 
     return register
+
+
+def _register_delete(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--batch", required=True, help="batch to delete: its rollouts, then its SWERolloutBatch")
+    parser.add_argument("--yes", action="store_true", help="do not ask for confirmation (needed without a terminal)")
+    add_connection_args(parser)
+    parser.set_defaults(func=run_client_command(_delete))
 
 
 _COMMANDS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
@@ -229,11 +293,12 @@ _COMMANDS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
     "get": _register_get,
     "abort": _register_suspend(True),
     "resume": _register_suspend(False),
+    "delete": _register_delete,
 }
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    """One module serves four commands; the parser's prog (``swerollout <command>``) says which."""
+    """One module serves five commands; the parser's prog (``swerollout <command>``) says which."""
     command = parser.prog.split()[-1]
     if command not in _COMMANDS:
         print(f"swerollout.cli.rollouts serves {sorted(_COMMANDS)}, not {command!r}", file=sys.stderr)

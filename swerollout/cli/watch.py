@@ -1,6 +1,7 @@
 """`swerollout watch --batch NAME`: live progress of a batch until every rollout finished.
 
-Shows rollouts per phase, generated tokens and tokens per second, rewards and
+Shows rollouts per phase, how many unfinished ones are suspended (by their own flag or
+their batch's), generated tokens and tokens per second, rewards and
 resolved counts. The final line counts the finished rollouts per trainer status
 (completed, truncated, failed), the same statuses `results` and the client's records
 give. Exits 0 when none failed, 1 when some failed.
@@ -39,6 +40,7 @@ def summary_table(state: BatchProgress, tokens_per_second: float) -> Table:
     table = Table(title=f"batch {state.batch}", box=None, header_style="bold")
     for phase in Phase:
         table.add_column(phase.value, justify="right")
+    table.add_column("suspended", justify="right")
     table.add_column("tokens", justify="right")
     table.add_column("tok/s", justify="right")
     table.add_column("mean reward", justify="right")
@@ -47,6 +49,7 @@ def summary_table(state: BatchProgress, tokens_per_second: float) -> Table:
     rewards = state.rewards
     table.add_row(
         *(str(phases.get(p.value, 0)) for p in Phase),
+        str(state.suspended),
         str(state.generated_tokens),
         f"{tokens_per_second:.1f}",
         f"{sum(rewards) / len(rewards):.3f}" if rewards else "-",
@@ -57,11 +60,12 @@ def summary_table(state: BatchProgress, tokens_per_second: float) -> Table:
 
 def members_table(state: BatchProgress) -> Table:
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("NAME", "PHASE", "TURNS", "TOKENS", "EXIT", "REWARD"):
+    for column in ("NAME", "PHASE", "TURNS", "TOKENS", "EXIT", "REWARD", "SUSPENDED BY"):
         table.add_column(column, no_wrap=True)
     for m in state.members:
         reward = "" if m.reward is None else f"{m.reward:g}"
-        table.add_row(m.name, m.phase.value, str(m.turns), str(m.generated_tokens), m.exit_status or "", reward)
+        suspended = m.suspended_by if not m.phase.is_terminal else ""
+        table.add_row(m.name, m.phase.value, str(m.turns), str(m.generated_tokens), m.exit_status or "", reward, suspended)
     return table
 
 

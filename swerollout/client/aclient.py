@@ -17,6 +17,7 @@ import inspect
 import json
 import logging
 import os
+import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import aclosing
 from types import TracebackType
@@ -43,6 +44,7 @@ from swerollout.api.v1alpha1 import (
     Mode,
     Reward,
     SandboxSpec,
+    SWERolloutBatchSpec,
     SWERolloutSpec,
 )
 from swerollout.api.suspension import batch_name
@@ -108,6 +110,9 @@ MAX_WEIGHT_VERSION = 128
 INFERENCE_ADMIN_KEY_ENV = "SWEROLLOUT_INFERENCE_ADMIN_KEY"
 # Optimistic-concurrency retries of one abort/resume patch before giving up.
 MAX_CONFLICT_RETRIES = 5
+# How stale the batch object's spec may be in wait()'s progress reports (it is read again
+# at most this often, on a member's change; its own changes move no member at once).
+BATCH_SPEC_REFRESH_SECONDS = 2.0
 # Transient failures of one abort/resume mark (reset, 429, 5xx) are retried this long:
 # a trainer's abort must ride out an API server restart of a few seconds.
 MARK_BACKOFF = Backoff(first_seconds=0.2, max_seconds=5.0, budget_seconds=30.0)
@@ -287,6 +292,8 @@ class AsyncRolloutClient:
         self._batch_crd = False
         """Whether the API server serves SWERolloutBatch (else batch abort/resume marks each member)."""
         self._batches = BatchWriter(kube, self.namespace, FIELD_MANAGER)
+        self._batches_checked: set[str] = set()
+        """Batches whose object submit found fit for new members (one read per batch)."""
         self._watch: SharedWatch | None = None
 
     @classmethod
@@ -405,6 +412,19 @@ class AsyncRolloutClient:
             raise self._unknown_batch(batch)
         return items
 
+    async def batch_specs(self) -> dict[str, SWERolloutBatchSpec]:
+        """The namespace's SWERolloutBatch specs by name (one LIST): with
+        :func:`~swerollout.client.progress.member_state` they tell who is suspended. Empty
+        where the CRD is not installed or the identity may not list them (warned)."""
+        await self.check_cluster()
+        return await self._batches.all_if_allowed() if self._batch_crd else {}
+
+    async def batch_spec(self, batch: str) -> SWERolloutBatchSpec | None:
+        """The spec of the batch's SWERolloutBatch; None when it has none (or the CRD is
+        not installed, or the identity may not read it: warned)."""
+        await self.check_cluster()
+        return await self._batches.get_if_allowed(batch) if self._batch_crd else None
+
     def _unknown_batch(self, batch: str) -> UnknownBatch:
         return UnknownBatch(
             f"batch {batch!r} has no SWERollouts in namespace {self.namespace!r} (label {LABEL_BATCH}={batch}); "
@@ -474,6 +494,7 @@ class AsyncRolloutClient:
             for endpoint in {inf.endpoint, *(m["endpoint"] for m in per_member or [])}:
                 await check_inference_endpoint(endpoint)
         await self.check_cluster()
+        await self._check_batch_object(batch)
 
         bodies = []
         for sample, spec in enumerate(specs):
@@ -520,6 +541,7 @@ class AsyncRolloutClient:
         if check_endpoint:
             await check_inference_endpoint(str(inf.endpoint))
         await self.check_cluster()
+        await self._check_batch_object(batch)
         return (await self._apply([body]))[0]
 
     @staticmethod
@@ -528,6 +550,39 @@ class AsyncRolloutClient:
             check_batch_name(batch)
         except ValueError as exc:
             raise ClientConfigError(str(exc)) from None
+
+    async def _check_batch_object(self, batch: str) -> None:
+        """Refuse to submit into a batch object left over from an earlier use of the name.
+
+        A SWERolloutBatch outlives its rollouts. One that still suspends, or still sets a
+        weight version, but has no members left would silently start the new members
+        suspended (or label their tokens with the old version): refused, naming the fix.
+        With members it is the trainer's live batch (submitting during a weight update is
+        normal): the new members start suspended, with a warning, and ``resume(batch)``
+        runs them. Read once per batch and client."""
+        if not self._batch_crd or batch in self._batches_checked:
+            return
+        spec = await self._batches.get_if_allowed(batch)
+        if spec is not None and (spec.suspend or spec.weight_version):
+            try:
+                page = await aretry(lambda: self.kube.list(
+                    SWEROLLOUTS, self.namespace, label_selector=f"{LABEL_BATCH}={batch}", limit=1
+                ))
+            except KubeError as exc:
+                raise _kube_error(exc, f"listing the members of batch {batch}") from exc
+            what = "spec.suspend: true" if spec.suspend else f"spec.weightVersion: {spec.weight_version!r}"
+            if not page.get("items"):
+                raise ClientConfigError(
+                    f"SWERolloutBatch {batch} is left over from an earlier use of this batch name (it has "
+                    f"{what} and no rollouts): delete it with `swerollout delete --batch {batch}` (or kubectl "
+                    f"delete swerb {batch}), or choose a new batch name"
+                )
+            if spec.suspend:
+                log.warning(
+                    "batch %s is suspended: its new rollouts start suspended; resume(%r) (swerollout resume "
+                    "--batch %s) runs them", batch, batch, batch,
+                )
+        self._batches_checked.add(batch)
 
     async def _apply(self, bodies: list[Object]) -> list[str]:
         limit = asyncio.Semaphore(PARALLEL_REQUESTS)
@@ -704,6 +759,23 @@ class AsyncRolloutClient:
         deleted = await asyncio.gather(*(one(n) for n in sorted(set(names))))
         return [n for n in deleted if n]
 
+    async def delete_batch(self, batch: str) -> list[str]:
+        """Delete every rollout of ``batch`` (pods and stored results go with them), then
+        its SWERolloutBatch object, so the name can be used again; returns the rollouts'
+        names. UnknownBatch when there is neither a rollout nor a batch object.
+
+        The members go first: a batch object deleted first would resume its suspended
+        members until their own deletion reaches them. Deleting only the batch object
+        (``kubectl delete swerb``) never deletes rollouts: they are the training data."""
+        await self.check_cluster()
+        names = [_name(o) for o in await self.list_rollouts(batch)]
+        deleted = await self.delete(names) if names else []
+        had_object = await self._batches.delete(batch) if self._batch_crd else False
+        self._batches_checked.discard(batch)
+        if not names and not had_object:
+            raise self._unknown_batch(batch)
+        return deleted
+
     async def _targets(self, batch: str | None, names: Iterable[str] | None) -> list[Object]:
         """The objects one abort/resume acts on: a batch's members, or named rollouts."""
         if (batch is None) == (names is None):
@@ -832,11 +904,20 @@ class AsyncRolloutClient:
         self, batch: str, *, progress: ProgressCallback | None = None, timeout: float | None = None
     ) -> BatchProgress:
         """Return once every member is Succeeded or Failed; ``progress`` is called on every change."""
+        specs: dict[str, SWERolloutBatchSpec] = {}
+        read_at: float | None = None
         try:
             async with asyncio.timeout(timeout):
                 async with aclosing(self._observe(batch)) as states:
                     async for objects in states:
-                        state = BatchProgress.from_objects(batch, objects)
+                        if progress is not None and (
+                            read_at is None or time.monotonic() - read_at >= BATCH_SPEC_REFRESH_SECONDS
+                        ):
+                            # Who suspends whom, for the report: the batch object, re-read now and then.
+                            spec = await self.batch_spec(batch)
+                            specs = {batch: spec} if spec is not None else {}
+                            read_at = time.monotonic()
+                        state = BatchProgress.from_objects(batch, objects, specs)
                         if progress is not None:
                             outcome = progress(state)
                             if inspect.isawaitable(outcome):

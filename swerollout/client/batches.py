@@ -1,5 +1,6 @@
-"""The client's writes to a SWERolloutBatch: suspend or resume a whole batch with one
-write (create-or-patch), whatever the batch's size.
+"""The client's reads and writes of SWERolloutBatch objects: suspend or resume a whole
+batch with one write (create-or-patch), whatever the batch's size; read them so users see
+who suspends a member; delete one with its batch.
 
 A write is conditional on the resourceVersion it read, and a write whose answer was
 lost is read back before anything is sent again: a retry never re-applies an old
@@ -63,6 +64,38 @@ class BatchWriter:
         except ClientConfigError as exc:
             log.warning("%s; treating batch %s as not suspended", exc, name)
             return None
+
+    async def all_if_allowed(self) -> dict[str, SWERolloutBatchSpec]:
+        """Every batch object's spec by name (one LIST); empty, with a warning, for an
+        identity that may not list them, and empty where the CRD is not installed."""
+        try:
+            items = await aretry(
+                lambda: self.kube.list(SWEROLLOUTBATCHES, self.namespace), policy=WRITE_BACKOFF
+            )
+        except NotFound:
+            return {}  # the API server does not serve SWERolloutBatch (an install from before it)
+        except Forbidden as exc:
+            log.warning("%s; showing only the rollouts' own spec.suspend", self._forbidden(exc, "listing SWERolloutBatches"))
+            return {}
+        except KubeError as exc:
+            raise KubeApiError(f"listing SWERolloutBatches in {self.namespace}: {exc}", retryable=exc.retryable) from exc
+        specs = {str(o["metadata"]["name"]): _spec(o) for o in items.get("items") or []}
+        return {name: spec for name, spec in specs.items() if spec is not None}
+
+    async def delete(self, name: str) -> bool:
+        """Delete the batch object; False when there was none (or the CRD is not installed)."""
+        try:
+            await aretry(lambda: self.kube.delete(SWEROLLOUTBATCHES, name, self.namespace), policy=WRITE_BACKOFF)
+        except NotFound:
+            return False
+        except Forbidden as exc:
+            raise ClientConfigError(
+                f"deleting SWERolloutBatch {name}: {exc}. The trainer's identity needs delete on "
+                f"{BATCH_PLURAL}.{GROUP} in namespace {self.namespace} (see docs/client.md, Permissions)"
+            ) from exc
+        except KubeError as exc:
+            raise KubeApiError(f"deleting SWERolloutBatch {name}: {exc}", retryable=exc.retryable) from exc
+        return True
 
     async def _read(self, name: str) -> dict[str, Any] | None:
         try:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from swerollout.api.v1alpha1 import Phase
+from swerollout.api.suspension import batch_name, is_suspended, suspended_by
+from swerollout.api.v1alpha1 import Phase, SWERolloutBatchSpec
 from swerollout.client.records import TrainerStatus, parse_status, trainer_status
 
 
@@ -20,6 +22,11 @@ class MemberState:
     resolved: bool | None
     exit_status: str | None
     suspend: bool
+    """Whether the member is suspended: its own ``spec.suspend`` or its batch's
+    (``swerollout.api.suspension``, the operator's rule), as far as the batch objects
+    given to :func:`member_state` tell."""
+    suspended_by: str = ""
+    """Who suspends it, e.g. ``batch step-7`` or ``spec.suspend``; '' when nobody does."""
     message: str = ""
     """The operator's summary of the latest phase change (why it failed, for example)."""
     status: TrainerStatus = TrainerStatus.ABORTED
@@ -60,6 +67,11 @@ class BatchProgress:
         return bool(self.members) and self.finished == self.total
 
     @property
+    def suspended(self) -> int:
+        """Unfinished members that are suspended (by their own flag or their batch's)."""
+        return sum(1 for m in self.members if m.suspend and not m.phase.is_terminal)
+
+    @property
     def generated_tokens(self) -> int:
         return sum(m.generated_tokens for m in self.members)
 
@@ -72,8 +84,11 @@ class BatchProgress:
         return sum(1 for m in self.members if m.resolved)
 
     @classmethod
-    def from_objects(cls, batch: str, objects: list[dict[str, Any]]) -> BatchProgress:
-        return cls(batch, tuple(member_state(o) for o in sorted(objects, key=_sort_key)))
+    def from_objects(
+        cls, batch: str, objects: list[dict[str, Any]], batches: Mapping[str, SWERolloutBatchSpec] | None = None
+    ) -> BatchProgress:
+        """``batches``: the SWERolloutBatch specs by name (see :func:`member_state`)."""
+        return cls(batch, tuple(member_state(o, batches) for o in sorted(objects, key=_sort_key)))
 
 
 def _sort_key(obj: dict[str, Any]) -> tuple[int, ...] | tuple[str]:
@@ -84,21 +99,29 @@ def _sort_key(obj: dict[str, Any]) -> tuple[int, ...] | tuple[str]:
     return (name,)
 
 
-def member_state(obj: dict[str, Any]) -> MemberState:
+def member_state(obj: dict[str, Any], batches: Mapping[str, SWERolloutBatchSpec] | None = None) -> MemberState:
+    """The member's state; ``batches`` (SWERolloutBatch specs by name, e.g. the client's
+    ``batch_specs()``) decides whether its batch suspends it. Without them only the
+    member's own flag is known."""
     status = parse_status(obj)
+    meta = obj.get("metadata") or {}
+    own = bool((obj.get("spec") or {}).get("suspend", False))
+    owner = batch_name(meta.get("labels"))
+    batch = (batches or {}).get(owner) if owner else None
     progress, result, reward = status.progress, status.result, status.reward
     generated = progress.generated_tokens if progress else 0
     if result is not None:
         generated = max(generated, result.response_tokens)
     return MemberState(
-        name=str((obj.get("metadata") or {}).get("name", "")),
+        name=str(meta.get("name", "")),
         phase=status.phase,
         turns=result.turns if result else (progress.turns if progress else 0),
         generated_tokens=generated,
         reward=reward.value if reward else None,
         resolved=reward.resolved if reward else None,
         exit_status=result.exit_status if result else None,
-        suspend=bool((obj.get("spec") or {}).get("suspend", False)),
+        suspend=is_suspended(own, batch),
+        suspended_by=suspended_by(own, batch, owner),
         message=status.message,
         status=trainer_status(
             status.phase, result.exit_status if result else None, bool(result and result.truncated),

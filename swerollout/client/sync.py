@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from swerollout.api.v1alpha1 import Agent, Inference, Mode, Reward, SandboxSpec
+from swerollout.api.v1alpha1 import Agent, Inference, Mode, Reward, SandboxSpec, SWERolloutBatchSpec
 from swerollout.client.aclient import AsyncRolloutClient, InstanceLike, Object, ProgressCallback, TrainerLabel
 from swerollout.client.progress import BatchProgress
 from swerollout.client.records import RolloutRecord
@@ -191,6 +191,9 @@ class RolloutClient:
     def delete(self, names: Iterable[str]) -> list[str]:
         return self._run(self._inner.delete(names))
 
+    def delete_batch(self, batch: str) -> list[str]:
+        return self._run(self._inner.delete_batch(batch))
+
     def results(self, batch: str, *, reports: bool = False) -> list[RolloutRecord]:
         return self._run(self._inner.results(batch, reports=reports))
 
@@ -216,6 +219,12 @@ class RolloutClient:
 
     def members(self, batch: str) -> list[Object]:
         return self._run(self._inner.members(batch))
+
+    def batch_specs(self) -> dict[str, SWERolloutBatchSpec]:
+        return self._run(self._inner.batch_specs())
+
+    def batch_spec(self, batch: str) -> SWERolloutBatchSpec | None:
+        return self._run(self._inner.batch_spec(batch))
 
 
 async def _connect(

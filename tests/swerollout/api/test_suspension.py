@@ -34,7 +34,10 @@ def test_a_rollout_is_suspended_while_its_own_flag_or_its_batchs_is_true(
 
 
 def test_who_suspends_is_named() -> None:
-    assert suspended_by(True, batch(suspend=True)) == "spec.suspend"
+    assert suspended_by(True, None) == "spec.suspend"
+    assert suspended_by(False, batch(suspend=True), "b1") == "batch b1"
+    assert suspended_by(True, batch(suspend=True), "b1") == "spec.suspend and batch b1"
+    assert suspended_by(True, batch(suspend=False), "b1") == "spec.suspend"
     assert "SWERolloutBatch" in suspended_by(False, batch(suspend=True))
 
 
