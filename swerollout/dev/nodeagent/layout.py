@@ -14,6 +14,8 @@
             namespaces.json             the pod's network namespaces (deleted with the pod)
             links.json, portal.log      the portal's links and output
             process.json, exit          the portal process, as for a container
+    <root>/seccomp.bpf                  the compiled seccomp filter (config.seccomp_file)
+    <root>/mask/{file,dir}              mode 000, bound over private host entries (config.mask_dir)
 """
 
 from __future__ import annotations
