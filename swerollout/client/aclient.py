@@ -108,6 +108,9 @@ MARK_PARALLEL_REQUESTS = 64
 MAX_WEIGHT_VERSION = 128
 # The inference servers' admin key for abort(batch), when the caller passes none.
 INFERENCE_ADMIN_KEY_ENV = "SWEROLLOUT_INFERENCE_ADMIN_KEY"
+# One /abort_request may take this long (seconds); the runners abort their own requests
+# by rid anyway, so a server that does not answer only delays abort()'s return.
+INFERENCE_ABORT_TIMEOUT = 5.0
 # Optimistic-concurrency retries of one abort/resume patch before giving up.
 MAX_CONFLICT_RETRIES = 5
 # How stale the batch object's spec may be in wait()'s progress reports (it is read again
@@ -640,13 +643,13 @@ class AsyncRolloutClient:
         rollout in ``names``), keeping its pod; returns the names that were not suspended
         before.
 
-        With ``inference`` (the default for a batch), first the inference side, so the
+        With ``inference`` (the default for a batch), also the inference side, so the
         GPUs are free at once: one ``/abort_request`` (``abort_all``) per inference server
         the rollouts use. SGLang matches abort rids exactly, so a batch cannot be aborted
         by a rid prefix; rollouts of other batches on the same server are not suspended by
         it: their runners re-sample the turn.
 
-        A batch is then suspended with ONE write: ``spec.suspend: true`` on its
+        A batch is suspended, at the same time, with ONE write: ``spec.suspend: true`` on its
         SWERolloutBatch (created if needed), which suspends every member, those created
         later included; the operator tells every runner at once, and each aborts its own
         request by its exact rid. ``names`` set each rollout's own ``spec.suspend``
@@ -661,7 +664,14 @@ class AsyncRolloutClient:
         """
         members = await self._targets(batch, names)
         if inference if inference is not None else batch is not None:
-            await self._abort_inference(members, admin_key or self._inference_admin_key)
+            # At the same time as the mark, not before it: a slow or unreachable server
+            # (up to INFERENCE_ABORT_TIMEOUT) would otherwise hold up every runner's abort.
+            inference_side = self._abort_inference(members, admin_key or self._inference_admin_key)
+            marked, _ = await asyncio.gather(self._mark_aborted(batch, members), inference_side)
+            return marked
+        return await self._mark_aborted(batch, members)
+
+    async def _mark_aborted(self, batch: str | None, members: list[Object]) -> list[str]:
         if batch is None or not self._served_batches():
             return await self._set_suspend(members, True)
         before = await self._batches.set(batch, suspend=True)
@@ -801,7 +811,7 @@ class AsyncRolloutClient:
 
         async def one(endpoint: str) -> None:
             try:
-                async with httpx.AsyncClient(timeout=10.0) as http:
+                async with httpx.AsyncClient(timeout=INFERENCE_ABORT_TIMEOUT) as http:
                     answer = await http.post(f"{endpoint}/abort_request", json={"rid": "", "abort_all": True},
                                              headers=headers)
                 if answer.status_code in (401, 403):
