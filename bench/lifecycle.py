@@ -1,6 +1,7 @@
 """The operator at batch scale, measured against a bare client in the same run.
 
     python -m bench.lifecycle [--rollouts 500] [--rate 50] [--active 2000] [--json]
+    python -m bench.lifecycle --fan-out-only [--rollouts 500]    # step 3 alone
 
 1. Ceiling: a bare async client makes, per rollout, the API writes the operator
    must make (create the CR, the Secret and the pod, one status write), as fast as
@@ -11,7 +12,9 @@
    `AsyncRolloutClient.abort(batch)` (one write to the batch's SWERolloutBatch); the
    time until every runner holds its abort, and until every CR reads Aborted (the
    runners report their snapshot at once). Resume fan-out likewise: `resume(batch)`
-   until every runner holds its resume and every CR reads Running again.
+   until every runner holds its resume and every CR reads Running again. Its ceiling:
+   a bare client's n status patches (an abort's least), as many at once as the
+   operator sends (`--api-max-in-flight`); printed as ratios to it.
 4. API writes per rollout over that lifecycle (create -> Running -> Aborted ->
    Running), from the API server's own request counters, by resource and verb, with
    the bench's own writes (the CR, the kubelet's pod status) taken out; the trainer's
@@ -168,6 +171,19 @@ def _service_account(plane: ControlPlane, directory: Path) -> Path:
                           f"--serviceaccount={ns}:{name}")
     assert bound.returncode == 0, bound.stderr
     return directory
+
+
+async def bare_status_wave(kube: AsyncKubeClient, n: int, ns: str) -> float:
+    """The ceiling of a fan-out: seconds for n status patches (one per rollout, what an
+    abort needs at least) sent as the operator may, `api_max_in_flight` at once."""
+    from swerollout_operator.settings import OperatorSettings
+
+    in_flight = OperatorSettings.model_fields["api_max_in_flight"].default
+    aborted = {"status": {"phase": "Aborted", "message": "aborted after 3 turns; snapshot kept",
+                          "partial": {"turns": 3, "tokens": 1000, "reason": "Suspended"}}}
+    started = time.monotonic()
+    await _gather_limited([kube.patch_status(SWEROLLOUTS, f"b{i:04d}", aborted, ns) for i in range(n)], in_flight)
+    return time.monotonic() - started
 
 
 class Operator:
@@ -470,6 +486,7 @@ async def _main(n: int, rate: float, active: int) -> dict[str, Any]:
     async with _control_plane() as (plane, kube, tmp):
         baseline = {
             "burst": await bare_client(kube, n, "base-burst", None),
+            "status_wave_seconds": await bare_status_wave(kube, n, "base-burst"),
             "steady": await bare_client(kube, n, "base-steady", rate),
         }
         for ns in ("bench", "steady"):
@@ -526,6 +543,42 @@ def report_rest(rest: dict[str, Any]) -> str:
     )
 
 
+def report_fan_out(n: int, f: dict[str, float], wave: float) -> list[str]:
+    """The abort and resume figures; the ceiling is a bare client's n status patches."""
+    return [
+        f"  abort {n} running: every runner holds its abort in {f['abort_all_runners_seconds']:.2f} s, every CR "
+        f"Aborted in {f['abort_all_crs_seconds']:.2f} s (abort(batch) returned in {f['abort_call_seconds']:.2f} s, "
+        f"so {max(0.0, f['abort_all_runners_seconds'] - f['abort_call_seconds']):.2f} s of fan-out after the last mark)",
+        f"  resume {n}: every runner holds its resume in {f['resume_all_runners_seconds']:.2f} s, every CR "
+        f"Running in {f['resume_all_crs_seconds']:.2f} s (resume(batch) returned in {f['resume_call_seconds']:.2f} s)",
+        f"  ceiling: a bare client's {n} status patches took {wave:.2f} s; every CR Aborted = "
+        f"{f['abort_all_crs_seconds'] / wave:.1f}x that, every CR Running again = {f['resume_all_crs_seconds'] / wave:.1f}x",
+    ]
+
+
+async def _fan_out_main(n: int) -> dict[str, Any]:
+    load_start = os.getloadavg()[0]
+    async with _control_plane() as (plane, kube, tmp):
+        await bare_client(kube, n, "base-burst", None)
+        wave = await bare_status_wave(kube, n, "base-burst")
+        await _ensure_namespace(kube, "bench")
+        operator = Operator(plane, tmp / "lifecycle", ["bench"])
+        try:
+            await operator.ready()
+            await operator_creates(kube, "bench", n, None)
+            async with AsyncRolloutClient(kube, "bench") as client:
+                fan_out = await abort_resume(kube, client, operator, "bench", n)
+        finally:
+            operator.stop()
+    return {"rollouts": n, "fan_out": fan_out, "status_wave_seconds": wave,
+            "load_average": {"start": load_start, "end": os.getloadavg()[0]}}
+
+
+def run_fan_out(rollouts: int = 500) -> dict[str, Any]:
+    """The abort/resume step alone (`--fan-out-only`), with its ceiling."""
+    return asyncio.run(_fan_out_main(rollouts))
+
+
 _WHY = {
     "POST secrets": "the runner's Secret (its two tokens)",
     "POST pods": "the rollout pod",
@@ -553,16 +606,7 @@ def report(result: dict[str, Any]) -> str:
             f"p99 {oo['cr_to_pod_p99_s'] * 1000:.0f} ms vs {bb['cr_to_pod_p99_s'] * 1000:.0f} ms "
             f"= {oo['cr_to_pod_p99_s'] / bb['cr_to_pod_p99_s']:.1f}x"
         )
-    f = o["fan_out"]
-    lines.append(
-        f"  abort {n} running: every runner holds its abort in {f['abort_all_runners_seconds']:.2f} s, every CR "
-        f"Aborted in {f['abort_all_crs_seconds']:.2f} s (abort(batch) returned in {f['abort_call_seconds']:.2f} s, "
-        f"so {max(0.0, f['abort_all_runners_seconds'] - f['abort_call_seconds']):.2f} s of fan-out after the last mark)"
-    )
-    lines.append(
-        f"  resume {n}: every runner holds its resume in {f['resume_all_runners_seconds']:.2f} s, every CR "
-        f"Running in {f['resume_all_crs_seconds']:.2f} s (resume(batch) returned in {f['resume_call_seconds']:.2f} s)"
-    )
+    lines += report_fan_out(n, o["fan_out"], b["status_wave_seconds"])
     trainer = result.get("trainer_abort_resume_writes", {})
     lines.append(
         f"  the trainer's abort(batch) + resume(batch) of all {n}: {sum(trainer.values())} API writes "
@@ -585,8 +629,16 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=50.0, help="CR/s of the steady run")
     parser.add_argument("--active", type=int, default=2000, help="rollouts at rest for RSS and idle CPU (0: skip)")
     parser.add_argument("--rest-only", action="store_true", help="only the at-rest step (RSS and CPU with --active)")
+    parser.add_argument("--fan-out-only", action="store_true", help="only the abort/resume step of --rollouts")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.fan_out_only:
+        result = run_fan_out(args.rollouts)
+        load = result["load_average"]
+        lines = [f"load average {load['start']:.1f} -> {load['end']:.1f}, {os.cpu_count()} cores"]
+        lines += report_fan_out(args.rollouts, result["fan_out"], result["status_wave_seconds"])
+        print(json.dumps(result, indent=2) if args.json else "\n".join(lines))
+        return 0
     if args.rest_only:
         result = run_rest(args.active)
         load = result["load_average"]
