@@ -662,22 +662,43 @@ class AsyncRolloutClient:
         ``$SWEROLLOUT_INFERENCE_ADMIN_KEY``. A server that refuses the abort (401) is
         logged; the runners still abort their own requests with the keys their specs name.
         """
-        members = await self._targets(batch, names)
-        if inference if inference is not None else batch is not None:
-            # At the same time as the mark, not before it: a slow or unreachable server
-            # (up to INFERENCE_ABORT_TIMEOUT) would otherwise hold up every runner's abort.
-            inference_side = self._abort_inference(members, admin_key or self._inference_admin_key)
-            marked, _ = await asyncio.gather(self._mark_aborted(batch, members), inference_side)
-            return marked
-        return await self._mark_aborted(batch, members)
+        key = admin_key or self._inference_admin_key
+        stop_inference = inference if inference is not None else batch is not None
+        if batch is not None and names is None and await self._batch_write_serves(batch):
+            # The one write first, at once: reading 500 members takes seconds on a busy API
+            # server, and every runner waits for the write, not for that list. The list (for
+            # the servers to abort and the names to return) and the servers' aborts go on
+            # at the same time; a slow or unreachable server only delays our return.
+            async def listed() -> list[Object]:
+                members = await self.list_rollouts(batch)
+                if stop_inference:
+                    await self._abort_inference(members, key)
+                return members
 
-    async def _mark_aborted(self, batch: str | None, members: list[Object]) -> list[str]:
-        if batch is None or not self._served_batches():
-            return await self._set_suspend(members, True)
-        before = await self._batches.set(batch, suspend=True)
-        if before is not None and before.suspend:
-            return []
-        return sorted(_name(o) for o in members if _unfinished(o) and not _own_suspend(o))
+            before, members = await asyncio.gather(self._batches.set(batch, suspend=True), listed())
+            if before is not None and before.suspend:
+                return []
+            return sorted(_name(o) for o in members if _unfinished(o) and not _own_suspend(o))
+        members = await self._targets(batch, names)
+        marking = self._set_suspend(members, True)
+        if not stop_inference:
+            return await marking
+        marked, _ = await asyncio.gather(marking, self._abort_inference(members, key))
+        return marked
+
+    async def _batch_write_serves(self, batch: str) -> bool:
+        """Whether abort/resume of `batch` is one write to its SWERolloutBatch (the CRD is
+        served); UnknownBatch when it has no members. One small read, not the member list."""
+        await self.check_cluster()
+        try:
+            page = await aretry(lambda: self.kube.list(
+                SWEROLLOUTS, self.namespace, label_selector=f"{LABEL_BATCH}={batch}", limit=1
+            ))
+        except KubeError as exc:
+            raise _kube_error(exc, f"listing SWERollouts in {self.namespace}") from exc
+        if not page.get("items"):
+            raise self._unknown_batch(batch)
+        return self._served_batches()
 
     async def resume(
         self, batch: str | None = None, *, names: Iterable[str] | None = None, weight_version: str | None = None
@@ -701,15 +722,18 @@ class AsyncRolloutClient:
             raise ClientConfigError(
                 f"weight_version must be 1 to {MAX_WEIGHT_VERSION} characters, got {len(weight_version)}"
             )
-        members = await self._targets(batch, names)
-        if not self._served_batches():
-            return await self._set_suspend(members, False, weight_version=weight_version)
-        if batch is not None:
-            before = await self._batches.set(batch, suspend=False, weight_version=weight_version)
+        if batch is not None and names is None and await self._batch_write_serves(batch):
+            # As abort(batch): the one write does not wait for the member list.
+            before, members = await asyncio.gather(
+                self._batches.set(batch, suspend=False, weight_version=weight_version), self.list_rollouts(batch)
+            )
             cleared = await self._set_suspend([o for o in members if _own_suspend(o)], False)
             if before is not None and before.suspend:
                 return sorted(_name(o) for o in members if _unfinished(o))
             return cleared
+        members = await self._targets(batch, names)
+        if batch is not None or not self._served_batches():  # a batch here: its CRD is not served
+            return await self._set_suspend(members, False, weight_version=weight_version)
         split = await self._resume_out_of_batches(members, weight_version)
         cleared = await self._set_suspend(members, False, weight_version=weight_version)
         return sorted(set(cleared) | split)
