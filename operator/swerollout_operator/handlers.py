@@ -132,11 +132,15 @@ async def rollout_deleted(body: kopf.Body, memo: Any, **_: Any) -> None:
 @kopf.on.event(*BATCHES)
 async def batch_event(event: kopf.RawEvent, memo: Any, **_: Any) -> None:
     """A batch's suspend or weight version changed: its members' runners are told at once
-    (in memory), and its unfinished members get a pass (an Aborted one resumes there)."""
+    (in memory), and its unfinished members get a pass (those whose runner was told,
+    after its report had time to come: see Reconciler.observe_batch)."""
     runtime = _runtime(memo)
     body: dict[str, Any] = dict(event["object"])
-    for uid in await runtime.reconciler.observe_batch(body, deleted=event["type"] == "DELETED"):
+    passes = await runtime.reconciler.observe_batch(body, deleted=event["type"] == "DELETED")
+    for uid in passes.now:
         runtime.queue.add(uid)
+    for uid in passes.later:
+        runtime.queue.add_after(uid, runtime.settings.runner_report_grace_seconds)
 
 
 @kopf.on.event("", "v1", "pods", labels={api.LABEL_ROLLOUT: kopf.PRESENT})

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -25,7 +26,7 @@ from swerollout.api.v1alpha1 import Phase
 from swerollout.exit_status import metric_label
 from swerollout.issue_images import spec_problem
 from swerollout.kube import SWEROLLOUTBATCHES, SWEROLLOUTS, AsyncKubeClient, KubeError, NotFound
-from swerollout.wire.ingest import Ack, Assignment, ProgressReport, RunnerEvent
+from swerollout.wire.ingest import Ack, Assignment, AssignmentKind, ProgressReport, RunnerEvent
 
 from . import phases, podspec
 from .assignments import assignment_for
@@ -55,6 +56,15 @@ where it runs, and a replay. The routine ones (pod created, aborted, resuming, r
 evaluating) happen to whole batches at once, with every weight update; the status
 (phase, conditions, message) says them, and an Event each would be 500 API writes per
 batch abort and resume."""
+
+
+@dataclass
+class BatchPasses:
+    """The members of a batch that changed, by when their pass is due."""
+
+    now: list[str] = field(default_factory=list)
+    later: list[str] = field(default_factory=list)
+    """Runners told in memory: their pass after settings.runner_report_grace_seconds (see observe_batch)."""
 
 
 class Reconciler:
@@ -93,20 +103,32 @@ class Reconciler:
             await self.notify(entry)
         return news
 
-    async def observe_batch(self, body: dict[str, Any], *, deleted: bool) -> list[str]:
-        """A SWERolloutBatch watch event; returns the uids of the unfinished members that
-        need a pass (an Aborted member of a resumed batch resumes in its pass).
+    async def observe_batch(self, body: dict[str, Any], *, deleted: bool) -> BatchPasses:
+        """A SWERolloutBatch watch event; returns the unfinished members that need a pass
+        (an Aborted member of a resumed batch whose pod is gone replays there).
 
         What a runner is told depends on its batch (assignments.py), so every member's
         long poll is woken here, in memory and at once: one write by the trainer reaches
-        every runner of the batch without a single write by the operator."""
+        every runner of the batch without a single write by the operator.
+
+        A member whose runner was just told to abort or resume gets its pass later
+        (--runner-report-grace-seconds): its runner's report makes the one transition that
+        is needed (Running -> Aborted, Aborted -> Running) and asks for the pass itself.
+        A pass first would write Resuming for every member of a resumed batch, 500 status
+        writes in the way of the 500 that matter; it still comes when a runner is silent."""
         key = self.batches.observe(body, deleted=deleted)
+        passes = BatchPasses()
         if key is None:
-            return []
+            return passes
         members = self.rollouts.members(key)
         for entry in members:
             await self.notify(entry)
-        return [e.uid for e in members if not e.phase.is_terminal]
+        for entry in members:
+            if entry.phase.is_terminal:
+                continue
+            told = self.assignment(entry, role="rollout", attempt=max(1, entry.rollout_status.attempts)).kind
+            (passes.later if told in (AssignmentKind.ABORT, AssignmentKind.RESUME) else passes.now).append(entry.uid)
+        return passes
 
     async def sync_batches(self, namespaces: list[str]) -> None:
         """Read every batch before the first pass, so that after a restart no Aborted member

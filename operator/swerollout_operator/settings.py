@@ -84,5 +84,9 @@ class OperatorSettings(BaseModel):
     """Reconcile passes that run at once (each rollout is worked on by one at a time)."""
     status_coalesce_seconds: float = Field(default=3.0, ge=0.0)
     """Minimum interval between progress status patches of one rollout (seconds)."""
+    runner_report_grace_seconds: float = Field(default=10.0, ge=0.0)
+    """How long a runner told by its batch to abort or resume has to report it before its
+    rollout's pass looks (writing Resuming for a silent one); a report asks for the pass
+    at once. So a batch resume costs one status write per member, not two."""
     keep_failed_pods: bool = False
     """Keep the pods of Failed rollouts for debugging instead of deleting them."""

@@ -35,6 +35,7 @@ NON_DEFAULT: dict[str, tuple[list[str], object]] = {
     "api_max_in_flight": (["--api-max-in-flight", "8"], 8),
     "workers": (["--workers", "4"], 4),
     "status_coalesce_seconds": (["--status-coalesce-seconds", "0.5"], 0.5),
+    "runner_report_grace_seconds": (["--runner-report-grace-seconds", "30"], 30.0),
     "keep_failed_pods": (["--keep-failed-pods"], True),
 }
 

@@ -26,6 +26,11 @@ def _patches(operator: OperatorProcess) -> float:
     return float(found.group(1)) if found else 0.0
 
 
+def _resumings(operator: OperatorProcess) -> float:
+    found = re.search(r'swerollout_phase_transitions_total{phase="Resuming"} ([0-9.e+]+)', operator.metrics())
+    return float(found.group(1)) if found else 0.0
+
+
 class Runner:
     """Plays one rollout's runner over the ingest API."""
 
@@ -113,6 +118,8 @@ def test_one_batch_write_suspends_and_resumes_every_member(
 
     seen = passes()
     operator.kill()
+    # Long enough that no pass of a resumed batch's member comes before its runner reports.
+    operator.argv += ["--runner-report-grace-seconds", "600"]
     operator.start()
     wait_for("ba's first pass after the restart", lambda: passes() > seen, op=operator)
     assert phase(kubectl, namespace, "ba") == "Aborted"
@@ -120,12 +127,18 @@ def test_one_batch_write_suspends_and_resumes_every_member(
 
     # bb is also suspended by name: resuming the batch resumes ba only (own flag OR batch's).
     kubectl("patch", "swer", "bb", "-n", namespace, "--type=merge", "-p", '{"spec": {"suspend": true}}')
+    resumings = _resumings(operator)
     _batch(kubectl, namespace, "b1", suspend=False, weightVersion="v9")
-    wait_for("ba Resuming", lambda: phase(kubectl, namespace, "ba") == "Resuming", op=operator)
-    resume = runners["ba"].assignment()
-    assert resume["kind"] == "resume" and resume["spec"]["inference"]["weightVersion"] == "v9", resume
+    # ba's runner is told at once, in memory; its start report is the one transition
+    # (Aborted -> Running): its pass waits for that report, so no Resuming write first.
+    resume = wait_for("ba told to resume", lambda: (a := runners["ba"].assignment())["kind"] == "resume" and a,
+                      op=operator)
+    assert resume["spec"]["inference"]["weightVersion"] == "v9", resume
     assert phase(kubectl, namespace, "bb") == "Aborted"
     assert runners["bb"].assignment()["kind"] == "wait"
+    assert runners["ba"].report_started(resume["id"])
+    wait_for("ba Running", lambda: phase(kubectl, namespace, "ba") == "Running", op=operator)
+    assert _resumings(operator) == resumings, "a resumed batch's live runner cost a Resuming write"
     kubectl("patch", "swer", "bb", "-n", namespace, "--type=merge", "-p", '{"spec": {"suspend": false}}')
     # The runner is told at once; its start report counts whether or not Resuming was written.
     resumed = wait_for("bb told to resume", lambda: (a := runners["bb"].assignment())["kind"] == "resume" and a,
