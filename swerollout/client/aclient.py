@@ -21,7 +21,7 @@ import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import aclosing
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from pydantic import ValidationError
@@ -95,6 +95,8 @@ FIELD_MANAGER = "swerollout-client"
 RESERVED_LABELS = (LABEL_BATCH, LABEL_MEMBER, LABEL_SAMPLE)
 InstanceLike = Instance | SWEBenchInstance | Mapping[str, Any]
 Object = dict[str, Any]
+T = TypeVar("T")
+U = TypeVar("U")
 TrainerLabel = str | int | float | bool | None
 ProgressCallback = Callable[[BatchProgress], None] | Callable[[BatchProgress], Awaitable[None]]
 
@@ -238,6 +240,19 @@ def _spec(
             "bundled name such as qwen-2.5 or a tokenizer directory, or use agent kind ChatAgent"
         )
     return spec
+
+
+async def _both(first: Awaitable[T], second: Awaitable[U]) -> tuple[T, U]:
+    """Both at once; when one fails the other is cancelled (not left running after the
+    call has failed, and after the client is closed), and the failure is raised as is."""
+    a, b = asyncio.ensure_future(first), asyncio.ensure_future(second)
+    try:
+        return await a, await b
+    except BaseException:
+        for task in (a, b):
+            task.cancel()
+        await asyncio.gather(a, b, return_exceptions=True)
+        raise
 
 
 def _name(obj: Object) -> str:
@@ -675,7 +690,7 @@ class AsyncRolloutClient:
                     await self._abort_inference(members, key)
                 return members
 
-            before, members = await asyncio.gather(self._batches.set(batch, suspend=True), listed())
+            before, members = await _both(self._batches.set(batch, suspend=True), listed())
             if before is not None and before.suspend:
                 return []
             return sorted(_name(o) for o in members if _unfinished(o) and not _own_suspend(o))
@@ -683,7 +698,7 @@ class AsyncRolloutClient:
         marking = self._set_suspend(members, True)
         if not stop_inference:
             return await marking
-        marked, _ = await asyncio.gather(marking, self._abort_inference(members, key))
+        marked, _ = await _both(marking, self._abort_inference(members, key))
         return marked
 
     async def _batch_write_serves(self, batch: str) -> bool:
@@ -724,7 +739,7 @@ class AsyncRolloutClient:
             )
         if batch is not None and names is None and await self._batch_write_serves(batch):
             # As abort(batch): the one write does not wait for the member list.
-            before, members = await asyncio.gather(
+            before, members = await _both(
                 self._batches.set(batch, suspend=False, weight_version=weight_version), self.list_rollouts(batch)
             )
             cleared = await self._set_suspend([o for o in members if _own_suspend(o)], False)
