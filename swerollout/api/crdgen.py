@@ -27,7 +27,9 @@ from . import v1alpha1 as api
 
 CRD_FILENAME = "swerollout.io_swerollouts.yaml"
 BATCH_CRD_FILENAME = "swerollout.io_swerolloutbatches.yaml"
-HEADER = "# Generated from swerollout/api/v1alpha1.py by `make crds`. Do not edit.\n"
+# The explicit document start keeps files joined without separators apart: `helm show
+# crds` prints the chart's crds/ files back to back, and kubectl would read them as one.
+HEADER = "---\n# Generated from swerollout/api/v1alpha1.py by `make crds`. Do not edit.\n"
 
 
 class _WithFactoryDefaults(GenerateJsonSchema):

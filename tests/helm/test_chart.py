@@ -209,4 +209,5 @@ def test_documented_crd_upgrade_command_works(control_plane: ControlPlane, helm_
     crds = helm_bin("show", "crds", str(CHART)).stdout
     result = control_plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=crds)
     assert result.returncode == 0, result.stderr
-    assert "swerollouts.swerollout.io" in result.stdout
+    # Both CRDs: helm prints the files back to back, each starts its own document.
+    assert "swerollouts.swerollout.io" in result.stdout and "swerolloutbatches.swerollout.io" in result.stdout
