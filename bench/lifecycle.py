@@ -32,6 +32,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import re
 import secrets
@@ -52,7 +53,7 @@ import httpx
 from swerollout.api import v1alpha1 as api
 from swerollout.client import AsyncRolloutClient
 from swerollout.dev.controlplane import ControlPlane
-from swerollout.kube import NAMESPACES, PODS, SECRETS, SWEROLLOUTS, AsyncKubeClient, load_kubeconfig
+from swerollout.kube import NAMESPACES, PODS, SECRETS, SWEROLLOUTS, AsyncKubeClient, ServerError, load_kubeconfig
 from swerollout.wire import ingest as wire
 
 from agent_runner.ingest_client import IngestClient
@@ -249,13 +250,24 @@ class Operator:
 
 
 async def _watch_pods(kube: AsyncKubeClient, ns: str, n: int, pod_at: dict[str, float]) -> None:
+    def seen(pod: dict[str, Any]) -> None:
+        pod_at.setdefault(pod["metadata"]["labels"].get(api.LABEL_ROLLOUT, ""), time.monotonic())
+
     while len(pod_at) < n:
-        async for event in kube.watch(PODS, ns, timeout_seconds=60):
-            if event.type == "ADDED":
-                owner = event.object["metadata"]["labels"].get(api.LABEL_ROLLOUT, "")
-                pod_at.setdefault(owner, time.monotonic())
-            if len(pod_at) >= n:
-                return
+        try:
+            async for event in kube.watch(PODS, ns, timeout_seconds=60):
+                if event.type == "ADDED":
+                    seen(event.object)
+                if len(pod_at) >= n:
+                    return
+        except ServerError as exc:
+            # A loaded API server's watch cache can lag etcd ("Too large resource version",
+            # 504): watch again, and take the pods made meanwhile from a list (their time
+            # is then when we saw them, a little late).
+            print(f"pod watch: {exc}; watching again", file=sys.stderr)
+            await asyncio.sleep(1)
+            for pod in (await kube.list(PODS, ns))["items"]:
+                seen(pod)
 
 
 async def operator_creates(kube: AsyncKubeClient, ns: str, n: int, rate: float | None) -> dict[str, float]:
@@ -310,6 +322,18 @@ async def _wait_phase(kube: AsyncKubeClient, ns: str, names: set[str], phase: st
     return time.monotonic() - since
 
 
+class _RetryCount(logging.Handler):
+    """Counts the runners' retried requests (IngestClient logs each), by problem."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.problems: Counter[str] = Counter()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        problem = str(record.args[2]) if isinstance(record.args, tuple) and len(record.args) > 2 else record.getMessage()
+        self.problems[problem.split(":")[0]] += 1
+
+
 class Runners:
     """One fake runner per rollout over real HTTP, through the runner's own IngestClient (so
     its retry rule: a reset upload or poll is retried like the real runner's): long-polls,
@@ -333,6 +357,8 @@ class Runners:
         self.transports: list[httpx.AsyncHTTPTransport] = []
         self.got: dict[str, dict[str, float]] = {"abort": {}, "resume": {}}
         self.parked = 0
+        self.retries = _RetryCount()
+        logging.getLogger("agent_runner.ingest_client").addHandler(self.retries)
 
     def client(self, name: str) -> IngestClient:
         uid = self.uids[name]
@@ -363,6 +389,7 @@ class Runners:
         await ingest.event(wire.RunnerEvent(kind=wire.EventKind.STARTED, assignment_id=resume.id))
 
     async def aclose(self) -> None:
+        logging.getLogger("agent_runner.ingest_client").removeHandler(self.retries)
         await asyncio.gather(*(t.aclose() for t in self.transports))
 
 
@@ -400,7 +427,7 @@ def _cpu_fraction(operator: Operator, window: float) -> float:
     return (operator.cpu_seconds() - cpu0) / (time.monotonic() - t0)
 
 
-async def at_rest(plane: ControlPlane, kube: AsyncKubeClient, workdir: Path, n: int, window: float = 30.0) -> dict[str, float]:
+async def at_rest(plane: ControlPlane, kube: AsyncKubeClient, workdir: Path, n: int, window: float = 30.0) -> dict[str, Any]:
     """A fresh operator (so nothing of the other steps is in its memory): its RSS and CPU
     with nothing to do, then with n rollouts Running, each runner parked in a long poll
     as the real runner parks (re-polling every RUNNER_WAIT_SECONDS)."""
@@ -425,6 +452,7 @@ async def at_rest(plane: ControlPlane, kube: AsyncKubeClient, workdir: Path, n: 
             # The window spans at least one full poll cycle of every runner.
             parked_cpu = await asyncio.to_thread(_cpu_fraction, operator, max(window, RUNNER_WAIT_SECONDS + 5))
             return {
+                "runner_retries": dict(runners.retries.problems),
                 "active_rollouts": n, "rss_mib": operator.rss_mib(), "peak_rss_mib": operator.peak_rss_mib(),
                 "parked_cpu_fraction_of_core": parked_cpu,
                 "empty_rss_mib": empty_rss, "empty_cpu_fraction_of_core": empty_cpu,
@@ -539,7 +567,8 @@ def report_rest(rest: dict[str, Any]) -> str:
         f"{rest['empty_cpu_fraction_of_core'] * 100:.1f}% of a core; with {rest['active_rollouts']} Running rollouts, "
         f"every runner parked in a {RUNNER_WAIT_SECONDS:.0f} s long poll: RSS {rest['rss_mib']:.0f} MiB "
         f"(peak {rest['peak_rss_mib']:.0f}; {(rest['rss_mib'] - rest['empty_rss_mib']) * 1024 / rest['active_rollouts']:.0f} KiB "
-        f"per rollout), CPU {rest['parked_cpu_fraction_of_core'] * 100:.1f}% of a core"
+        f"per rollout), CPU {rest['parked_cpu_fraction_of_core'] * 100:.1f}% of a core; runner requests retried: "
+        f"{', '.join(f'{v} {k}' for k, v in rest.get('runner_retries', {}).items()) or 'none'}"
     )
 
 

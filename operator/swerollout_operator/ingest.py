@@ -38,6 +38,13 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
+LISTEN_BACKLOG = 4096
+"""Connections the kernel queues for us to accept. Thousands of runners connect at once
+(a batch starting, every runner re-polling after an operator restart); with aiohttp's
+default of 128 the queue overflowed, the kernel dropped their SYNs, and at 2,000 runners
+1,520 connects timed out after 30 s of SYN retries (the lifecycle bench). The kernel caps
+it at net.core.somaxconn (4096 by default)."""
+
 _STORE_KIND = {
     wire.ObjectKind.TRAJECTORY: StoreKind.TRAJECTORY,
     wire.ObjectKind.SNAPSHOT: StoreKind.SNAPSHOT,
@@ -93,7 +100,7 @@ class IngestServer:
     async def start(self) -> None:
         self._runner = web.AppRunner(self.app(), access_log=None)
         await self._runner.setup()
-        await web.TCPSite(self._runner, self.host, self.port).start()
+        await web.TCPSite(self._runner, self.host, self.port, backlog=LISTEN_BACKLOG).start()
 
     async def stop(self) -> None:
         if self._runner:
