@@ -611,7 +611,8 @@ def run_fan_out(rollouts: int = 500) -> dict[str, Any]:
 _WHY = {
     "POST secrets": "the runner's Secret (its two tokens)",
     "POST pods": "the rollout pod",
-    "PATCH swerollouts/status": "phase transitions: Starting, Running, Aborted, Resuming, Running",
+    "PATCH swerollouts/status": "phase transitions: Starting, Running, Aborted, Running (Resuming only when a runner "
+                                "has not reported its resume within --runner-report-grace-seconds)",
     "PATCH swerollouts": "kopf adds the finalizer (the store's objects are deleted with the rollout)",
     "POST events": "the SandboxReady Event (where it runs); routine steps are in the status only",
 }
