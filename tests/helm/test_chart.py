@@ -179,6 +179,8 @@ def test_install_into_the_control_plane_and_upgrade_keeps_the_token_key(
     release = f"swerollout-{secrets.token_hex(3)}"
     result = control_plane.helm("install", release, str(CHART), "-n", namespace, "--wait=false")
     assert result.returncode == 0, result.stderr
+    # The NOTES' CRD upgrade step restarts the Deployment this release really has (checked below).
+    assert f"kubectl -n {namespace} rollout restart deployment/{release}" in result.stdout, result.stdout
     for kind, name in [
         ("serviceaccount", release),
         ("role", release),
