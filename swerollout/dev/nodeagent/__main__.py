@@ -47,7 +47,8 @@ async def serve(args: argparse.Namespace) -> None:
     config = NodeAgentConfig(
         node_name=args.node_name, root_dir=args.root.resolve(), isolation=args.isolation, taint=not args.no_taint,
         runner_images=tuple(args.runner_image or DEFAULT_RUNNER_IMAGES),
-        hidden_paths=tuple(p.resolve() for p in args.hide), runner_paths=tuple(p.resolve() for p in args.runner_path), network=args.network, egress=tuple(args.egress),
+        hidden_paths=tuple(p.resolve() for p in args.hide), runner_paths=tuple(p.resolve() for p in args.runner_path),
+        network=args.network, egress=tuple(args.egress),
     )
     async with AsyncKubeClient.from_kubeconfig(args.kubeconfig) as kube:
         agent = NodeAgent(config, kube)
