@@ -2,6 +2,11 @@
 
 import sys
 
-from agent_runner.session import main
+from swerollout.tokenizers import keep_torch_out
+
+# Before anything imports transformers: the runner tokenizes and never runs a model.
+keep_torch_out()
+
+from agent_runner.session import main  # noqa: E402
 
 sys.exit(main())

