@@ -2,7 +2,7 @@
 
 ``launch(policy="oracle", tasks=path)`` returns a handle with ``.url`` and
 ``.stop()`` (also a context manager). Port 0 (the default here) picks a free port.
-In-process servers share the caller's Python (fast to start when torch and the
+In-process servers share the caller's Python (fast to start when the
 tokenizer are already imported); subprocess servers are what ``dev up`` runs
 and what a test uses when it needs to kill the server.
 """

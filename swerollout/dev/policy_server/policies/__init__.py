@@ -70,7 +70,7 @@ class PolicyFactory(Protocol):
     def __call__(self, context: PolicyContext) -> Policy: ...
 
 
-# name -> "module:factory". Imported lazily: torch is only loaded for tiny-lm.
+# name -> "module:factory". Imported lazily: only the policy a server runs is loaded.
 POLICIES: dict[str, str] = {
     "tiny-lm": "swerollout.dev.policy_server.policies.tiny_lm:TinyLMPolicy",
     "oracle": "swerollout.dev.policy_server.policies.scripted:OraclePolicy",
