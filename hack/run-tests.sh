@@ -13,7 +13,9 @@
 # has its own control plane and temporary directories.
 #
 # Arguments go to every process (options only: -x, -k, --lf ...). SWEROLLOUT_TEST_LOGS
-# names the log directory (default .swerollout/test-logs).
+# names the log directory (default .swerollout/test-logs). Each part also writes
+# NAME.xml there (JUnit): every test's duration, setup and teardown included, where the
+# console shows only the ten slowest.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -27,7 +29,8 @@ declare -A pids
 INTERRUPTIBLE='import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.executable, [sys.executable, *sys.argv[1:]])'
 start() {   # start NAME ARGS...: one pytest process in the background, its output in $LOGS/NAME.log
     local name=$1; shift
-    "$PY" -c "$INTERRUPTIBLE" -m pytest -p no:cacheprovider --durations=10 "$@" >"$LOGS/$name.log" 2>&1 &
+    "$PY" -c "$INTERRUPTIBLE" -m pytest -p no:cacheprovider --durations=10 --junitxml="$LOGS/$name.xml" "$@" \
+        >"$LOGS/$name.log" 2>&1 &
     pids[$name]=$!
 }
 
@@ -41,7 +44,8 @@ begin=$SECONDS
 start cluster -o timeout=3600 tests/cluster "$@"
 start e2e tests/e2e "$@"
 echo "tests/cluster and tests/e2e run in the background; logs in $LOGS/{cluster,e2e}.log"
-"$PY" -m pytest -p no:cacheprovider --durations=10 --ignore=tests/cluster --ignore=tests/e2e "$@" 2>&1 | tee "$LOGS/rest.log"
+"$PY" -m pytest -p no:cacheprovider --durations=10 --junitxml="$LOGS/rest.xml" --ignore=tests/cluster --ignore=tests/e2e "$@" \
+    2>&1 | tee "$LOGS/rest.log"
 status=${PIPESTATUS[0]}
 declare -A codes=([rest]=$status)
 for name in e2e cluster; do
@@ -70,5 +74,5 @@ echo
 for name in rest e2e cluster; do
     printf '%-8s exit %-3s %s\n' "$name" "${codes[$name]}" "$(tail -n 1 "$LOGS/$name.log")"
 done
-echo "make test: $((SECONDS - begin)) s wall"
+echo "make test: $((SECONDS - begin)) s wall; every test's duration in $LOGS/{rest,e2e,cluster}.xml"
 exit "$failed"
