@@ -19,6 +19,11 @@ ETCD_VERSION="v3.6.13"
 HELM_VERSION="v3.22.0"
 bin_dir="${SWEROLLOUT_BIN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/swerollout/bin/k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_helm-${HELM_VERSION}}"
 mkdir -p "$bin_dir"
+# One build at a time per cache: two checkouts running `make` at once (or `make test`
+# beside `make bench`) would otherwise write the same binary and move it from under
+# each other. The second waits, then finds the binaries built.
+exec 9>"$bin_dir/.build.lock"
+flock 9
 
 export GOTOOLCHAIN=local   # never fetch another toolchain
 export CGO_ENABLED=0
@@ -81,8 +86,8 @@ for t in "${targets[@]}"; do
   fi
   echo "building $name into $out (one-time; each Kubernetes binary takes minutes on 2 cores)" >&2
   start=$(date +%s)
-  (cd "$here/$dir" && go build -trimpath -ldflags "-s -w ${ldflags}" -o "$out.tmp" "$pkg")
-  mv "$out.tmp" "$out"
+  (cd "$here/$dir" && go build -trimpath -ldflags "-s -w ${ldflags}" -o "$out.tmp.$$" "$pkg")
+  mv "$out.tmp.$$" "$out"
   # shellcheck disable=SC2086
   if ! reports "$expect" "$out" $vcmd; then
     echo "error: $out does not report '$expect':" >&2
