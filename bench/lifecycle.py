@@ -45,6 +45,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -180,8 +181,14 @@ async def bare_status_wave(kube: AsyncKubeClient, n: int, ns: str) -> float:
     from swerollout_operator.settings import OperatorSettings
 
     in_flight = OperatorSettings.model_fields["api_max_in_flight"].default
+    # Built from the API model, as the operator builds its own: the CRD requires what the
+    # model requires (a hand-written partial without snapshot and abortedAt is refused).
+    partial = api.Partial(
+        snapshot=api.ObjectRef(ref="file:///bench/snapshot", sha256="0" * 64, bytes=1), turns=3, tokens=1000,
+        aborted_at=datetime.now(timezone.utc).replace(microsecond=0), reason="Suspended",
+    )
     aborted = {"status": {"phase": "Aborted", "message": "aborted after 3 turns; snapshot kept",
-                          "partial": {"turns": 3, "tokens": 1000, "reason": "Suspended"}}}
+                          "partial": partial.to_patch()}}
     started = time.monotonic()
     await _gather_limited([kube.patch_status(SWEROLLOUTS, f"b{i:04d}", aborted, ns) for i in range(n)], in_flight)
     return time.monotonic() - started
