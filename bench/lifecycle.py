@@ -2,6 +2,8 @@
 
     python -m bench.lifecycle [--rollouts 500] [--rate 50] [--active 2000] [--json]
     python -m bench.lifecycle --fan-out-only [--rollouts 500]    # step 3 alone
+    python -m bench.lifecycle --create-only [--rollouts 500]     # steps 1 and 2 alone
+    python -m bench.lifecycle ... --profile DIR   # each operator under cProfile: DIR/*.prof, top lines printed
 
 1. Ceiling: a bare async client makes, per rollout, the API writes the operator
    must make (create the CR, the Secret and the pod, one status write), as fast as
@@ -64,6 +66,9 @@ PARALLEL = 32
 BATCH = "bench"
 RUNNER_WAIT_SECONDS = 30.0
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PROFILE_DIR: Path | None = None
+"""--profile: each operator runs under cProfile and writes DIR/operator-<step>.prof as it
+stops (cProfile roughly doubles its CPU, so compare profiles, not those runs' figures)."""
 
 
 def _free_port() -> int:
@@ -131,6 +136,31 @@ async def _ensure_namespace(kube: AsyncKubeClient, name: str) -> None:
     await kube.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU of one process so far (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+class CpuMeter:
+    """Where a step's CPU went, by process: on two shared cores the API server, etcd, the
+    operator and this bench take turns, so what the operator spends is what the API
+    server does not get."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = {**pids, "bench": os.getpid()}
+        self._start: dict[str, float] = {}
+
+    def start(self) -> None:
+        self._start = {name: _cpu_seconds(pid) for name, pid in self.pids.items()}
+
+    def per_rollout_ms(self, n: int) -> dict[str, float]:
+        return {name: (_cpu_seconds(pid) - self._start[name]) * 1000 / n for name, pid in self.pids.items()}
+
+
 def _summary(latencies: list[float], n: int, elapsed: float) -> dict[str, float]:
     return {
         "cr_to_pod_p50_s": statistics.median(latencies),
@@ -139,22 +169,57 @@ def _summary(latencies: list[float], n: int, elapsed: float) -> dict[str, float]
     }
 
 
+class _OperatorBodies:
+    """What the operator writes for one rollout, built by the operator's own code: the
+    runner Secret, the pod (two containers, volumes, probes, security contexts: several
+    KB, not a one-line pod) and the Starting status patch, so the ceiling's API server
+    validates, stores and sends what the operator's does."""
+
+    def __init__(self) -> None:
+        from swerollout_operator.settings import OperatorSettings
+
+        self.settings = OperatorSettings()
+        self.rollout = api.SWERollout.model_validate(_rollout("b0000"))
+
+    def secret(self, meta: dict[str, Any]) -> dict[str, Any]:
+        from swerollout_operator import podspec
+
+        token = secrets.token_urlsafe(32)
+        return podspec.runner_secret(meta, ingest_token=token, swerex_token=token)
+
+    def pod(self, meta: dict[str, Any]) -> dict[str, Any]:
+        from swerollout_operator import podspec
+
+        return podspec.rollout_pod(self.rollout, meta, self.settings, attempt=1)
+
+    @staticmethod
+    def starting(meta: dict[str, Any], pod: dict[str, Any]) -> dict[str, Any]:
+        from swerollout_operator import phases
+
+        sandbox = api.SandboxHandle.model_validate({"pod_name": pod["metadata"]["name"], "pod_uid": pod["metadata"]["uid"]})
+        change = phases.apply(
+            {}, phases.Trigger.POD_CREATED, reason="PodCreated", message=f"pod {pod['metadata']['name']} created",
+            generation=int(meta.get("generation") or 1), extra={"attempts": 1, "sandbox": sandbox.to_patch()},
+        )
+        return {"status": change.status_patch}
+
+
 async def bare_client(kube: AsyncKubeClient, n: int, ns: str, rate: float | None) -> dict[str, float]:
-    """The same writes per rollout, without the operator: the ceiling."""
+    """The same writes per rollout, without the operator: the ceiling. The bodies are the
+    operator's (_OperatorBodies); kopf's finalizer write is not made (a lower bound)."""
     await _ensure_namespace(kube, ns)
+    bodies = _OperatorBodies()
     latencies: list[float] = []
 
     async def one(i: int) -> None:
         name = f"b{i:04d}"
         start = time.monotonic()
         cr = await kube.create(SWEROLLOUTS, _rollout(name), ns)
-        owner = {"apiVersion": api.API_VERSION, "kind": api.KIND, "name": name, "uid": cr["metadata"]["uid"], "controller": True}
-        await kube.create(SECRETS, {"apiVersion": "v1", "kind": "Secret", "metadata": {
-            "name": f"{name}-runner", "ownerReferences": [owner]}, "stringData": {"t": "x"}}, ns)
-        await kube.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{name}-a1", "ownerReferences": [owner]},
-                                 "spec": {"containers": [{"name": "c", "image": "x", "command": ["true"]}]}}, ns)
+        meta = cr["metadata"]
+        await kube.create(SECRETS, bodies.secret(meta), ns)
+        pod = await kube.create(PODS, bodies.pod(meta), ns)
         latencies.append(time.monotonic() - start)
-        await kube.patch_status(SWEROLLOUTS, name, {"status": {"phase": "Starting"}}, ns)
+        await kube.patch_status(SWEROLLOUTS, name, bodies.starting(meta, pod), ns)
 
     started = time.monotonic()
     await _paced(n, rate, one)
@@ -210,8 +275,10 @@ class Operator:
         host, port = plane.server_url.removeprefix("https://").rsplit(":", 1)
         env = {**os.environ, "KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port}
         env.pop("KUBECONFIG", None)
+        self.profile = PROFILE_DIR / f"operator-{workdir.name}.prof" if PROFILE_DIR else None
+        profiler = ["-m", "cProfile", "-o", str(self.profile)] if self.profile else []
         argv = [
-            sys.executable, "-m", "swerollout_operator", "--service-account-dir", str(identity),
+            sys.executable, *profiler, "-m", "swerollout_operator", "--service-account-dir", str(identity),
             "--namespaces", ",".join(namespaces), "--bind-host", "127.0.0.1", "--metrics-port", str(self.metrics_port),
             "--ingest-port", str(self.ingest_port), "--token-key-file", str(self.key),
             "--store-url", f"file://{workdir / 'store'}", "--log-level", "WARNING",
@@ -250,10 +317,21 @@ class Operator:
     def stop(self) -> None:
         os.killpg(self.proc.pid, signal.SIGTERM)
         try:
-            self.proc.wait(timeout=20)
+            self.proc.wait(timeout=60 if self.profile else 20)
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.log.close()
+        if self.profile is not None and self.profile.exists():
+            _print_profile(self.profile)
+
+
+def _print_profile(path: Path, lines: int = 30) -> None:
+    """The profile's top functions by own time and by cumulative time, to stderr."""
+    import pstats
+
+    for order in ("tottime", "cumulative"):
+        print(f"== {path.name}, by {order}", file=sys.stderr)
+        pstats.Stats(str(path), stream=sys.stderr).sort_stats(order).print_stats(lines)
 
 
 async def _watch_pods(kube: AsyncKubeClient, ns: str, n: int, pod_at: dict[str, float]) -> None:
@@ -610,6 +688,38 @@ async def _fan_out_main(n: int) -> dict[str, Any]:
             "load_average": {"start": load_start, "end": os.getloadavg()[0]}}
 
 
+async def _create_main(n: int, rate: float) -> dict[str, Any]:
+    load_start = os.getloadavg()[0]
+    cpu: dict[str, dict[str, float]] = {}
+    async with _control_plane() as (plane, kube, tmp):
+        meter = CpuMeter(plane.pids())
+        baseline = {}
+        for mode, step_rate in (("burst", None), ("steady", rate)):
+            meter.start()
+            baseline[mode] = await bare_client(kube, n, f"base-{mode}", step_rate)
+            cpu[f"bare {mode}"] = meter.per_rollout_ms(n)
+        for ns in ("bench", "steady"):
+            await _ensure_namespace(kube, ns)
+        operator = Operator(plane, tmp / "lifecycle", ["bench", "steady"])
+        try:
+            await operator.ready()
+            meter = CpuMeter({**plane.pids(), "operator": operator.proc.pid})
+            ours = {}
+            for mode, ns, step_rate in (("burst", "bench", None), ("steady", "steady", rate)):
+                meter.start()
+                ours[mode] = await operator_creates(kube, ns, n, step_rate)
+                cpu[f"operator {mode}"] = meter.per_rollout_ms(n)
+        finally:
+            operator.stop()
+    return {"rollouts": n, "rate": rate, "baseline": baseline, "operator": ours, "cpu_ms_per_rollout": cpu,
+            "load_average": {"start": load_start, "end": os.getloadavg()[0]}}
+
+
+def run_create(rollouts: int = 500, rate: float = 50.0) -> dict[str, Any]:
+    """The creation steps alone (`--create-only`): burst and steady, operator against bare client."""
+    return asyncio.run(_create_main(rollouts, rate))
+
+
 def run_fan_out(rollouts: int = 500) -> dict[str, Any]:
     """The abort/resume step alone (`--fan-out-only`), with its ceiling."""
     return asyncio.run(_fan_out_main(rollouts))
@@ -625,14 +735,9 @@ _WHY = {
 }
 
 
-def report(result: dict[str, Any]) -> str:
-    n, b, o = result["rollouts"], result["baseline"], result["operator"]
-    load = result.get("load_average", {})
-    lines = [
-        f"lifecycle: {n} SWERollouts, CR created -> pod created; operator / bare client in this run "
-        f"(load average {load.get('start', 0):.1f} at the start, {load.get('end', 0):.1f} at the end, "
-        f"{os.cpu_count()} cores)"
-    ]
+def report_create(result: dict[str, Any]) -> list[str]:
+    """Burst and steady creation, operator against the bare client of the same run."""
+    b, o, lines = result["baseline"], result["operator"], []
     for mode, title in (("burst", "one burst"), ("steady", f"steady {result['rate']:.0f} CR/s")):
         bb, oo = b[mode], o[mode]
         lines.append(
@@ -643,6 +748,20 @@ def report(result: dict[str, Any]) -> str:
             f"p99 {oo['cr_to_pod_p99_s'] * 1000:.0f} ms vs {bb['cr_to_pod_p99_s'] * 1000:.0f} ms "
             f"= {oo['cr_to_pod_p99_s'] / bb['cr_to_pod_p99_s']:.1f}x"
         )
+    for step, by in result.get("cpu_ms_per_rollout", {}).items():
+        lines.append(f"    CPU per rollout, {step}: " + ", ".join(f"{k} {v:.1f} ms" for k, v in by.items()))
+    return lines
+
+
+def report(result: dict[str, Any]) -> str:
+    n, b, o = result["rollouts"], result["baseline"], result["operator"]
+    load = result.get("load_average", {})
+    lines = [
+        f"lifecycle: {n} SWERollouts, CR created -> pod created; operator / bare client in this run "
+        f"(load average {load.get('start', 0):.1f} at the start, {load.get('end', 0):.1f} at the end, "
+        f"{os.cpu_count()} cores)"
+    ]
+    lines += report_create(result)
     lines += report_fan_out(n, o["fan_out"], b["status_wave_seconds"])
     trainer = result.get("trainer_abort_resume_writes", {})
     lines.append(
@@ -667,8 +786,21 @@ def main() -> int:
     parser.add_argument("--active", type=int, default=2000, help="rollouts at rest for RSS and idle CPU (0: skip)")
     parser.add_argument("--rest-only", action="store_true", help="only the at-rest step (RSS and CPU with --active)")
     parser.add_argument("--fan-out-only", action="store_true", help="only the abort/resume step of --rollouts")
+    parser.add_argument("--create-only", action="store_true", help="only the burst and steady creation steps")
+    parser.add_argument("--profile", type=Path, metavar="DIR",
+                        help="run each operator under cProfile, write DIR/operator-<step>.prof, print its top lines")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    global PROFILE_DIR
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
+        PROFILE_DIR = args.profile.resolve()
+    if args.create_only:
+        result = run_create(args.rollouts, args.rate)
+        load = result["load_average"]
+        lines = [f"load average {load['start']:.1f} -> {load['end']:.1f}, {os.cpu_count()} cores"]
+        print(json.dumps(result, indent=2) if args.json else "\n".join(lines + report_create(result)))
+        return 0
     if args.fan_out_only:
         result = run_fan_out(args.rollouts)
         load = result["load_average"]
