@@ -219,6 +219,16 @@ class RolloutCache:
         self.entries: dict[str, Tracked] = {}
         self._by_batch: dict[BatchKey, set[str]] = {}
         self._batch_of: dict[str, BatchKey] = {}
+        self._counts: dict[Phase, int] = {p: 0 for p in Phase}
+        """Rollouts by phase, kept as bodies change: every transition refreshes the phase
+        gauges, and counting all entries each time was O(n) per transition (a batch abort
+        of 500 among 2,000 tracked: a million phase reads)."""
+
+    def _set_body(self, entry: Tracked, body: dict[str, Any]) -> None:
+        """The one way a cached body changes, so the phase counts stay true."""
+        self._counts[entry.phase] -= 1
+        entry.body = body
+        self._counts[entry.phase] += 1
 
     def _index(self, entry: Tracked) -> None:
         """Keep the batch -> members index true for this entry (its label may change)."""
@@ -250,6 +260,7 @@ class RolloutCache:
         entry = self.entries.get(meta["uid"])
         if entry is None:
             entry = self.entries[meta["uid"]] = Tracked(meta["namespace"], meta["name"], meta["uid"], trim_rollout(body))
+            self._counts[entry.phase] += 1
             self._index(entry)
             return entry, True
         new_rv = _rv(body)
@@ -261,7 +272,7 @@ class RolloutCache:
             return entry, False
         body = trim_rollout(body)
         news = _relevant(body) != _relevant(entry.body)
-        entry.body = body
+        self._set_body(entry, body)
         self._index(entry)
         if news and entry.writes_in_flight:
             entry.held.add(new_rv)
@@ -279,7 +290,7 @@ class RolloutCache:
             else:
                 entry.own_versions.add(rv)
             if rv >= _rv(entry.body):
-                entry.body = trim_rollout(body)
+                self._set_body(entry, trim_rollout(body))
         if entry.writes_in_flight:
             return False
         news = bool(entry.held)
@@ -288,7 +299,10 @@ class RolloutCache:
 
     def forget(self, uid: str) -> Tracked | None:
         self._unindex(uid)
-        return self.entries.pop(uid, None)
+        entry = self.entries.pop(uid, None)
+        if entry is not None:
+            self._counts[entry.phase] -= 1
+        return entry
 
     def release_idle(self, idle_seconds: float) -> int:
         """Drop the parsed models of rollouts that nothing read for `idle_seconds`; returns how many."""
@@ -305,10 +319,7 @@ class RolloutCache:
         return next((e for e in self.entries.values() if e.namespace == namespace and e.name == name), None)
 
     def phase_counts(self) -> dict[Phase, int]:
-        counts = {p: 0 for p in Phase}
-        for entry in self.entries.values():
-            counts[entry.phase] += 1
-        return counts
+        return dict(self._counts)
 
 
 def controller_uid(pod: dict[str, Any]) -> str | None:

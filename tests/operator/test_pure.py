@@ -355,3 +355,29 @@ def test_rollouts_at_rest_hold_no_parsed_models_and_parse_again_when_read() -> N
     assert idle.rollout_spec == spec and idle.rollout_spec is not spec
     assert idle.rollout_status == status
     assert busy.rollout_spec is busy_spec, "the busy one kept its parse"
+
+
+def test_phase_counts_follow_every_way_a_cached_body_changes() -> None:
+    cache = RolloutCache()
+
+    def body(uid: str, phase: str, rv: int) -> dict[str, Any]:
+        return {**_cached_rollout(uid), "status": {"phase": phase}, "metadata": {
+            **_cached_rollout(uid)["metadata"], "resourceVersion": str(rv)}}
+
+    def counted() -> dict[Phase, int]:
+        expected = {p: 0 for p in Phase}
+        for entry in cache.entries.values():
+            expected[entry.phase] += 1
+        return expected
+
+    a, _ = cache.observe(body("a", "Running", 1))
+    cache.observe(body("b", "Running", 2))
+    cache.observe(body("a", "Aborted", 3))  # a watch event
+    a.writes_in_flight += 1
+    cache.observe_own(a, body("a", "Resuming", 4))  # the response to our own write
+    cache.observe(body("b", "Pending", 1))  # older than held: ignored
+    assert cache.phase_counts() == counted()
+    assert cache.phase_counts()[Phase.RESUMING] == 1 and cache.phase_counts()[Phase.RUNNING] == 1
+    cache.forget("b")
+    cache.forget("b")  # twice: counted once
+    assert cache.phase_counts() == counted() and sum(cache.phase_counts().values()) == 1
