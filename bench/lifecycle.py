@@ -66,6 +66,8 @@ PARALLEL = 32
 BATCH = "bench"
 RUNNER_WAIT_SECONDS = 30.0
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+OPERATOR_ARGS: list[str] = []
+"""--operator-args: extra flags for every operator the bench starts (e.g. "--workers 64")."""
 PROFILE_DIR: Path | None = None
 """--profile: each operator runs under cProfile and writes DIR/operator-<step>.prof as it
 stops (cProfile roughly doubles its CPU, so compare profiles, not those runs' figures)."""
@@ -281,7 +283,7 @@ class Operator:
             sys.executable, *profiler, "-m", "swerollout_operator", "--service-account-dir", str(identity),
             "--namespaces", ",".join(namespaces), "--bind-host", "127.0.0.1", "--metrics-port", str(self.metrics_port),
             "--ingest-port", str(self.ingest_port), "--token-key-file", str(self.key),
-            "--store-url", f"file://{workdir / 'store'}", "--log-level", "WARNING",
+            "--store-url", f"file://{workdir / 'store'}", "--log-level", "WARNING", *OPERATOR_ARGS,
         ]
         self.log = open(workdir / "operator.log", "wb")
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
@@ -789,9 +791,11 @@ def main() -> int:
     parser.add_argument("--create-only", action="store_true", help="only the burst and steady creation steps")
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="run each operator under cProfile, write DIR/operator-<step>.prof, print its top lines")
+    parser.add_argument("--operator-args", default="", help='extra operator flags, e.g. "--workers 64"')
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    global PROFILE_DIR
+    global PROFILE_DIR, OPERATOR_ARGS
+    OPERATOR_ARGS = args.operator_args.split()
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
         PROFILE_DIR = args.profile.resolve()
