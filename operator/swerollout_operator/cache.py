@@ -139,6 +139,9 @@ class Tracked:
     pod_created_at: float | None = None
     last_error: str | None = None
     """The last failure of a reconcile (retried with backoff), named if the startup deadline passes."""
+    told_at: float = 0.0
+    """When its batch's change last told its runner, in memory, to abort or resume
+    (monotonic seconds): its report is due within --runner-report-grace-seconds."""
     progress: ProgressReport | None = None
     progress_dirty: bool = False
     progress_written_at: float = 0.0

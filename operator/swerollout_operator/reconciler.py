@@ -81,6 +81,8 @@ class Reconciler:
         self.progress = ProgressCoalescer(self.write_status, metrics, settings.status_coalesce_seconds)
         self.requeue: Callable[[str], None] = lambda uid: None
         """Ask for a pass over a rollout (set to the work queue's `add` by the runtime)."""
+        self.requeue_after: Callable[[str, float], None] = lambda uid, delay: None
+        """Ask for a pass after a delay in seconds (the work queue's `add_after`)."""
         self.on_deleted_rollout: list[Callable[[str, str, str], Awaitable[None]]] = []
         self._event_slots = asyncio.Semaphore(EVENT_WRITERS)
         self._background: set[asyncio.Task[None]] = set()
@@ -127,8 +129,22 @@ class Reconciler:
             if entry.phase.is_terminal:
                 continue
             told = self.assignment(entry, role="rollout", attempt=max(1, entry.rollout_status.attempts)).kind
-            (passes.later if told in (AssignmentKind.ABORT, AssignmentKind.RESUME) else passes.now).append(entry.uid)
+            if told in (AssignmentKind.ABORT, AssignmentKind.RESUME):
+                entry.told_at = time.monotonic()
+                passes.later.append(entry.uid)
+            else:
+                passes.now.append(entry.uid)
         return passes
+
+    def _report_grace_left(self, entry: Tracked) -> float:
+        """Seconds left for the runner of an Aborted rollout, told by its batch to resume,
+        to report that it did; 0 when it was not told so (or the grace is over)."""
+        if not entry.told_at:
+            return 0.0
+        answer = self.assignment(entry, role="rollout", attempt=max(1, entry.rollout_status.attempts))
+        if answer.kind != AssignmentKind.RESUME:
+            return 0.0
+        return max(0.0, entry.told_at + self.settings.runner_report_grace_seconds - time.monotonic())
 
     async def sync_batches(self, namespaces: list[str]) -> None:
         """Read every batch before the first pass, so that after a restart no Aborted member
@@ -395,6 +411,13 @@ class Reconciler:
 
     async def _reconcile_aborted(self, entry: Tracked) -> None:
         if not self.suspended(entry):
+            wait = self._report_grace_left(entry)
+            if wait > 0:
+                # Its runner was told to resume (observe_batch) and its report is the one
+                # transition needed; a pass that comes first for another reason (the one
+                # its abort report queued, a label) would write Resuming in its way.
+                self.requeue_after(entry.uid, wait)
+                return
             key = entry.batch_key
             why = "spec.suspend is false" + (
                 f", on the rollout and on SWERolloutBatch {key[1]}" if key and self.batches.get(key) else ""

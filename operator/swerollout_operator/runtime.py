@@ -98,6 +98,7 @@ class OperatorRuntime:
         await self._reconciler.sync_batches(self.settings.namespaces)
         self._queue = KeyedQueue(self._work, workers=self.settings.workers)
         self._reconciler.requeue = self._queue.add
+        self._reconciler.requeue_after = self._queue.add_after
         self._queue.start()
         store = self._store
 

@@ -134,6 +134,15 @@ def test_one_batch_write_suspends_and_resumes_every_member(
     resume = wait_for("ba told to resume", lambda: (a := runners["ba"].assignment())["kind"] == "resume" and a,
                       op=operator)
     assert resume["spec"]["inference"]["weightVersion"] == "v9", resume
+    # A pass that comes for another reason before the report (here a user's label; in a
+    # batch, the pass its abort report queued) waits for the report too.
+    labelled = kubectl("patch", "swer", "ba", "-n", namespace, "--type=merge", "-o", "json",
+                       "-p", json.dumps({"metadata": {"labels": {"marker": "1"}}}))
+    marker_rv = int(json.loads(labelled.stdout)["metadata"]["resourceVersion"])
+    wait_for("the marker's pass", lambda: any(
+        int(rv) >= marker_rv for rv in re.findall(rf"pass over {namespace}/ba at resourceVersion (\d+)",
+                                                  operator.log_path.read_text(errors="replace"))), op=operator)
+    assert phase(kubectl, namespace, "ba") == "Aborted", "a pass within the grace wrote Resuming"
     assert phase(kubectl, namespace, "bb") == "Aborted"
     assert runners["bb"].assignment()["kind"] == "wait"
     assert runners["ba"].report_started(resume["id"])
