@@ -134,6 +134,8 @@ def _check_hostile_inert(page: Any, name: str) -> None:
     assert tool.count() == 1
     # The huge observation starts folded; opened, it shows the markup as text and U+FFFD for the bad bytes.
     tool.locator("details summary").first.click()
+    # The page fills the body on the details' toggle event, which fires after the click returns.
+    page.wait_for_function("() => document.querySelector('.msg.tool details pre').textContent.length > 0")
     text = tool.locator("details pre").first.inner_text()
     assert text.startswith("<script>window.__pwned = 1</script><img src=x") and "\ufffd" in text
     assert len(text) > 200_000
