@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# `make test`: the whole suite as three pytest processes at once, each with its own log.
+# `make test`: the whole suite as four pytest processes at once, each with its own log.
 #
-#   cluster  tests/cluster: `cluster up` (our image, task images, a real kubelet), then
-#            rollouts on it; mostly waiting on containers
-#   e2e      tests/e2e: one `dev up` stack and rollouts on it; mostly waiting on rollouts
-#   rest     everything else, in the foreground
+#   cluster          tests/cluster: `cluster up` (our image, task images, a real kubelet),
+#                    then rollouts on it; mostly waiting on containers
+#   e2e              tests/e2e: one `dev up` stack and rollouts on it; mostly waiting on rollouts
+#   runner-operator  tests/agent_runner and tests/operator
+#   rest             everything else, in the foreground
 #
-# Run one after another they take the sum; side by side the longest, because the two
-# long ones spend their time waiting, not computing. They cannot fight: the real node
+# Run one after another they take the sum; side by side the longest, because much of
+# their time is spent waiting, not computing. The last two were one process until the
+# bytecode below brought cluster and e2e down to 11 minutes: then it (19 minutes of
+# tests, one after another) was the whole run, and the two cores sat a third idle for
+# its last 8 minutes. Split where the JUnit files below say the halves are even (about
+# 9.5 minutes each); the trainers stay in the rest, which shares their dev stack and
+# heavy imports. They cannot fight: the real node
 # uses 10.244-245.x.x and 10.96.x.x and holds a machine lock, the dev stack and the
 # node agent use free loopback ports and 127.x.y.z pod addresses, and each process
 # has its own control plane and temporary directories.
@@ -62,19 +68,22 @@ trap 'for pid in "${pids[@]}"; do kill -INT "$pid" 2>/dev/null; done; wait; exit
 # The session fixture builds the images and brings the node up: minutes cold, past the per-test timeout.
 start cluster -o timeout=3600 tests/cluster "$@"
 start e2e tests/e2e "$@"
-echo "tests/cluster and tests/e2e run in the background; logs in $LOGS/{cluster,e2e}.log"
-"$PY" -m pytest -p no:cacheprovider --durations=10 --junitxml="$LOGS/rest.xml" --ignore=tests/cluster --ignore=tests/e2e "$@" \
+start runner-operator tests/agent_runner tests/operator "$@"
+echo "tests/cluster, tests/e2e, tests/agent_runner and tests/operator run in the background;" \
+    "logs in $LOGS/{cluster,e2e,runner-operator}.log"
+"$PY" -m pytest -p no:cacheprovider --durations=10 --junitxml="$LOGS/rest.xml" \
+    --ignore=tests/cluster --ignore=tests/e2e --ignore=tests/agent_runner --ignore=tests/operator "$@" \
     2>&1 | tee "$LOGS/rest.log"
 status=${PIPESTATUS[0]}
 declare -A codes=([rest]=$status)
-for name in e2e cluster; do
+for name in runner-operator e2e cluster; do
     wait "${pids[$name]}"
     codes[$name]=$?
 done
 trap - INT TERM
 
 failed=0
-for name in rest e2e cluster; do
+for name in rest runner-operator e2e cluster; do
     code=${codes[$name]}
     # 5: nothing selected in this part (a -k that matches only the others' tests).
     if [ "$code" -eq 5 ] && [ $# -gt 0 ]; then codes[$name]=0; code=0; fi
@@ -90,8 +99,8 @@ for name in rest e2e cluster; do
     fi
 done
 echo
-for name in rest e2e cluster; do
-    printf '%-8s exit %-3s %s\n' "$name" "${codes[$name]}" "$(tail -n 1 "$LOGS/$name.log")"
+for name in rest runner-operator e2e cluster; do
+    printf '%-16s exit %-3s %s\n' "$name" "${codes[$name]}" "$(tail -n 1 "$LOGS/$name.log")"
 done
-echo "make test: $((SECONDS - begin)) s wall; every test's duration in $LOGS/{rest,e2e,cluster}.xml"
+echo "make test: $((SECONDS - begin)) s wall; every test's duration in $LOGS/{rest,runner-operator,e2e,cluster}.xml"
 exit "$failed"
