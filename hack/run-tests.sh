@@ -21,7 +21,7 @@
 # Arguments go to every process (options only: -x, -k, --lf ...). SWEROLLOUT_TEST_LOGS
 # names the log directory (default .swerollout/test-logs). Each part also writes
 # NAME.xml there (JUnit): every test's duration, setup and teardown included, where the
-# console shows only the ten slowest.
+# console shows only the ten slowest; hack/test-durations.py sums them per part and file.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -102,5 +102,5 @@ echo
 for name in rest runner-operator e2e cluster; do
     printf '%-16s exit %-3s %s\n' "$name" "${codes[$name]}" "$(tail -n 1 "$LOGS/$name.log")"
 done
-echo "make test: $((SECONDS - begin)) s wall; every test's duration in $LOGS/{rest,runner-operator,e2e,cluster}.xml"
+echo "make test: $((SECONDS - begin)) s wall; every test's duration: hack/test-durations.py $LOGS"
 exit "$failed"
