@@ -13,10 +13,10 @@
 # tests, one after another) was the whole run, and the two cores sat a third idle for
 # its last 8 minutes. Split where the JUnit files below say the halves are even (about
 # 9.5 minutes each); the trainers stay in the rest, which shares their dev stack and
-# heavy imports. They cannot fight: the real node
-# uses 10.244-245.x.x and 10.96.x.x and holds a machine lock, the dev stack and the
-# node agent use free loopback ports and 127.x.y.z pod addresses, and each process
-# has its own control plane and temporary directories.
+# heavy imports. They cannot fight: the real node uses 10.244-245.x.x and 10.96.x.x
+# and holds a machine lock, the dev stack and the node agent use free loopback ports
+# and 127.x.y.z pod addresses, and each process has its own control plane and
+# temporary directories.
 #
 # Arguments go to every process (options only: -x, -k, --lf ...). SWEROLLOUT_TEST_LOGS
 # names the log directory (default .swerollout/test-logs). Each part also writes
