@@ -12,8 +12,10 @@ garbage-collects ownerReferences, namespaces never finish deleting.
 from __future__ import annotations
 
 import re
+import resource
 import secrets
 import subprocess
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
@@ -28,8 +30,24 @@ CLUSTER_FIXTURES = {"control_plane", "kube", "akube", "kubectl", "helm", "namesp
 Runner = Callable[..., "subprocess.CompletedProcess[str]"]
 
 
+_STARTED = time.monotonic()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "cluster: needs the real control plane (kube-apiserver + etcd on loopback)")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """One line under the results: the CPU this run used beside its wall time, so each part
+    of `make test` (hack/run-tests.sh) shows whether it computes or waits. "Reaped" is every
+    process it started and waited for (operators, runners, CLI calls, control planes); a
+    detached one, such as a dev stack's supervisor and what that starts, is not in it."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
+    terminalreporter.write_line(
+        f"cpu: {own.ru_utime + own.ru_stime:.0f} s in pytest, {reaped.ru_utime + reaped.ru_stime:.0f} s in the "
+        f"processes it reaped, {time.monotonic() - _STARTED:.0f} s wall"
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
