@@ -140,21 +140,33 @@ _QUERY_BLOCK = 256
 
 
 def _attention(q: Array, keys: Array, values: Array, start: int, c: TinyConfig) -> Array:
-    """Causal grouped-query attention of new queries (at ``start``...) over all cached positions."""
+    """Causal grouped-query attention of new queries (at ``start``...) over all cached positions.
+
+    A block of queries is scored only against keys up to its own last position: the
+    later ones are masked for every row of the block, and scoring them was most of a
+    long prefill's cost. Inside that window only the block's own diagonal square has
+    future keys, so only that square is masked.
+    """
     group = c.num_heads // c.num_kv_heads
-    k = np.repeat(keys, group, axis=1).transpose(1, 2, 0)  # [heads, head_dim, positions]
-    v = np.repeat(values, group, axis=1).transpose(1, 0, 2)  # [heads, positions, head_dim]
-    scale = np.float32(1.0 / np.sqrt(c.head_dim))
-    out = np.empty((q.shape[0], c.num_heads * c.head_dim), np.float32)
-    for lo in range(0, q.shape[0], _QUERY_BLOCK):
-        hi = min(lo + _QUERY_BLOCK, q.shape[0])
-        scores = (q[lo:hi].transpose(1, 0, 2) @ k) * scale  # [heads, block, positions]
-        query_pos = np.arange(start + lo, start + hi)[:, None]
-        future = np.arange(keys.shape[0])[None, :] > query_pos
-        masked = np.where(future, np.float32(-np.inf), scores).astype(np.float32, copy=False)
-        exp = np.exp(masked - masked.max(axis=-1, keepdims=True))
-        weights = exp / exp.sum(axis=-1, keepdims=True)
-        out[lo:hi] = (weights @ v).transpose(1, 0, 2).reshape(hi - lo, -1)
+    n, kv, dim = q.shape[0], c.num_kv_heads, c.head_dim
+    # Heads that share a kv head are stacked as rows of one matmul, so keys and values
+    # are never repeated per head. 1/sqrt(head_dim) is applied to the (fewer) queries.
+    grouped = (q * np.float32(1.0 / np.sqrt(dim))).reshape(n, kv, group, dim).transpose(1, 2, 0, 3)
+    k = keys.transpose(1, 2, 0)  # [kv_heads, head_dim, positions]
+    v = values.transpose(1, 0, 2)  # [kv_heads, positions, head_dim]
+    out = np.empty((n, c.num_heads * dim), np.float32)
+    for lo in range(0, n, _QUERY_BLOCK):
+        hi = min(lo + _QUERY_BLOCK, n)
+        rows, visible = hi - lo, start + hi
+        block_q = grouped[:, :, lo:hi].reshape(kv, group * rows, dim)
+        scores = (block_q @ k[:, :, :visible]).reshape(kv, group, rows, visible)
+        # Row i sits at position start + lo + i: of the block's own keys it sees 0..i.
+        scores[..., visible - rows:][..., np.triu(np.ones((rows, rows), dtype=bool), 1)] = -np.inf
+        scores -= scores.max(axis=-1, keepdims=True)
+        np.exp(scores, out=scores)
+        total = scores.sum(axis=-1, keepdims=True)  # [kv, group, rows, 1]
+        weighted = (scores.reshape(kv, group * rows, visible) @ v[:, :visible]).reshape(kv, group, rows, dim)
+        out[lo:hi] = (weighted / total).transpose(2, 0, 1, 3).reshape(rows, -1)
     return out
 
 

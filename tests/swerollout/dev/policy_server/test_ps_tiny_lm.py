@@ -10,13 +10,14 @@ an uncached pass.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from swerollout.dev.policy_server.policies.tiny_lm import KVCache, TinyLM, build_model
+from swerollout.dev.policy_server.policies.tiny_lm import _QUERY_BLOCK, KVCache, TinyLM, build_model
 
 VOCAB = 512
-TOKENS = [int(t) for t in np.random.default_rng(7).integers(0, VOCAB, size=300)]
+TOKENS = [int(t) for t in np.random.default_rng(7).integers(0, VOCAB, size=2 * _QUERY_BLOCK + 1)]
 
 
 def _transformers_twin(model: TinyLM) -> Qwen2ForCausalLM:
@@ -50,16 +51,36 @@ def _transformers_twin(model: TinyLM) -> Qwen2ForCausalLM:
     return twin.eval()
 
 
-def test_numpy_model_matches_transformers_qwen2() -> None:
-    model = build_model(VOCAB, seed=3, context_length=4096)
-    ours = model.forward(TOKENS, KVCache(model.config), all_logits=True)
+def _transformers_logits(model: TinyLM, tokens: list[int]) -> np.ndarray:
     with torch.inference_mode():
-        theirs = _transformers_twin(model)(input_ids=torch.tensor([TOKENS])).logits[0].float().numpy()
-    assert ours.shape == theirs.shape == (len(TOKENS), VOCAB)
+        logits: np.ndarray = _transformers_twin(model)(input_ids=torch.tensor([tokens])).logits[0].float().numpy()
+    return logits
+
+
+# Attention scores a query block only against keys up to the block's last position, so
+# block boundaries are where an off-by-one would show: a prompt that ends inside a
+# block, one that fills its last block exactly, and one that starts a block with one row.
+@pytest.mark.parametrize("length", [300, 2 * _QUERY_BLOCK, 2 * _QUERY_BLOCK + 1])
+def test_numpy_model_matches_transformers_qwen2(length: int) -> None:
+    model = build_model(VOCAB, seed=3, context_length=4096)
+    tokens = TOKENS[:length]
+    ours = model.forward(tokens, KVCache(model.config), all_logits=True)
+    theirs = _transformers_logits(model, tokens)
+    assert ours.shape == theirs.shape == (length, VOCAB)
     assert np.max(np.abs(ours - theirs)) < 1e-3
     # Teeth: a different seed's weights give clearly different logits.
     other = build_model(VOCAB, seed=4, context_length=4096)
-    assert np.max(np.abs(other.forward(TOKENS, KVCache(other.config), all_logits=True) - theirs)) > 0.05
+    assert np.max(np.abs(other.forward(tokens, KVCache(other.config), all_logits=True) - theirs)) > 0.05
+
+
+def test_chunk_prefilled_after_a_cached_prefix_matches_transformers() -> None:
+    """A later chunk's blocks start mid-sequence (start > 0), as when a cached prefix is reused."""
+    model = build_model(VOCAB, seed=3, context_length=4096)
+    cache = KVCache(model.config)
+    head = model.forward(TOKENS[:100], cache, all_logits=True)
+    tail = model.forward(TOKENS[100:], cache, all_logits=True)  # 413 rows: a full block and a partial one
+    theirs = _transformers_logits(model, TOKENS)
+    assert np.max(np.abs(np.concatenate([head, tail]) - theirs)) < 1e-3
 
 
 def test_cached_decode_equals_one_pass() -> None:
