@@ -30,6 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from swerollout.dev.policy_server.policies import PolicyContext, SamplingConfig, TokenSample
+from swerollout.dev.policy_server.policies.prefix_cache import PrefixCache
 
 Array = npt.NDArray[np.float32]
 
@@ -102,7 +103,11 @@ class TinyLM:
 
 
 class KVCache:
-    """Keys and values per layer, grown in place: ``[positions, kv_heads, head_dim]``."""
+    """Keys and values per layer: ``[positions, kv_heads, head_dim]``.
+
+    An append makes new arrays and never writes into old ones, so caches can share
+    arrays: ``prefix`` is free, and the prefix cache's snapshots stay valid.
+    """
 
     def __init__(self, config: TinyConfig) -> None:
         self.length = 0
@@ -114,6 +119,16 @@ class KVCache:
         self._keys[layer] = np.concatenate([self._keys[layer], k])
         self._values[layer] = np.concatenate([self._values[layer], v])
         return self._keys[layer], self._values[layer]
+
+    def prefix(self, length: int) -> KVCache:
+        """A cache of this one's first ``length`` positions, sharing its arrays."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"prefix length {length} is outside this cache's 0..{self.length} positions")
+        other = KVCache.__new__(KVCache)
+        other.length = length
+        other._keys = [k[:length] for k in self._keys]
+        other._values = [v[:length] for v in self._values]
+        return other
 
 
 def _rms_norm(x: Array, weight: Array, eps: float) -> Array:
@@ -224,7 +239,7 @@ def sample_token(logits: Array, sampling: SamplingConfig, rng: np.random.Generat
     return TokenSample(token_id=token, logprob=float(logprobs[token]))
 
 
-@dataclass
+@dataclass(eq=False)  # compared and hashed by identity: it keys its prefix-cache entry
 class TinyLMGeneration:
     """One request's decode state: a KV cache and the logits of the next position."""
 
@@ -232,6 +247,11 @@ class TinyLMGeneration:
     lock: threading.Lock
     input_ids: list[int]
     sampling: SamplingConfig
+    prefixes: PrefixCache | None = None
+    reused_tokens: int = 0
+    """Input positions whose KV came from the prefix cache instead of a prefill."""
+    _tokens: list[int] = field(default_factory=list)
+    """The tokens whose KV ``_cache`` holds (the input, then each fed output token)."""
     _cache: KVCache | None = None
     _next_logits: Array | None = None
     _pending: int | None = None
@@ -241,26 +261,55 @@ class TinyLMGeneration:
         with self.lock:
             if self._cache is None:
                 self._rng = np.random.default_rng(self.sampling.seed)
-                self._cache = KVCache(self.model.config)
-                self._next_logits = self.model.forward(self.input_ids, self._cache)
+                reused = self.prefixes.take(self.model, self.input_ids) if self.prefixes is not None else None
+                self._cache = reused if reused is not None else KVCache(self.model.config)
+                self.reused_tokens = self._cache.length
+                self._next_logits = self.model.forward(self.input_ids[self.reused_tokens:], self._cache)
+                self._tokens = list(self.input_ids)
             elif self._pending is not None:
                 # The previous token is fed lazily, so an abort right after sampling it
                 # costs no extra decode step.
                 self._next_logits = self.model.forward([self._pending], self._cache)
+                self._tokens.append(self._pending)
+            if self.prefixes is not None:
+                # After every step, so that whatever ends this request (stop, length,
+                # abort) the next turn finds all of it.
+                self.prefixes.keep(self, self.model, self._tokens, self._cache)
             assert self._next_logits is not None and self._rng is not None
             sample = sample_token(self._next_logits, self.sampling, self._rng)
             self._pending = sample.token_id
         return sample
 
 
+# A 32k-token conversation's KV is 16 MiB (2 layers x 2 x 2 kv heads x 16 dims x 4 B per
+# position): the prefix cache holds up to 8 conversations of up to 128k positions (64 MiB).
+PREFIX_ENTRIES = 8
+PREFIX_POSITIONS = 131_072
+PREFIX_MIN_POSITIONS = 64
+
+
 class TinyLMPolicy:
     name = "tiny-lm"
     offload = True
 
-    def __init__(self, context: PolicyContext) -> None:
+    def __init__(self, context: PolicyContext, *, prefix_entries: int = PREFIX_ENTRIES) -> None:
+        """``prefix_entries=0`` turns the prefix cache off (every request prefills all of its input)."""
         self.vocab_size = len(context.tokenizer)
         self.model = build_model(self.vocab_size, seed=context.seed, context_length=context.context_length)
         self._lock = threading.Lock()
+        self._prefixes = (
+            PrefixCache(max_entries=prefix_entries, max_positions=PREFIX_POSITIONS, min_positions=PREFIX_MIN_POSITIONS)
+            if prefix_entries > 0 else None
+        )
+
+    def load_weights(self, model: TinyLM) -> None:
+        """A weight update: later requests use ``model``, and no KV computed with the old weights."""
+        with self._lock:
+            self.model = model
+            if self._prefixes is not None:
+                self._prefixes.clear()
 
     def start(self, input_ids: list[int], sampling: SamplingConfig) -> TinyLMGeneration:
-        return TinyLMGeneration(model=self.model, lock=self._lock, input_ids=list(input_ids), sampling=sampling)
+        return TinyLMGeneration(
+            model=self.model, lock=self._lock, input_ids=list(input_ids), sampling=sampling, prefixes=self._prefixes,
+        )

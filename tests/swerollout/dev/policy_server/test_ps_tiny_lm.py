@@ -4,17 +4,25 @@ The stand-in runs on numpy so that `dev up` costs no torch. This test is where t
 architecture is held to the real implementation: every weight of the numpy model is
 copied into a `Qwen2ForCausalLM` built from the matching `Qwen2Config`, and both score
 the same token list. It also checks that the KV-cached decode the server uses equals
-an uncached pass.
+an uncached pass, and that starting a request from the prefix cache (the KV of an
+earlier request with the same first tokens) samples what a full prefill samples.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from swerollout.dev.policy_server.policies.tiny_lm import _QUERY_BLOCK, KVCache, TinyLM, build_model
+from swerollout.dev.policy_server.chat_format import ChatFormat
+from swerollout.dev.policy_server.policies import PolicyContext, SamplingConfig, TokenSample
+from swerollout.dev.policy_server.policies.prefix_cache import PrefixCache
+from swerollout.dev.policy_server.policies.tiny_lm import (
+    _QUERY_BLOCK, KVCache, TinyLM, TinyLMGeneration, TinyLMPolicy, build_model,
+)
 
 VOCAB = 512
 TOKENS = [int(t) for t in np.random.default_rng(7).integers(0, VOCAB, size=2 * _QUERY_BLOCK + 1)]
@@ -98,3 +106,98 @@ def test_weights_are_a_function_of_seed_and_vocabulary() -> None:
     a, b = build_model(VOCAB, seed=5, context_length=4096), build_model(VOCAB, seed=5, context_length=4096)
     assert np.array_equal(a.embed, b.embed)
     assert all(np.array_equal(x.q, y.q) and np.array_equal(x.down, y.down) for x, y in zip(a.layers, b.layers))
+
+
+# ---- prefix cache: a request starts from the KV of an earlier request sharing its first tokens
+
+# Reused KV was computed in other chunk shapes than a full prefill would use, so logits
+# agree to float rounding (about 1e-6), not bit for bit; sampled tokens are identical.
+REUSE_TOLERANCE = 1e-5
+
+
+@pytest.fixture(scope="module")
+def context(tokenizer: Any) -> PolicyContext:
+    return PolicyContext(tokenizer=tokenizer, chat_format=ChatFormat.from_tokenizer(tokenizer), tasks_file=None,
+                         seed=0, context_length=32768)
+
+
+def _turn(policy: TinyLMPolicy, input_ids: list[int], seed: int, steps: int = 12) -> tuple[TinyLMGeneration, list[TokenSample]]:
+    generation = policy.start(input_ids, SamplingConfig(temperature=1.0, top_p=1.0, top_k=-1, seed=seed))
+    samples = [generation.next_token() for _ in range(steps)]
+    assert all(s is not None for s in samples)
+    return generation, [s for s in samples if s is not None]
+
+
+def _same_samples(ours: list[TokenSample], theirs: list[TokenSample]) -> bool:
+    return [s.token_id for s in ours] == [s.token_id for s in theirs] and all(
+        abs(a.logprob - b.logprob) < REUSE_TOLERANCE for a, b in zip(ours, theirs, strict=True)
+    )
+
+
+def test_a_conversation_samples_the_same_with_and_without_prefix_reuse(context: PolicyContext) -> None:
+    reusing, prefilling = TinyLMPolicy(context), TinyLMPolicy(context, prefix_entries=0)
+    rng = np.random.default_rng(11)
+    conversation = [int(t) for t in rng.integers(0, 5000, size=300)]
+    previous = 0  # positions the previous turn's request ended with
+    for turn in range(4):
+        ours, our_samples = _turn(reusing, conversation, seed=turn)
+        theirs, their_samples = _turn(prefilling, conversation, seed=turn)
+        assert _same_samples(our_samples, their_samples), turn
+        assert ours._next_logits is not None and theirs._next_logits is not None
+        assert np.max(np.abs(ours._next_logits - theirs._next_logits)) < REUSE_TOLERANCE
+        assert theirs.reused_tokens == 0
+        # All of the previous turn but its last sampled token (never fed) is reused;
+        # 30 rows stay to prefill, so the cached and the new part meet inside one block.
+        assert ours.reused_tokens == (0 if turn == 0 else previous - 1)
+        output = [s.token_id for s in our_samples]
+        previous = len(conversation) + len(output)
+        conversation = conversation + output + [int(t) for t in rng.integers(0, 5000, size=30)]
+
+
+def test_requests_sharing_only_a_prompt_reuse_the_prompt(context: PolicyContext) -> None:
+    """A group of samples of one prompt (GRPO): the second request matches the first's prompt, not its output."""
+    reusing, prefilling = TinyLMPolicy(context), TinyLMPolicy(context, prefix_entries=0)
+    prompt = [int(t) for t in np.random.default_rng(12).integers(0, 5000, size=200)]
+    _turn(reusing, prompt, seed=1)
+    second, samples = _turn(reusing, prompt, seed=2)
+    assert second.reused_tokens == len(prompt) - 1
+    assert _same_samples(samples, _turn(prefilling, prompt, seed=2)[1])
+
+
+def test_a_weight_update_between_requests_drops_the_old_weights_kv(context: PolicyContext) -> None:
+    reusing, prefilling = TinyLMPolicy(context), TinyLMPolicy(context, prefix_entries=0)
+    conversation = [int(t) for t in np.random.default_rng(13).integers(0, 5000, size=300)]
+    _, first = _turn(reusing, conversation, seed=1)
+    conversation += [s.token_id for s in first] + [5, 6, 7]
+    old_weights = _turn(prefilling, conversation, seed=2)[1]
+    updated = build_model(len(context.tokenizer), seed=99, context_length=context.context_length)
+    reusing.load_weights(updated)
+    prefilling.load_weights(updated)
+    after, samples = _turn(reusing, conversation, seed=2)
+    assert after.reused_tokens == 0
+    assert _same_samples(samples, _turn(prefilling, conversation, seed=2)[1])
+    assert not _same_samples(samples, old_weights)  # teeth: the old weights' KV would have shown
+
+
+def test_prefix_cache_is_bounded_and_least_recently_used_goes_first() -> None:
+    model = build_model(VOCAB, seed=3, context_length=4096)
+    prefixes = PrefixCache(max_entries=2, max_positions=700, min_positions=64)
+    prompts = [[i, *TOKENS[:199]] for i in range(3)]  # three conversations differing from the first token
+
+    def prefill(owner: object, tokens: list[int]) -> None:
+        cache = KVCache(model.config)
+        model.forward(tokens, cache)
+        prefixes.keep(owner, model, tokens, cache)
+
+    for i, prompt in enumerate(prompts):
+        prefill(i, prompt)
+    assert len(prefixes) == 2
+    assert prefixes.take(model, prompts[0] + [1]) is None  # the oldest went for the third
+    reused = prefixes.take(model, prompts[2] + [1])
+    assert reused is not None and reused.length == 200
+    assert len(prefixes) == 1  # taken whole: its taker's own entry will hold it and more
+    prefill("long", TOKENS[:513])  # 200 + 513 positions is over the bound: the older entry goes
+    assert len(prefixes) == 1 and prefixes.take(model, prompts[1] + [1]) is None
+    prefill("probe", [1])  # too short to be worth an entry
+    assert len(prefixes) == 1
+    assert prefixes.take(build_model(VOCAB, seed=4, context_length=4096), TOKENS) is None  # other weights
