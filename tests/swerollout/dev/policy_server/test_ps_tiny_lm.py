@@ -121,7 +121,9 @@ def context(tokenizer: Any) -> PolicyContext:
                          seed=0, context_length=32768)
 
 
-def _turn(policy: TinyLMPolicy, input_ids: list[int], seed: int, steps: int = 12) -> tuple[TinyLMGeneration, list[TokenSample]]:
+def _turn(
+    policy: TinyLMPolicy, input_ids: list[int], seed: int, steps: int = 12,
+) -> tuple[TinyLMGeneration, list[TokenSample]]:
     generation = policy.start(input_ids, SamplingConfig(temperature=1.0, top_p=1.0, top_k=-1, seed=seed))
     samples = [generation.next_token() for _ in range(steps)]
     assert all(s is not None for s in samples)
