@@ -1,5 +1,6 @@
 """`swerollout cluster up | status | down`: a real single-node Kubernetes on this machine.
 
+`build-image` builds only the image, for use elsewhere.
 `up` (as root) builds what is missing, starts a detached supervisor
 (swerollout.dev.cluster.supervisor) and waits until the node is Ready; `status`
 reports each component and the node; `down` stops everything and removes every
@@ -18,7 +19,7 @@ import time
 from pathlib import Path
 
 from swerollout.dev.cluster import teardown
-from swerollout.dev.cluster.buildimage import build_image
+from swerollout.dev.cluster.buildimage import IMAGE, build_image
 from swerollout.dev.cluster.images import ImageBuildError
 from swerollout.dev.cluster.supervisor import repo_root
 from swerollout.dev.cluster.taskimages import build_task_images
@@ -48,6 +49,12 @@ def register(parser: argparse.ArgumentParser) -> None:
     down.set_defaults(func=down_command)
     for p in (up, status, down):
         p.add_argument("--workdir", help="directory holding .swerollout/cluster (default: the current directory)")
+    image = sub.add_parser(
+        "build-image",
+        help="build the swerollout image from this checkout's Dockerfile with buildah, offline (root), "
+             "and print the docker-archive to load or push",
+    )
+    image.set_defaults(func=build_image_command)
 
 
 def _print_state(state: ClusterState) -> None:
@@ -127,6 +134,24 @@ def up_command(args: argparse.Namespace) -> int:
         print(f"error: cluster up failed: {state.message}\nlogs in {paths.logs}", file=sys.stderr)
         return 1
     print(f"export KUBECONFIG={state.kubeconfig}")
+    return 0
+
+
+def build_image_command(args: argparse.Namespace) -> int:
+    """The image `cluster up` runs, for a cluster that is not this machine's: the same
+    offline build (reused when nothing it copies changed), as a docker-archive file."""
+    if os.geteuid() != 0:
+        print("error: building with buildah here needs root (its chroot isolation mounts); "
+              "elsewhere build the Dockerfile with `docker build` (see docs/real-node.md)", file=sys.stderr)
+        return 1
+    try:
+        archive = build_image(repo_root())
+    except ImageBuildError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"image {IMAGE}: {archive}")
+    print(f"load it where the kubelet runs: ctr -n k8s.io images import {archive}")
+    print(f"or push it to your registry: skopeo copy docker-archive:{archive} docker://REGISTRY/swerollout:TAG")
     return 0
 
 
