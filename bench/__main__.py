@@ -89,9 +89,16 @@ def _abort() -> str:
     return abort_latency.report(abort_latency.run())
 
 
+def _tiny_lm() -> str:
+    from bench import tiny_lm
+
+    return tiny_lm.report(tiny_lm.run())
+
+
 SUITES = {
     "runner": ("runner overhead and snapshot size", _runner),
     "abort": ("abort -> runner Aborted on the SGLang stand-in", _abort),
+    "tinylm": ("the stand-in's tiny-lm: prefill and per-turn CPU against its old attention, with prefix reuse", _tiny_lm),
     "store": ("result store throughput", _store),
     "nodeagent": ("node agent: 200 pods", _nodeagent),
     "kubeclient": ("async kube client: HTTP/1.1 pool vs in-flight cap vs HTTP/2 under a write burst", _kube_client),
