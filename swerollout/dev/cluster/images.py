@@ -70,7 +70,8 @@ def base_rootfs(packages: Sequence[str], *, variant: str = "apt") -> Path:
     if shutil.which("mmdebstrap") is None:
         raise ImageBuildError("mmdebstrap is missing; install it with hack/install-cluster-deps.sh")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp.tar")
+    # Our own temporary name: `tasks build-images` and `cluster up` may build it at once.
+    tmp = out.with_suffix(f".{os.getpid()}.tmp.tar")
     argv = ["mmdebstrap", "--quiet", f"--variant={variant}"]
     if packages:
         argv.append(f"--include={','.join(packages)}")
@@ -144,7 +145,7 @@ def docker_archive(tag: str, layers: Sequence[Path], config: ImageConfig, dest: 
     layer_names = [f"{d.split(':', 1)[1]}/layer.tar" for d in diff_ids]
     manifest = json.dumps([{"Config": config_name, "RepoTags": [tag], "Layers": layer_names}]).encode()
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_suffix(".tmp")
+    tmp = dest.with_suffix(f".{os.getpid()}.tmp")
     with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
         for layer, name in zip(layers, layer_names, strict=True):
             tar.add(layer, arcname=name)
