@@ -157,6 +157,8 @@ async def update_weights_from_disk(request: web.Request) -> web.Response:
     body = await _parse(request, UpdateWeightsFromDiskRequest)
     engine = _engine(request)
     engine.update_weight_version(body.weight_version or engine.weight_version, abort_all=body.abort_all_requests)
+    if body.flush_cache:
+        engine.flush_cache()
     return web.json_response(
         {"success": True, "message": f"no weights loaded from {body.model_path} (policy server stand-in)",
          "num_paused_requests": 0}
@@ -164,9 +166,12 @@ async def update_weights_from_disk(request: web.Request) -> web.Response:
 
 
 async def flush_cache(request: web.Request) -> web.Response:
-    """There is no prefix cache to flush; like SGLang, refused (400) while requests run."""
-    if _engine(request).load()["num_total_reqs"]:
+    """Empties the policy's prefix cache (tiny-lm keeps one); like SGLang, refused (400)
+    while requests run."""
+    engine = _engine(request)
+    if engine.load()["num_total_reqs"]:
         return web.Response(status=400, text="Flush cache failed: there are running or waiting requests.\n")
+    engine.flush_cache()
     return web.Response(
         status=200,
         text="Cache flushed.\nPlease check backend logs for more details. "

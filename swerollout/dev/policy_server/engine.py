@@ -42,7 +42,7 @@ from swerollout.dev.policy_server.errors import BadRequestError
 from swerollout.dev.policy_server.faults import FaultInjector
 from swerollout.dev.policy_server.images import ImageRecord, expand, read_image
 from swerollout.dev.policy_server.wire import RequestRecord
-from swerollout.dev.policy_server.policies import Generation, Policy, SamplingConfig, TokenSample
+from swerollout.dev.policy_server.policies import Generation, Policy, PrefixCaching, ReusesPrefix, SamplingConfig, TokenSample
 from swerollout.wire.sglang import (
     ContextLimits,
     FinishReason,
@@ -91,6 +91,8 @@ class _InFlight:
     input_ids: list[int] = field(default_factory=list)
     version_changes: list[tuple[str, int]] = field(default_factory=list)
     """(old version, output tokens so far) at each weight-version change with output."""
+    cached_tokens: int = 0
+    """Input tokens the policy took from its prefix cache (known after the first step)."""
 
 
 @dataclass(frozen=True)
@@ -210,6 +212,12 @@ class Engine:
                 if entry.generated and entry.abort_message is None:
                     entry.version_changes.append((self.weight_version, entry.generated))
         self.weight_version = new_version
+
+    def flush_cache(self) -> None:
+        """Empty the policy's prefix cache, if it keeps one (SGLang's /flush_cache)."""
+        if isinstance(self.policy, PrefixCaching):
+            self.policy.flush_cache()
+            log.info("prefix cache flushed")
 
     def load(self) -> dict[str, int]:
         running = [e for e in self._requests.values() if e.started and not e.parked]
@@ -387,6 +395,8 @@ class Engine:
                 output.append(sample.token_id)
                 logprobs.append(sample.logprob)
                 entry.generated = len(output)
+                if isinstance(generation, ReusesPrefix):
+                    entry.cached_tokens = generation.reused_tokens
                 if sample.token_id in stop_ids:
                     finish = FinishReason(type="stop", matched=sample.token_id)
                 elif stop_strings and self._tail_has_stop(output, stop_strings, params.skip_special_tokens):
@@ -477,6 +487,7 @@ class Engine:
             id=entry.rid,
             prompt_tokens=entry.prompt_tokens,
             completion_tokens=len(output),
+            cached_tokens=entry.cached_tokens,
             weight_version=self.weight_version,
             weight_versions=_spans(entry.version_changes, self.weight_version, len(output)),
             finish_reason=finish,

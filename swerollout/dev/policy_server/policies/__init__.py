@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from swerollout.dev.policy_server.errors import PolicyConfigError
 
@@ -50,6 +50,23 @@ class Policy(Protocol):
 
     def start(self, input_ids: list[int], sampling: SamplingConfig) -> Generation:
         """Begin generating a continuation of input_ids (the full context)."""
+        ...
+
+
+@runtime_checkable
+class ReusesPrefix(Protocol):
+    """A generation that may start from cached KV instead of prefilling all of its input."""
+
+    reused_tokens: int
+    """Input positions that came from the cache (SGLang's ``meta_info.cached_tokens``)."""
+
+
+@runtime_checkable
+class PrefixCaching(Protocol):
+    """A policy that reuses the KV of earlier requests (as SGLang's radix cache does)."""
+
+    def flush_cache(self) -> None:
+        """Forget every cached prefix: what SGLang's /flush_cache and weight updates do."""
         ...
 
 

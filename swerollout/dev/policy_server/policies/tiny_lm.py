@@ -309,6 +309,11 @@ class TinyLMPolicy:
             if self._prefixes is not None:
                 self._prefixes.clear()
 
+    def flush_cache(self) -> None:
+        with self._lock:
+            if self._prefixes is not None:
+                self._prefixes.clear()
+
     def start(self, input_ids: list[int], sampling: SamplingConfig) -> TinyLMGeneration:
         return TinyLMGeneration(
             model=self.model, lock=self._lock, input_ids=list(input_ids), sampling=sampling, prefixes=self._prefixes,

@@ -269,3 +269,29 @@ async def test_trainer_weight_update_calls(policy_server) -> None:
         assert (await client.get(server.url + "/get_load")).status_code == 404
         short = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 1}}
         assert (await post(client, server.url, "/generate", short))["meta_info"]["weight_version"] == "5"
+
+
+async def test_cached_tokens_report_prefix_reuse_and_flushes_empty_the_cache(policy_server: Any) -> None:
+    """As SGLang's radix cache: a repeated long prompt reports the reused tokens in
+    meta_info.cached_tokens; /flush_cache and a weight update from disk (flush_cache
+    defaults to true there) empty the cache, flush_cache=false keeps it."""
+    server = policy_server("tiny-lm")
+    prompt = [(7 * i) % 5000 + 100 for i in range(200)]
+
+    async def cached(client: httpx.AsyncClient) -> int:
+        body = {"input_ids": prompt, "sampling_params": {"max_new_tokens": 2, "sampling_seed": 3, "ignore_eos": True}}
+        reply = await post(client, server.url, "/generate", body)
+        count: int = reply["meta_info"]["cached_tokens"]
+        return count
+
+    async with httpx.AsyncClient(timeout=120) as client:
+        assert await cached(client) == 0
+        reused = await cached(client)
+        assert 0 < reused < len(prompt)   # never the last input token: its logits start the reply
+        response = await client.post(server.url + "/flush_cache")
+        assert response.status_code == 200, response.text
+        assert await cached(client) == 0
+        await post(client, server.url, "/update_weights_from_disk", {"model_path": "/nowhere", "flush_cache": False})
+        assert await cached(client) == reused
+        await post(client, server.url, "/update_weights_from_disk", {"model_path": "/nowhere"})
+        assert await cached(client) == 0
