@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,8 +20,7 @@ import pytest
 from swerollout.cli.main import main
 from swerollout.client import AsyncRolloutClient, BatchProgress, ClientConfigError, UnknownBatch, aclient
 from swerollout.dev.controlplane import ControlPlane
-from swerollout.dev.policy_server.engine import Engine
-from swerollout.dev.policy_server.launch import PolicyServerHandle, launch
+from swerollout.dev.policy_server.launch import PolicyServerHandle
 from swerollout.kube import SWEROLLOUTBATCHES, SWEROLLOUTS, AsyncKubeClient, NotFound
 from swerollout.store import ResultStore
 from tests.support.client_support import INFERENCE, finish, instance, make_trajectory, run
@@ -178,28 +176,6 @@ async def test_delete_batch_removes_the_members_then_the_object(
     assert again.returncode == 2 and "batch 'gone' has no SWERollouts" in again.stderr, again.stderr
     with pytest.raises(UnknownBatch):
         await client.delete_batch("gone")
-
-
-@pytest.fixture
-def keyed_server() -> Iterator[PolicyServerHandle]:
-    with launch("null", tokenizer="qwen-2.5", admin_api_key="k-admin") as server:
-        yield server
-
-
-@pytest.fixture
-def server_aborts(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """abort_all calls that got past the stand-in's auth into its engine (it runs in this
-    process; the CLI's requests come from a subprocess)."""
-    seen: list[bool] = []
-    real = Engine.abort
-
-    def counting(self: Engine, rid: str, *, abort_all: bool, message: str = "Abort requested") -> int:
-        if abort_all:
-            seen.append(True)
-        return real(self, rid, abort_all=abort_all, message=message)
-
-    monkeypatch.setattr(Engine, "abort", counting)
-    return seen
 
 
 async def test_cli_abort_reads_the_admin_key_from_a_file_or_an_env_name(

@@ -4,38 +4,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 
 import pytest
 
 from swerollout.client import RolloutClient, aclient
 from swerollout.dev.controlplane import ControlPlane
-from swerollout.dev.policy_server.engine import Engine
-from swerollout.dev.policy_server.launch import PolicyServerHandle, launch
+from swerollout.dev.policy_server.launch import PolicyServerHandle
 from swerollout.dev.tasks import DEFAULT_TASKS_DIR, load_instances
-
-
-@pytest.fixture
-def keyed_server() -> Iterator[PolicyServerHandle]:
-    with launch("null", tokenizer="qwen-2.5", admin_api_key="k-admin") as server:
-        yield server
-
-
-@pytest.fixture
-def server_aborts(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """abort_all calls that got past the stand-in's auth into its engine. Counted at the
-    engine, not from its log: a library imported earlier in the same test process may
-    reconfigure logging, and then a log-counting test fails for a reason of its own."""
-    seen: list[bool] = []
-    real = Engine.abort
-
-    def counting(self: Engine, rid: str, *, abort_all: bool, message: str = "Abort requested") -> int:
-        if abort_all:
-            seen.append(True)
-        return real(self, rid, abort_all=abort_all, message=message)
-
-    monkeypatch.setattr(Engine, "abort", counting)
-    return seen
 
 
 def _refusals(caplog: pytest.LogCaptureFixture) -> int:
