@@ -39,7 +39,6 @@ import os
 import re
 import secrets
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -55,7 +54,7 @@ import httpx
 
 from swerollout.api import v1alpha1 as api
 from swerollout.client import AsyncRolloutClient
-from swerollout.dev.controlplane import ControlPlane
+from swerollout.dev.controlplane import ControlPlane, free_port
 from swerollout.kube import NAMESPACES, PODS, SECRETS, SWEROLLOUTS, AsyncKubeClient, ServerError, load_kubeconfig
 from swerollout.wire import ingest as wire
 
@@ -71,12 +70,6 @@ OPERATOR_ARGS: list[str] = []
 PROFILE_DIR: Path | None = None
 """--profile: each operator runs under cProfile and writes DIR/operator-<step>.prof as it
 stops (cProfile roughly doubles its CPU, so compare profiles, not those runs' figures)."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -269,8 +262,8 @@ class Operator:
         # with `echo` ends in a newline), so a random key that began or ended in a
         # whitespace byte came out short and the operator refused to start (1 start in 20).
         self.key.write_bytes(secrets.token_hex(32).encode())
-        self.ingest_port = _free_port()
-        self.metrics_port = _free_port()
+        self.ingest_port = free_port()
+        self.metrics_port = free_port()
         # As the chart runs it: under a ServiceAccount's in-cluster identity (not an admin
         # kubeconfig, whose loader is the `kubernetes` package: 45 MB of memory).
         identity = _service_account(plane, workdir / "serviceaccount")

@@ -128,8 +128,7 @@ class Reconciler:
         for entry in members:
             if entry.phase.is_terminal:
                 continue
-            told = self.assignment(entry, role="rollout", attempt=max(1, entry.rollout_status.attempts)).kind
-            if told in (AssignmentKind.ABORT, AssignmentKind.RESUME):
+            if self._runner_told(entry) in (AssignmentKind.ABORT, AssignmentKind.RESUME):
                 entry.told_at = time.monotonic()
                 passes.later.append(entry.uid)
             else:
@@ -139,12 +138,13 @@ class Reconciler:
     def _report_grace_left(self, entry: Tracked) -> float:
         """Seconds left for the runner of an Aborted rollout, told by its batch to resume,
         to report that it did; 0 when it was not told so (or the grace is over)."""
-        if not entry.told_at:
-            return 0.0
-        answer = self.assignment(entry, role="rollout", attempt=max(1, entry.rollout_status.attempts))
-        if answer.kind != AssignmentKind.RESUME:
+        if not entry.told_at or self._runner_told(entry) != AssignmentKind.RESUME:
             return 0.0
         return max(0.0, entry.told_at + self.settings.runner_report_grace_seconds - time.monotonic())
+
+    def _runner_told(self, entry: Tracked) -> AssignmentKind:
+        """What the rollout's runner of its current attempt is told now."""
+        return self.assignment(entry, role="rollout", attempt=max(1, entry.rollout_status.attempts)).kind
 
     async def sync_batches(self, namespaces: list[str]) -> None:
         """Read every batch before the first pass, so that after a restart no Aborted member

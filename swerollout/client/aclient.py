@@ -582,14 +582,8 @@ class AsyncRolloutClient:
             return
         spec = await self._batches.get_if_allowed(batch)
         if spec is not None and (spec.suspend or spec.weight_version):
-            try:
-                page = await aretry(lambda: self.kube.list(
-                    SWEROLLOUTS, self.namespace, label_selector=f"{LABEL_BATCH}={batch}", limit=1
-                ))
-            except KubeError as exc:
-                raise _kube_error(exc, f"listing the members of batch {batch}") from exc
             what = "spec.suspend: true" if spec.suspend else f"spec.weightVersion: {spec.weight_version!r}"
-            if not page.get("items"):
+            if not await self._has_members(batch):
                 raise ClientConfigError(
                     f"SWERolloutBatch {batch} is left over from an earlier use of this batch name (it has "
                     f"{what} and no rollouts): delete it with `swerollout delete --batch {batch}` (or kubectl "
@@ -705,15 +699,19 @@ class AsyncRolloutClient:
         """Whether abort/resume of `batch` is one write to its SWERolloutBatch (the CRD is
         served); UnknownBatch when it has no members. One small read, not the member list."""
         await self.check_cluster()
+        if not await self._has_members(batch):
+            raise self._unknown_batch(batch)
+        return self._served_batches()
+
+    async def _has_members(self, batch: str) -> bool:
+        """Whether any SWERollout carries the batch's label: one small read (limit=1)."""
         try:
             page = await aretry(lambda: self.kube.list(
                 SWEROLLOUTS, self.namespace, label_selector=f"{LABEL_BATCH}={batch}", limit=1
             ))
         except KubeError as exc:
-            raise _kube_error(exc, f"listing SWERollouts in {self.namespace}") from exc
-        if not page.get("items"):
-            raise self._unknown_batch(batch)
-        return self._served_batches()
+            raise _kube_error(exc, f"listing the members of batch {batch}") from exc
+        return bool(page.get("items"))
 
     async def resume(
         self, batch: str | None = None, *, names: Iterable[str] | None = None, weight_version: str | None = None
