@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 UV_VERSION := 0.13.8
 # The stamp changes whenever the lock or the project metadata does, so a changed
 # dependency set reinstalls and an unchanged one costs nothing.
-STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml hack/sglang-contract.txt hack/trainers-test.txt | sha256sum | cut -c1-16)
+STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml dev/pyproject.toml hack/sglang-contract.txt hack/trainers-test.txt | sha256sum | cut -c1-16)
 PYTEST_ARGS ?=
 
 .PHONY: help venv bins system-deps test demo crds lock bench lint typecheck clean cluster-deps cluster-bins test-cluster
@@ -19,11 +19,11 @@ help:
 	@echo "make lock   - re-resolve requirements.lock and requirements-runtime.lock from pyproject.toml"
 	@echo "make test-cluster - (root) only the real-node tests: kubelet + containerd (docs/real-node.md)"
 
-$(STAMP): requirements.lock pyproject.toml hack/sglang-contract.txt hack/trainers-test.txt
+$(STAMP): requirements.lock pyproject.toml dev/pyproject.toml hack/sglang-contract.txt hack/trainers-test.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install -q --disable-pip-version-check uv==$(UV_VERSION)
 	$(BIN)/uv pip sync -q --python $(BIN)/python requirements.lock
-	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e .
+	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e . -e ./dev
 	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -r hack/sglang-contract.txt
 	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -r hack/trainers-test.txt
 	@# verl's wheel ships its own test suite as a top-level `tests` package, which shadows ours.
@@ -74,7 +74,7 @@ lint: venv
 	$(BIN)/mypy
 
 demo: venv bins system-deps
-	$(BIN)/python -m swerollout.dev.demo
+	$(BIN)/python -m swerollout_dev.demo
 
 bench: venv bins system-deps
 	$(BIN)/python -m bench $(BENCH)

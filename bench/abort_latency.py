@@ -27,7 +27,7 @@ from agent_runner.model import FinishReason
 from agent_runner.rl_model import RLTokenModel
 from agent_runner.session import AbortableModel
 from agent_runner.sglang import RetryPolicy, SamplingParams, SGLangClient
-from swerollout.dev.policy_server import launch
+from swerollout_dev.policy_server import launch
 from swerollout.tokenizers import load_tokenizer
 
 BATCH = 8

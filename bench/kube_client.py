@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from swerollout.dev.controlplane import ControlPlane
+from swerollout_dev.controlplane import ControlPlane
 from swerollout.kube import CONFIGMAPS, NAMESPACES, AsyncKubeClient, load_kubeconfig
 
 VARIANTS: dict[str, dict[str, Any]] = {

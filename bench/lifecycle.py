@@ -54,7 +54,7 @@ import httpx
 
 from swerollout.api import v1alpha1 as api
 from swerollout.client import AsyncRolloutClient
-from swerollout.dev.controlplane import ControlPlane, free_port
+from swerollout_dev.controlplane import ControlPlane, free_port
 from swerollout.kube import NAMESPACES, PODS, SECRETS, SWEROLLOUTS, AsyncKubeClient, ServerError, load_kubeconfig
 from swerollout.wire import ingest as wire
 

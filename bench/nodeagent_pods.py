@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from swerollout.dev.controlplane import ControlPlane
+from swerollout_dev.controlplane import ControlPlane
 from swerollout.kube import NAMESPACES, NODES, PODS, KubeClient, NotFound
 
 PODS_COUNT = 200
@@ -79,7 +79,7 @@ def run(pods: int = PODS_COUNT) -> dict[str, Any]:
             with plane.admin_client() as kube:
                 kube.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
                 agent = subprocess.Popen(
-                    [sys.executable, *PROFILE, "-m", "swerollout.dev.nodeagent", "--kubeconfig", str(plane.kubeconfig_path),
+                    [sys.executable, *PROFILE, "-m", "swerollout_dev.nodeagent", "--kubeconfig", str(plane.kubeconfig_path),
                      "--root", str(workdir / "node"), "--node-name", NODE, "--stop-pods-on-exit"],
                     stdout=open(workdir / "agent.log", "wb"), stderr=subprocess.STDOUT,
                 )

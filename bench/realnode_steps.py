@@ -40,11 +40,11 @@ from typing import Any
 from aiohttp import ClientSession, ClientTimeout, web
 
 from swerollout.api import v1alpha1 as api
-from swerollout.dev.cluster.config import ClusterConfig, ClusterPaths
-from swerollout.dev.cluster.supervisor import POLICY_PORT
-from swerollout.dev.stack.paths import DevPaths
-from swerollout.dev.policy_server.launch import launch
-from swerollout.dev.tasks import INDEX_FILE, load_instances, materialize_tasks
+from swerollout_dev.cluster.config import ClusterConfig, ClusterPaths
+from swerollout_dev.cluster.supervisor import POLICY_PORT
+from swerollout_dev.stack.paths import DevPaths
+from swerollout_dev.policy_server.launch import launch
+from swerollout_dev.tasks import INDEX_FILE, load_instances, materialize_tasks
 from swerollout.instances import SWEBenchInstance, to_api_instance
 from swerollout.kube import PODS, SWEROLLOUTS, KubeClient, NotFound
 

@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from swerollout.dev.policy_server.chat_format import ChatFormat
-from swerollout.dev.policy_server.policies import PolicyContext, SamplingConfig, TokenSample
-from swerollout.dev.policy_server.policies import tiny_lm
-from swerollout.dev.policy_server.policies.tiny_lm import Array, KVCache, TinyConfig, TinyLMPolicy
+from swerollout_dev.policy_server.chat_format import ChatFormat
+from swerollout_dev.policy_server.policies import PolicyContext, SamplingConfig, TokenSample
+from swerollout_dev.policy_server.policies import tiny_lm
+from swerollout_dev.policy_server.policies.tiny_lm import Array, KVCache, TinyConfig, TinyLMPolicy
 from swerollout.tokenizers import load_tokenizer
 
 PREFILL_TOKENS = 3000

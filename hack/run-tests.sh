@@ -38,7 +38,7 @@ begin=$SECONDS
 # current), for site-packages when something was installed since the last time (about a
 # CPU-minute once, 0.2 s to check). compileall's status is ignored: a few files in
 # site-packages are Python 3.12 syntax that nothing imports on 3.11.
-"$PY" -m compileall -q -j 0 swerollout agent_runner operator tests bench >/dev/null || true
+"$PY" -m compileall -q -j 0 swerollout agent_runner operator dev tests bench >/dev/null || true
 read -r site prefix < <("$PY" -c 'import sys, sysconfig; print(sysconfig.get_path("purelib"), sys.prefix)')
 compiled="$prefix/.bytecode-compiled"
 # Every install or upgrade writes a fresh NAME.dist-info directory; running Python never does.

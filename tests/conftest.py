@@ -20,8 +20,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 
-from swerollout.dev.controlplane import ControlPlane
-from swerollout.dev.controlplane.cleanup import purge_namespace
+from swerollout_dev.controlplane import ControlPlane
+from swerollout_dev.controlplane.cleanup import purge_namespace
 from swerollout.kube import NAMESPACES, AsyncKubeClient, KubeClient
 from tests.support.rbac import once_rbac_allows
 

@@ -10,16 +10,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from importlib.metadata import entry_points
 
 # command name -> (module, one-line help). A new command is one module and one line.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "policy-server": ("swerollout.cli.policy_server", "run the SGLang-compatible policy server (tiny-lm, oracle, null)"),
     "sandbox-bundle": ("swerollout.cli.sandbox_bundle", "install the portable swerex bundle (rollout pods' init container)"),
-    "dev": ("swerollout.cli.dev", "run the embedded default on this machine: dev up | status | down"),
-    "cluster": ("swerollout.cli.cluster", "run a real single-node Kubernetes on this machine (root): cluster up | status | down"),
-    "logs": ("swerollout.cli.logs", "print a dev-mode pod container's output (-f to follow)"),
-    "tasks": ("swerollout.cli.tasks", "list and materialize the bundled SWE tasks"),
     "submit": ("swerollout.cli.submit", "create a batch of rollouts from a SWE-bench JSONL file"),
     "list": ("swerollout.cli.rollouts", "list rollouts (of one batch with --batch)"),
     "get": ("swerollout.cli.rollouts", "show one rollout's spec summary, status and conditions"),
@@ -31,14 +27,38 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "view": ("swerollout.cli.view", "see a batch and its trajectories in the browser (serves on 127.0.0.1)"),
 }
 
+# Other distributions add commands through this entry-point group: each entry names a
+# mapping like COMMANDS (the dev tooling's `swerollout_dev.cli.registry:COMMANDS` brings
+# `dev`, `cluster`, `policy-server`, `logs` and `tasks`). Only that small mapping is
+# imported to list them; a command's module is imported when it runs.
+PLUGIN_GROUP = "swerollout.commands"
+# Commands a trainer's install lacks on purpose: the error says where they come from.
+DEV_TOOLING_COMMANDS = ("dev", "cluster", "policy-server", "logs", "tasks")
+DEV_TOOLING_HINT = (
+    "`swerollout {command}` is dev tooling, which a plain `pip install swerollout` leaves out: "
+    "install the `swerollout-dev` distribution from a checkout (`pip install -e ./dev`; `make venv` does)"
+)
 
-def build_parser(load: Sequence[str] | None = None) -> argparse.ArgumentParser:
+
+def all_commands() -> dict[str, tuple[str, str]]:
+    """Our commands and every installed plugin's (a plugin never replaces one of ours)."""
+    commands = dict(COMMANDS)
+    for entry in entry_points(group=PLUGIN_GROUP):
+        provided: Mapping[str, tuple[str, str]] = entry.load()
+        for name, spec in provided.items():
+            commands.setdefault(name, spec)
+    return commands
+
+
+def build_parser(
+    load: Sequence[str] | None = None, commands: Mapping[str, tuple[str, str]] | None = None
+) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="swerollout",
         description="Agentic RL rollouts of software-engineering tasks on Kubernetes.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (module_name, help_text) in COMMANDS.items():
+    for name, (module_name, help_text) in (commands if commands is not None else all_commands()).items():
         if load is not None and name not in load:
             sub.add_parser(name, help=help_text, add_help=False)
             continue
@@ -52,7 +72,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = next((a for a in args_list if not a.startswith("-")), None)
     try:
         # Ctrl-C ends any command quietly with 130, also while it is still importing.
-        parser = build_parser(load=[command] if command in COMMANDS else [])
+        commands = all_commands()
+        if command in DEV_TOOLING_COMMANDS and command not in commands:
+            print(f"swerollout: {DEV_TOOLING_HINT.format(command=command)}", file=sys.stderr)
+            return 2
+        parser = build_parser(load=[command] if command in commands else [], commands=commands)
         args = parser.parse_args(args_list)
         if not getattr(args, "func", None):
             parser.print_help()

@@ -17,6 +17,8 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pyarrow as pa
@@ -108,6 +110,12 @@ def _results(args: argparse.Namespace, client: RolloutClient) -> int:
     return EXIT_BATCH_FAILURES if failed else EXIT_OK
 
 
+# Environments that make their own kubeconfig (the dev tooling's `dev up`) say through this
+# entry-point group where their result store is: each entry is a callable taking the
+# kubeconfig's path and returning the store's URL, or None when the kubeconfig is not theirs.
+STORE_LOCATOR_GROUP = "swerollout.store_locators"
+
+
 def dev_store_url(args: argparse.Namespace) -> str | None:
     """Against `swerollout dev up` (its kubeconfig in use), the result store needs no flag:
     it is that environment's file store."""
@@ -116,12 +124,12 @@ def dev_store_url(args: argparse.Namespace) -> str | None:
     kubeconfig = args.kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
     if not kubeconfig:
         return None
-    try:
-        from swerollout.dev.stack.paths import DevPaths
-    except ImportError:  # the trainer's bare install has no dev tooling
-        return None
-    paths = DevPaths.owning(kubeconfig)
-    return paths.store.as_uri() if paths is not None else None
+    for entry in entry_points(group=STORE_LOCATOR_GROUP):
+        locate: Callable[[str], str | None] = entry.load()
+        url = locate(kubeconfig)
+        if url:
+            return url
+    return None
 
 
 def _run(args: argparse.Namespace) -> int:

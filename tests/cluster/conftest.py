@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from swerollout.dev.cluster.config import ClusterConfig, ClusterPaths
+from swerollout_dev.cluster.config import ClusterConfig, ClusterPaths
 from tests.support.realnode import RealNode, base_image_archive, leftovers, swerollout_cli
 
 

@@ -10,8 +10,8 @@ import tarfile
 import tomllib
 from pathlib import Path
 
-from swerollout.dev.cluster.buildimage import IMAGE
-from swerollout.dev.cluster.supervisor import RELEASE, RELEASE_NAMESPACE
+from swerollout_dev.cluster.buildimage import IMAGE
+from swerollout_dev.cluster.supervisor import RELEASE, RELEASE_NAMESPACE
 from tests.support.locks import RUNTIME_LOCK, locked_pins, normalize
 from tests.support.realnode import RealNode, swerollout_cli
 

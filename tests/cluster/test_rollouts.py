@@ -16,10 +16,10 @@ import pytest
 import yaml
 
 from swerollout.api import v1alpha1 as api
-from swerollout.dev.binaries import find_binaries
-from swerollout.dev.cluster.buildimage import IMAGE
-from swerollout.dev.cluster.supervisor import POLICY_PORT, RELEASE, RELEASE_NAMESPACE
-from swerollout.dev.policy_server.launch import launch
+from swerollout_dev.binaries import find_binaries
+from swerollout_dev.cluster.buildimage import IMAGE
+from swerollout_dev.cluster.supervisor import POLICY_PORT, RELEASE, RELEASE_NAMESPACE
+from swerollout_dev.policy_server.launch import launch
 from tests.support.realnode import TERMINAL, RealNode, Rollouts
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,9 +10,9 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from swerollout.dev.cluster import images
-from swerollout.dev.cluster.taskimages import MINIMAL_PACKAGES, REGISTRY, repo_image
-from swerollout.dev.policy_server.launch import launch
+from swerollout_dev.cluster import images
+from swerollout_dev.cluster.taskimages import MINIMAL_PACKAGES, REGISTRY, repo_image
+from swerollout_dev.policy_server.launch import launch
 from swerollout.instances import SWEBenchInstance, write_instances
 from tests.support.realnode import TERMINAL, RealNode, Rollouts
 

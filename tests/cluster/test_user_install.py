@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from swerollout.dev.binaries import find_binaries
-from swerollout.dev.cluster import containerd
-from swerollout.dev.cluster.buildimage import IMAGE
-from swerollout.dev.cluster.supervisor import POLICY_PORT, RELEASE, RELEASE_NAMESPACE, chart_install_args
+from swerollout_dev.binaries import find_binaries
+from swerollout_dev.cluster import containerd
+from swerollout_dev.cluster.buildimage import IMAGE
+from swerollout_dev.cluster.supervisor import POLICY_PORT, RELEASE, RELEASE_NAMESPACE, chart_install_args
 from tests.support.realnode import SWEROLLOUTS, TERMINAL, RealNode, Rollouts
 
 ROOT = Path(__file__).resolve().parents[2]

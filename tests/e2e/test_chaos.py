@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from swerollout.dev.policy_server.launch import SubprocessServer, launch
+from swerollout_dev.policy_server.launch import SubprocessServer, launch
 from swerollout.wire.trajectory import Trajectory
 from tests.support.devstack import DevStack, dump
 
@@ -179,7 +179,7 @@ def _run_of(rid: str) -> str:
 
 def _ledger_runs(patch: str) -> list[str]:
     """The lines the submitted patch adds to the oracle's ledger file: one per command run."""
-    from swerollout.dev.policy_server.policies.scripted import LEDGER_FILE
+    from swerollout_dev.policy_server.policies.scripted import LEDGER_FILE
 
     files = re.split(r"^diff --git ", patch, flags=re.M)
     [ledger] = [f for f in files if f.startswith(f"a/{LEDGER_FILE} ")] or [""]

@@ -26,7 +26,7 @@ from agent_runner.snapshot import Snapshot
 from swerollout.api import v1alpha1 as api
 from swerollout.client import RolloutClient
 from swerollout.kube import PODS, SECRETS, SWEROLLOUTBATCHES, SWEROLLOUTS, KubeClient
-from swerollout.dev.policy_server.launch import launch
+from swerollout_dev.policy_server.launch import launch
 from swerollout.wire.trajectory import Trajectory
 from tests.support.devstack import DevStack, dump, post_json
 
@@ -337,7 +337,7 @@ def test_max_sampled_tokens_ends_the_run_like_the_context_limit(dev_stack: DevSt
 
 
 def _routing_row(token: int) -> list[int]:
-    from swerollout.dev.policy_server.engine import ROUTED_EXPERTS, ROUTED_LAYERS, ROUTED_TOP_K
+    from swerollout_dev.policy_server.engine import ROUTED_EXPERTS, ROUTED_LAYERS, ROUTED_TOP_K
 
     return [(token + layer * 3 + k) % ROUTED_EXPERTS for layer in range(ROUTED_LAYERS) for k in range(ROUTED_TOP_K)]
 

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from swerollout.api import crdgen
-from swerollout.dev.binaries import find_binaries
-from swerollout.dev.controlplane import ControlPlane
+from swerollout_dev.binaries import find_binaries
+from swerollout_dev.controlplane import ControlPlane
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "swerollout"

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from swerollout.dev.binaries import find_binaries
+from swerollout_dev.binaries import find_binaries
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "swerollout"
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")

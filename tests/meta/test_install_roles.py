@@ -51,3 +51,19 @@ def test_library_installs_and_imports_without_role_dependencies(tmp_path: Path) 
     )
     assert help_text.returncode == 0, help_text.stderr[-3000:]
     assert "submit" in help_text.stdout
+    # The dev tooling is its own distribution (dev/): none of its code is in this install,
+    # and its commands say where they come from instead of failing on an import.
+    files = subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m; print('\\n'.join(str(f) for f in m.files('swerollout')))"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )
+    assert files.returncode == 0, files.stderr[-3000:]
+    shipped = files.stdout.splitlines()
+    assert any(f.startswith("swerollout/client/") for f in shipped)
+    assert not [f for f in shipped if f.startswith(("swerollout_dev", "swerollout/dev/"))]
+    assert "dev up" not in help_text.stdout and "policy-server" not in help_text.stdout
+    dev_up = subprocess.run(
+        [str(venv / "bin" / "swerollout"), "dev", "up"], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )
+    assert dev_up.returncode == 2
+    assert "pip install -e ./dev" in dev_up.stderr and "Traceback" not in dev_up.stderr

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from swerollout import sandbox_bundle
-from swerollout.dev.cluster.buildinputs import logical_lines
+from swerollout_dev.cluster.buildinputs import logical_lines
 from swerollout.api import v1alpha1 as api
 from swerollout_operator import podspec
 from swerollout_operator.settings import OperatorSettings
@@ -170,7 +170,7 @@ def test_dockerfile_lint() -> None:
     assert users and users[-1].split(":")[0] == str(runner["securityContext"]["runAsUser"])
     cmd = next(rest for op, rest in reversed(final) if op == "CMD")
     assert "swerollout_operator" in cmd and importlib.util.find_spec("swerollout_operator") is not None
-    # Runtime dependencies come from the image's own lock (tests/swerollout/dev/cluster/test_image_lock.py).
+    # Runtime dependencies come from the image's own lock (tests/dev/cluster/test_image_lock.py).
     assert any(op == "RUN" and "requirements-runtime.lock" in rest for op, rest in ins)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from swerollout.dev.controlplane import ControlPlane
+from swerollout_dev.controlplane import ControlPlane
 from swerollout.wire import ingest as wire
 from tests.support.operator import OperatorProcess
 from tests.support.operator_cluster import get_json, ingest_url, mark_ready, phase, rollout, setup_rollout, wait_for

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from swerollout.api import v1alpha1 as api
-from swerollout.dev.controlplane import ControlPlane
+from swerollout_dev.controlplane import ControlPlane
 from tests.support.operator import OperatorProcess
 from tests.support.operator_cluster import get_json, mark_ready, phase, pods_of, rollout, wait_for
 

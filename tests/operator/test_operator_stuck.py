@@ -14,7 +14,7 @@ import pytest
 
 from swerollout.api import v1alpha1 as api
 from swerollout.api.labels import rollout_label
-from swerollout.dev.controlplane import ControlPlane
+from swerollout_dev.controlplane import ControlPlane
 from tests.support.operator import OperatorProcess
 from tests.support.operator_cluster import get_json, phase, rollout, wait_for
 

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from swerollout.dev.controlplane import ControlPlane
+from swerollout_dev.controlplane import ControlPlane
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_NAME = "swerollouts.swerollout.io"

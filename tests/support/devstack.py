@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 
 from swerollout.api import v1alpha1 as api
-from swerollout.dev.stack.paths import DevPaths
-from swerollout.dev.stack.state import DevState
+from swerollout_dev.stack.paths import DevPaths
+from swerollout_dev.stack.state import DevState
 from swerollout.kube import SWEROLLOUTS, KubeClient, NotFound
-from swerollout.dev.tasks import load_instances, materialize_tasks
+from swerollout_dev.tasks import load_instances, materialize_tasks
 from swerollout.instances import SWEBenchInstance, to_api_instance
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,7 +115,7 @@ class DevStack:
         self.kube.patch(SWEROLLOUTS, name, {"spec": {"suspend": value}}, "default")
 
     def kubectl(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
-        from swerollout.dev.binaries import find_binaries
+        from swerollout_dev.binaries import find_binaries
 
         return subprocess.run(
             [str(find_binaries().kubectl), f"--kubeconfig={self.paths.kubeconfig}", *args],

@@ -15,7 +15,7 @@ from swerollout.kube import NODES, PODS, KubeClient, NotFound
 
 
 class AgentProcess:
-    """``python -m swerollout.dev.nodeagent`` as a child process."""
+    """``python -m swerollout_dev.nodeagent`` as a child process."""
 
     def __init__(self, kubeconfig: Path, root: Path, node: str, log: Path, extra: list[str]) -> None:
         self.kubeconfig, self.root, self.node, self.log_path, self.extra = kubeconfig, root, node, log, extra
@@ -26,7 +26,7 @@ class AgentProcess:
         served_before = self._served()
         log = open(self.log_path, "ab")
         self.popen = subprocess.Popen(
-            [sys.executable, "-m", "swerollout.dev.nodeagent", "--kubeconfig", str(self.kubeconfig), "--root", str(self.root),
+            [sys.executable, "-m", "swerollout_dev.nodeagent", "--kubeconfig", str(self.kubeconfig), "--root", str(self.root),
              "--node-name", self.node, *self.extra],
             stdout=log, stderr=subprocess.STDOUT,
         )

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from swerollout.dev.controlplane import ControlPlane
+from swerollout_dev.controlplane import ControlPlane
 from swerollout.kube import SECRETS, KubeClient
 from tests.support.cluster import ROOT, checked, install_crd
 

@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from swerollout.api import v1alpha1 as api
-from swerollout.dev.binaries import find_binaries
-from swerollout.dev.cluster import containerd
-from swerollout.dev.cluster.buildimage import BASE_IMAGE, base_image_archive
-from swerollout.dev.cluster.config import ClusterConfig, ClusterPaths
-from swerollout.dev.cluster.state import ClusterState
-from swerollout.dev.tasks import INDEX_FILE, load_instances
+from swerollout_dev.binaries import find_binaries
+from swerollout_dev.cluster import containerd
+from swerollout_dev.cluster.buildimage import BASE_IMAGE, base_image_archive
+from swerollout_dev.cluster.config import ClusterConfig, ClusterPaths
+from swerollout_dev.cluster.state import ClusterState
+from swerollout_dev.tasks import INDEX_FILE, load_instances
 from swerollout.instances import SWEBenchInstance, to_api_instance
 
 def swerollout_cli(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:

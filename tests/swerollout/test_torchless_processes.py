@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from swerollout.dev.policy_server.launch import SubprocessServer, launch
+from swerollout_dev.policy_server.launch import SubprocessServer, launch
 from swerollout.tokenizers import load_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]

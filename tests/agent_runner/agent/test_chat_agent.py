@@ -18,7 +18,7 @@ from agent_runner.model import FinishReason
 from agent_runner.tools import tool_schemas
 from swerollout.api import v1alpha1
 from swerollout.backoff import Backoff
-from swerollout.dev.policy_server.launch import PolicyServerHandle, launch
+from swerollout_dev.policy_server.launch import PolicyServerHandle, launch
 
 PROBLEM = "calc.add returns the difference of its arguments instead of their sum (issue 4711)."
 GOLD_PATCH = (

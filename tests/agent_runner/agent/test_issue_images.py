@@ -30,8 +30,8 @@ from agent_runner.sandbox import Sandbox
 from agent_runner.sglang import SamplingParams, SGLangClient
 from agent_runner.tools import tool_schemas
 from swerollout.api import v1alpha1
-from swerollout.dev.policy_server.launch import PolicyServerHandle, launch
-from swerollout.dev.tasks import materialize_tasks
+from swerollout_dev.policy_server.launch import PolicyServerHandle, launch
+from swerollout_dev.tasks import materialize_tasks
 from swerollout.instances import SWEBenchInstance, instance_from_row, to_api_instance
 from swerollout.issue_images import image_placeholder
 from swerollout.tokenizers import load_tokenizer

@@ -87,7 +87,7 @@ def free_port_url() -> str:
 @pytest.fixture
 def oracle_server(tmp_path: Any) -> Iterator[Callable[..., Any]]:
     """Start the real SGLang-compatible policy server (oracle policy; qwen-2.5 unless told) in-process."""
-    from swerollout.dev.policy_server import launch
+    from swerollout_dev.policy_server import launch
 
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(json.dumps(ORACLE_INSTANCE) + "\n", encoding="utf-8")

@@ -17,7 +17,7 @@ from tests.support.evalkit import SandboxFactory, start_swerex
 
 from agent_runner.sandbox import Sandbox
 from swerollout import instances
-from swerollout.dev import tasks
+from swerollout_dev import tasks
 from swerollout.api.v1alpha1 import Instance
 
 VENV_BIN = str(Path(sys.executable).parent)

@@ -13,7 +13,7 @@ from tests.support.evalkit import start_swerex
 
 from agent_runner.eval import EvalReport, EvalRequest
 from swerollout import instances
-from swerollout.dev import tasks
+from swerollout_dev import tasks
 
 
 def test_cli_evaluates_and_reports_json(

@@ -11,7 +11,7 @@ from tests.support.evalkit import WRONG_PATCHES, SandboxFactory
 from agent_runner.eval import APPLY_COMMANDS, EvalFailure, EvalReport, EvalRequest, evaluate, skipped_report
 from agent_runner.grading import grade_log
 from swerollout import exit_status, instances
-from swerollout.dev import tasks
+from swerollout_dev import tasks
 from swerollout.api.v1alpha1 import Instance, Mode
 
 TASK_NAMES = [p.name for p in tasks.task_dirs()]

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from swerollout.dev.controlplane import ControlPlane
+from swerollout_dev.controlplane import ControlPlane
 from tests.support.cluster import checked, install_crd
 
 

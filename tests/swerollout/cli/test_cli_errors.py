@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from swerollout.cli.main import main
-from swerollout.dev.tasks import DEFAULT_TASKS_DIR
+from swerollout_dev.tasks import DEFAULT_TASKS_DIR
 
 ROW = json.loads((DEFAULT_TASKS_DIR / "instances.jsonl").read_text().splitlines()[0])
 KUBECONFIG = """apiVersion: v1

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from swerollout.cli.results import dev_store_url
-from swerollout.dev.stack.paths import DevPaths
+from swerollout_dev.stack.paths import DevPaths
 
 
 def _args(**kw: str | None) -> argparse.Namespace:

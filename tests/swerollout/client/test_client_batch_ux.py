@@ -19,8 +19,8 @@ import pytest
 
 from swerollout.cli.main import main
 from swerollout.client import AsyncRolloutClient, BatchProgress, ClientConfigError, UnknownBatch, aclient
-from swerollout.dev.controlplane import ControlPlane
-from swerollout.dev.policy_server.launch import PolicyServerHandle
+from swerollout_dev.controlplane import ControlPlane
+from swerollout_dev.policy_server.launch import PolicyServerHandle
 from swerollout.kube import SWEROLLOUTBATCHES, SWEROLLOUTS, AsyncKubeClient, NotFound
 from swerollout.store import ResultStore
 from tests.support.client_support import INFERENCE, finish, instance, make_trajectory, run

@@ -13,10 +13,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from tests.support.client_support import finish, make_trajectory, run
-from swerollout.dev.controlplane import ControlPlane
+from swerollout_dev.controlplane import ControlPlane
 from swerollout.kube import SWEROLLOUTBATCHES, SWEROLLOUTS, AsyncKubeClient
 from swerollout.store import ResultStore
-from swerollout.dev.tasks import DEFAULT_TASKS_DIR, load_instances
+from swerollout_dev.tasks import DEFAULT_TASKS_DIR, load_instances
 
 ROOT = Path(__file__).resolve().parents[3]
 INSTANCES = DEFAULT_TASKS_DIR / "instances.jsonl"

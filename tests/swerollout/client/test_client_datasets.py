@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from swerollout.api.v1alpha1 import API_VERSION, KIND, SWERolloutSpec
-from swerollout.dev.controlplane import ControlPlane
+from swerollout_dev.controlplane import ControlPlane
 from swerollout.instances import instance_from_row, to_api_instance
 from swerollout.kube import SWEROLLOUTS, AsyncKubeClient
 from tests.support.published_rows import (

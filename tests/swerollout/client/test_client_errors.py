@@ -22,7 +22,7 @@ from swerollout.client import (
     RolloutClient,
     UnknownBatch,
 )
-from swerollout.dev.controlplane import ControlPlane
+from swerollout_dev.controlplane import ControlPlane
 from swerollout.kube import SWEROLLOUTS, AsyncKubeClient
 
 ROOT = Path(__file__).resolve().parents[3]

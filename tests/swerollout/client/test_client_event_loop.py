@@ -10,8 +10,8 @@ import threading
 import pytest
 
 from swerollout.client import RolloutClient, UnknownBatch
-from swerollout.dev.controlplane import ControlPlane
-from swerollout.dev.tasks import DEFAULT_TASKS_DIR, load_instances
+from swerollout_dev.controlplane import ControlPlane
+from swerollout_dev.tasks import DEFAULT_TASKS_DIR, load_instances
 
 INFERENCE = {"endpoint": "http://127.0.0.1:9", "tokenizer": "qwen-2.5"}
 

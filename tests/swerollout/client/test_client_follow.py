@@ -18,7 +18,7 @@ from swerollout.client import (
     UnknownBatch,
     WaitTimeout,
 )
-from swerollout.dev.controlplane import ControlPlane
+from swerollout_dev.controlplane import ControlPlane
 from swerollout.kube import SWEROLLOUTS, AsyncKubeClient
 from swerollout.store import ResultStore
 

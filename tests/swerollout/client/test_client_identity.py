@@ -11,7 +11,7 @@ import pytest
 
 from tests.support.client_support import INFERENCE, instance
 from swerollout.client import AsyncRolloutClient, ClientConfigError, KubeApiError, RolloutClient
-from swerollout.dev.controlplane import ControlPlane
+from swerollout_dev.controlplane import ControlPlane
 from swerollout.kube import ROLEBINDINGS, ROLES, AsyncKubeClient
 
 TRAINER_VERBS = ["get", "list", "watch", "create", "patch"]

@@ -8,9 +8,9 @@ import logging
 import pytest
 
 from swerollout.client import RolloutClient, aclient
-from swerollout.dev.controlplane import ControlPlane
-from swerollout.dev.policy_server.launch import PolicyServerHandle
-from swerollout.dev.tasks import DEFAULT_TASKS_DIR, load_instances
+from swerollout_dev.controlplane import ControlPlane
+from swerollout_dev.policy_server.launch import PolicyServerHandle
+from swerollout_dev.tasks import DEFAULT_TASKS_DIR, load_instances
 
 
 def _refusals(caplog: pytest.LogCaptureFixture) -> int:

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from swerollout.client import AsyncRolloutClient, BatchProgress, aclient
-from swerollout.dev.binaries import find_binaries
-from swerollout.dev.controlplane import ControlPlane
+from swerollout_dev.binaries import find_binaries
+from swerollout_dev.controlplane import ControlPlane
 from swerollout.kube import NAMESPACES, SWEROLLOUTBATCHES, SWEROLLOUTS, NotFound
 from tests.support.client_support import INFERENCE, instance
 from tests.support.cluster import BATCH_CRD_NAME, CRD_NAME, wait_established

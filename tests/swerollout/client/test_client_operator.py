@@ -18,7 +18,7 @@ import pytest
 from tests.support.client_support import INFERENCE, instance, make_trajectory
 from swerollout.api.v1alpha1 import LABEL_ROLLOUT
 from swerollout.client import AsyncRolloutClient, ResultUnavailable, TrainerStatus
-from swerollout.dev.controlplane import ControlPlane
+from swerollout_dev.controlplane import ControlPlane
 from swerollout.kube import PODS, ROLEBINDINGS, ROLES, SWEROLLOUTS, AsyncKubeClient
 from swerollout.wire import ingest as wire
 from swerollout_operator.tokens import TokenKey, TokenKind

@@ -24,7 +24,7 @@ from swerollout.client import (
     align_routed_experts,
 )
 from swerollout.client.records import versions_to_int
-from swerollout.dev.controlplane import ControlPlane
+from swerollout_dev.controlplane import ControlPlane
 from swerollout.kube import SWEROLLOUTS, AsyncKubeClient
 from swerollout.store import Owner, ResultStore, open_store
 from swerollout.wire.trajectory import Trajectory

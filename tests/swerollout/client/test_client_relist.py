@@ -7,7 +7,7 @@ from typing import Any
 
 from tests.support.client_support import INFERENCE, finish, instance, make_trajectory
 from swerollout.client import AsyncRolloutClient, BatchProgress
-from swerollout.dev.controlplane import ControlPlane
+from swerollout_dev.controlplane import ControlPlane
 from swerollout.kube import AsyncKubeClient, ResourceType, load_kubeconfig
 from swerollout.store import ResultStore
 

@@ -14,7 +14,7 @@ import pytest
 from swerollout.api.v1alpha1 import GROUP, PLURAL, VERSION
 from swerollout.backoff import Backoff
 from swerollout.client import AsyncRolloutClient, KubeApiError, aclient
-from swerollout.dev.controlplane import ControlPlane
+from swerollout_dev.controlplane import ControlPlane
 from swerollout.kube import SWEROLLOUTS, AsyncKubeClient
 from tests.support.client_support import INFERENCE, instance, run
 from tests.support.kube_fault_proxy import FaultProxy, fault_proxy

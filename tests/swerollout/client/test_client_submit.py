@@ -9,10 +9,10 @@ import pytest
 from tests.support.client_support import INFERENCE, finish, instance, make_trajectory, run
 from swerollout.api.v1alpha1 import LABEL_BATCH, LABEL_MEMBER
 from swerollout.client import FIELD_MANAGER, LABEL_SAMPLE, AsyncRolloutClient, ClientConfigError
-from swerollout.dev.controlplane import ControlPlane
+from swerollout_dev.controlplane import ControlPlane
 from swerollout.kube import SWEROLLOUTBATCHES, SWEROLLOUTS, AsyncKubeClient, ResourceType, load_kubeconfig
 from swerollout.store import ResultStore
-from swerollout.dev.tasks import DEFAULT_TASKS_DIR, load_instances
+from swerollout_dev.tasks import DEFAULT_TASKS_DIR, load_instances
 
 
 async def test_submit_creates_samples_times_members_with_names_and_labels(

@@ -17,7 +17,7 @@ import yaml
 from aiohttp import web
 
 from swerollout.backoff import Backoff
-from swerollout.dev.controlplane import ControlPlane, free_port
+from swerollout_dev.controlplane import ControlPlane, free_port
 from swerollout.kube import (
     CONFIGMAPS,
     CRDS,

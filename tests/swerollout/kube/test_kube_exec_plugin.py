@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from swerollout.client import AsyncRolloutClient
-from swerollout.dev.controlplane import ControlPlane
+from swerollout_dev.controlplane import ControlPlane
 from swerollout.kube import CONFIGMAPS, SECRETS, Forbidden, KubeClient, TransportError, load_config
 
 PLUGIN = """#!{python}

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from swerollout.client import AsyncRolloutClient, RolloutRecord
-from swerollout.dev.policy_server.launch import launch
+from swerollout_dev.policy_server.launch import launch
 from swerollout.trainers._settings import AdapterSettings
 from tests.support.devstack import DevStack, running_dev_stack
 

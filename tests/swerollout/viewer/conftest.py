@@ -31,7 +31,7 @@ from agent_runner.sglang import RetryPolicy, SamplingParams, SGLangClient
 from swerollout.api.v1alpha1 import LABEL_BATCH, LABEL_MEMBER
 from swerollout.cli.results import write_jsonl, write_parquet
 from swerollout.client.records import ANNOTATION_INSTANCE_ID, LABEL_SAMPLE, RolloutRecord, build_record
-from swerollout.dev.policy_server.launch import launch
+from swerollout_dev.policy_server.launch import launch
 from swerollout.tokenizers import load_tokenizer
 from swerollout.wire.trajectory import Trajectory
 

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from swerollout.dev.controlplane import ControlPlane
-from swerollout.dev.tasks import DEFAULT_TASKS_DIR, load_instances
+from swerollout_dev.controlplane import ControlPlane
+from swerollout_dev.tasks import DEFAULT_TASKS_DIR, load_instances
 from swerollout.kube import SWEROLLOUTS, AsyncKubeClient
 from swerollout.store import open_store
 from swerollout.wire.trajectory import Trajectory

@@ -1,0 +1,1 @@
+"""The dev tooling's `swerollout` commands, registered through the `swerollout.commands` entry points."""
