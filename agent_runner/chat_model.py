@@ -118,7 +118,9 @@ class ChatModel:
                 last_problem = f"timed out ({type(exc).__name__})"
                 delay = schedule.next_delay()
                 if delay is None:
-                    raise ModelTimeoutError(f"POST {self.url} {last_problem} after {schedule.retries + 1} attempts") from exc
+                    raise ModelTimeoutError(
+                        f"POST {self.url} {last_problem} after {schedule.retries + 1} attempts"
+                    ) from exc
                 await asyncio.sleep(delay)
                 continue
             except httpx.TransportError as exc:
@@ -131,7 +133,9 @@ class ChatModel:
                 retry_after = float(header) if header.isdigit() else None
             delay = schedule.next_delay(retry_after)
             if delay is None:
-                raise ModelUnavailableError(f"POST {self.url} failed {schedule.retries + 1} times; last: {last_problem}")
+                raise ModelUnavailableError(
+                    f"POST {self.url} failed {schedule.retries + 1} times; last: {last_problem}"
+                )
             await asyncio.sleep(delay)
         if response.status_code == 404:
             raise ModelProtocolError(
@@ -139,8 +143,9 @@ class ChatModel:
                 "Point the endpoint at the server root (http://host:port) or its /v1 path."
             )
         if response.status_code >= 400:
-            raise ModelProtocolError(f"POST {self.url} rejected the request: HTTP {response.status_code}: "
-                                     f"{response.text[:500]}")
+            raise ModelProtocolError(
+                f"POST {self.url} rejected the request: HTTP {response.status_code}: {response.text[:500]}"
+            )
         try:
             data = response.json()
         except ValueError as exc:

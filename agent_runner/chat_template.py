@@ -230,9 +230,13 @@ class ChatTemplate:
         self._args_as_text = False
         probe: list[dict[str, Any]] = [
             {"role": "user", "content": "u"},
-            {"role": "assistant", "content": "a", "tool_calls": [
-                {"id": "c0", "type": "function", "function": {"name": "bash", "arguments": {"command": "ls"}}}
-            ]},
+            {
+                "role": "assistant",
+                "content": "a",
+                "tool_calls": [
+                    {"id": "c0", "type": "function", "function": {"name": "bash", "arguments": {"command": "ls"}}}
+                ],
+            },
             {"role": "tool", "tool_call_id": "c0", "content": "r"},
         ]
         try:
@@ -282,7 +286,11 @@ class ChatTemplate:
         marker = self._marker_for(values)
 
         def call(i: int) -> dict[str, Any]:
-            return {"id": f"c{i}", "type": "function", "function": {"name": "bash", "arguments": {"command": marker("x")}}}
+            return {
+                "id": f"c{i}",
+                "type": "function",
+                "function": {"name": "bash", "arguments": {"command": marker("x")}},
+            }
 
         conversation: list[dict[str, Any]] = [{"role": "user", "content": "u"}]
         for i in range(2):
@@ -339,9 +347,11 @@ class ChatTemplate:
         if self._unknown is None or unk not in ids:
             return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))
         tokens = self.tokenizer.convert_ids_to_tokens(list(ids))
-        return str(self.tokenizer.convert_tokens_to_string(
-            [self._unknown if token_id == unk else token for token_id, token in zip(ids, tokens, strict=True)]
-        ))
+        return str(
+            self.tokenizer.convert_tokens_to_string(
+                [self._unknown if token_id == unk else token for token_id, token in zip(ids, tokens, strict=True)]
+            )
+        )
 
     def _unknown_character(self) -> str | None:
         """The character a sampled unknown token stands for: the first of ``_UNKNOWN_CANDIDATES``
@@ -423,7 +433,9 @@ class ChatTemplate:
         turn_markers = [f"{self.nonce}{i}Z" for i in range(body_end)]
         last_body = max(structure.rfind(m) for m in turn_markers)
         if last_body < 0:
-            raise ChatTemplateError("the chat template dropped the assistant turn's content; cannot locate the turn end")
+            raise ChatTemplateError(
+                "the chat template dropped the assistant turn's content; cannot locate the turn end"
+            )
         end_of_marker = self._marker_re.match(structure, last_body)
         assert end_of_marker is not None
         cut_at = end_of_marker.end()
@@ -591,7 +603,9 @@ def _mark(message: Message, marker: Callable[[str], str], tags: re.Pattern[str] 
     for key in ("content", "reasoning_content"):
         value = out.get(key)
         if isinstance(value, str) and value:
-            out[key] = _mark_reply(value, marker, tags) if key == "content" and _is_reply(message, tags) else marker(value)
+            out[key] = (
+                _mark_reply(value, marker, tags) if key == "content" and _is_reply(message, tags) else marker(value)
+            )
         elif isinstance(value, list):  # content parts: text is content, images are structure
             out[key] = map_text_parts(value, marker)
     if out.get("tool_calls"):

@@ -368,7 +368,9 @@ class _Evaluation:
                 f"xargs -0 -r {git} checkout {base} -- < {existing}"
             )
             if reset.exit_code != 0:
-                return f"resetting the test files to {self.instance.base_commit[:12]} failed: {reset.output.strip()[:500]}"
+                return (
+                    f"resetting the test files to {self.instance.base_commit[:12]} failed: {reset.output.strip()[:500]}"
+                )
         patch_file = f"{self.scratch}/test.diff"
         await self.sandbox.write_file(patch_file, test_patch if test_patch.endswith("\n") else test_patch + "\n")
         result = await self.sh(f"git apply --verbose {shlex.quote(patch_file)}")
@@ -386,10 +388,7 @@ class _Evaluation:
         # coreutils timeout kills the whole script even if the sandbox call is cut off;
         # the sandbox-side limit is only a backstop. Output goes to a file so a killed
         # run still leaves what it printed.
-        command = (
-            f"timeout --kill-after=10 {limit:g} bash {shlex.quote(script_file)} "
-            f"> {shlex.quote(log_file)} 2>&1"
-        )
+        command = f"timeout --kill-after=10 {limit:g} bash {shlex.quote(script_file)} > {shlex.quote(log_file)} 2>&1"
         result = await self.sh(command, timeout=limit + 60.0)
         try:
             log = await self.sandbox.read_file(log_file)

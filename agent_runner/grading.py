@@ -231,7 +231,9 @@ def swebench_harness_problem() -> str | None:
     try:
         import swebench.harness.grading  # noqa: F401
     except Exception as exc:  # any optional dependency of the harness may be broken
-        return f"swebench {swebench_version()} is installed but its harness does not import: {type(exc).__name__}: {exc}"
+        return (
+            f"swebench {swebench_version()} is installed but its harness does not import: {type(exc).__name__}: {exc}"
+        )
     return None
 
 
@@ -294,7 +296,9 @@ def _grade_with_swebench(log: str, spec: _GradeInput) -> LogGrade:
     from swebench.types import TestSpec
 
     if spec.log_parser not in PARSER_REGISTRY:
-        raise GradingError(f"swebench has no log parser {spec.log_parser!r}; known: {', '.join(sorted(PARSER_REGISTRY))}")
+        raise GradingError(
+            f"swebench has no log parser {spec.log_parser!r}; known: {', '.join(sorted(PARSER_REGISTRY))}"
+        )
     test_spec = TestSpec(
         instance_id=spec.instance_id,
         image="",
@@ -359,8 +363,13 @@ def _grade_builtin(log: str, spec: _GradeInput) -> LogGrade:
         f2p = GroupOutcome(failure=list(spec.fail_to_pass))
         p2p = GroupOutcome(failure=list(spec.pass_to_pass))
         return LogGrade(
-            backend="builtin", parser=spec.log_parser, tests={}, fail_to_pass=f2p, pass_to_pass=p2p,
-            resolved=False, problem=problem,
+            backend="builtin",
+            parser=spec.log_parser,
+            tests={},
+            fail_to_pass=f2p,
+            pass_to_pass=p2p,
+            resolved=False,
+            problem=problem,
         )
     statuses, disagreements = _with_exact_matches(log, statuses, [*spec.fail_to_pass, *spec.pass_to_pass])
     f2p, p2p = _builtin_report(statuses, spec.fail_to_pass, spec.pass_to_pass, spec.eval_type)

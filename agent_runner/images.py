@@ -58,8 +58,10 @@ def template_content(content: Any) -> Any:
     """Content as chat templates read it: image parts become ``{"type": "image"}``."""
     if not isinstance(content, list):
         return content
-    return [dict(TEMPLATE_IMAGE_PART) if isinstance(part, Mapping) and _image_url(part) is not None else part
-            for part in content]
+    return [
+        dict(TEMPLATE_IMAGE_PART) if isinstance(part, Mapping) and _image_url(part) is not None else part
+        for part in content
+    ]
 
 
 def map_text_parts(content: list[Any], fn: Callable[[str], str]) -> list[Any]:
@@ -67,7 +69,12 @@ def map_text_parts(content: list[Any], fn: Callable[[str], str]) -> list[Any]:
     stubs); image parts are structure and stay as they are."""
     out: list[Any] = []
     for part in content:
-        if isinstance(part, Mapping) and part.get("type") == "text" and isinstance(part.get("text"), str) and part["text"]:
+        if (
+            isinstance(part, Mapping)
+            and part.get("type") == "text"
+            and isinstance(part.get("text"), str)
+            and part["text"]
+        ):
             out.append({**part, "text": fn(part["text"])})
         else:
             out.append(part)

@@ -78,7 +78,9 @@ class IngestClient:
                 problem = f"HTTP {response.status_code}"
             delay = schedule.next_delay()
             if delay is None:
-                raise IngestError(f"{method} {path}: the operator did not answer for {schedule.elapsed:.0f}s ({problem})")
+                raise IngestError(
+                    f"{method} {path}: the operator did not answer for {schedule.elapsed:.0f}s ({problem})"
+                )
             log.warning("ingest %s %s failed (%s); retrying in %.1fs", method, path, problem, delay)
             await asyncio.sleep(delay)
 
@@ -90,7 +92,9 @@ class IngestClient:
         return wire.Assignment.model_validate_json(response.content)
 
     async def progress(self, progress: wire.ProgressReport) -> None:
-        await self._call("POST", "/progress", content=progress.model_dump_json(), headers={"Content-Type": "application/json"})
+        await self._call(
+            "POST", "/progress", content=progress.model_dump_json(), headers={"Content-Type": "application/json"}
+        )
 
     async def upload(self, kind: wire.ObjectKind, data: bytes) -> wire.StoredObjectRef:
         response = await self._call(

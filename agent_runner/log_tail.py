@@ -32,7 +32,7 @@ class LogTail(logging.Handler):
             self.handleError(record)
             return
         if len(line) > self.limit:
-            line, self.dropped = line[-self.limit:], True
+            line, self.dropped = line[-self.limit :], True
         self._lines.append(line)
         self._size += len(line)
         while self._size > self.limit:

@@ -30,7 +30,6 @@ from typing import Any
 from agent_runner.config import ActionFormat, AgentConfig
 from agent_runner.errors import ContextBudgetError, ModelError
 from agent_runner.images import user_content
-from swerollout.exit_status import ExitStatus, autosubmitted
 from agent_runner.model import FinishReason, Model, ModelTurn
 from agent_runner.run_state import LoopResult, LoopState, StepInfo, TaskInfo
 from agent_runner.sandbox import Sandbox, SandboxError
@@ -46,6 +45,7 @@ from agent_runner.tools import (
     parse_text_action,
     parse_tool_call,
 )
+from swerollout.exit_status import ExitStatus, autosubmitted
 
 __all__ = ["AgentLoop", "LimitExceeded", "LoopResult", "LoopState", "StepCallback", "StepInfo", "Submitted", "TaskInfo"]
 
@@ -135,10 +135,12 @@ class AgentLoop:
         prepared = await self.sandbox.run(f"cd {shlex.quote(self.task.working_dir)}{exports}", timeout=60)
         if prepared.exit_code != 0:
             raise SandboxError(f"cannot prepare the shell in {self.task.working_dir}: {prepared.output.strip()[:300]}")
-        self.model.add_messages([
-            {"role": "system", "content": self._render("system_template")},
-            {"role": "user", "content": user_content(self._render("instance_template"), self.task.issue_images)},
-        ])
+        self.model.add_messages(
+            [
+                {"role": "system", "content": self._render("system_template")},
+                {"role": "user", "content": user_content(self._render("instance_template"), self.task.issue_images)},
+            ]
+        )
         self.state.started = True
 
     async def _next_turn(self) -> ModelTurn | None:
@@ -167,7 +169,9 @@ class AgentLoop:
         except FormatError as exc:
             self.state.requeries += 1
             if self.state.requeries > self.config.limits.max_requeries:
-                raise LimitExceeded(ExitStatus.EXIT_FORMAT, f"{self.state.requeries} unusable replies in a row: {exc}")
+                raise LimitExceeded(
+                    ExitStatus.EXIT_FORMAT, f"{self.state.requeries} unusable replies in a row: {exc}"
+                ) from exc
             message = str(exc)
             self.model.add_messages(self._reply(turn, message))
             await self._report(StepInfo(state=self.state, action=None, observation=message))
@@ -190,7 +194,9 @@ class AgentLoop:
                 action = parse_tool_call(turn.tool_calls[0], tools.enabled)
         except FormatError as exc:
             raise FormatError(self._render("format_error_template", error=str(exc))) from None
-        if isinstance(action, BashAction) and blocked_command(action.command, tools.blocklist, tools.blocklist_standalone):
+        if isinstance(action, BashAction) and blocked_command(
+            action.command, tools.blocklist, tools.blocklist_standalone
+        ):
             raise FormatError(self._render("blocklist_error_template", action=action.command.strip()))
         return action
 
@@ -213,8 +219,9 @@ class AgentLoop:
                 raise LimitExceeded(
                     ExitStatus.EXIT_COMMAND_TIMEOUT, f"{self.state.consecutive_timeouts} commands in a row timed out"
                 )
-            text = self._render("command_timeout_template", command=action.command,
-                                timeout=self.config.limits.command_timeout)
+            text = self._render(
+                "command_timeout_template", command=action.command, timeout=self.config.limits.command_timeout
+            )
             return text, None, action.command
         self.state.consecutive_timeouts = 0
         return self._observation(result.output, result.exit_code), result.exit_code, action.command
@@ -224,15 +231,18 @@ class AgentLoop:
         if not output.strip():
             return self._render("next_step_no_output_template", exit_code=exit_code)
         if len(output) > limit:
-            return self._render("truncated_observation_template", observation=output[:limit],
-                                elided_chars=len(output) - limit, max_observation_chars=limit)
+            return self._render(
+                "truncated_observation_template",
+                observation=output[:limit],
+                elided_chars=len(output) - limit,
+                max_observation_chars=limit,
+            )
         return self._render("next_step_template", observation=output, exit_code=exit_code)
 
     def _reply(self, turn: ModelTurn, content: str) -> list[dict[str, Any]]:
         """Function calls are answered per call id (chat templates expect it); text turns by a user message."""
         if self.config.tools.action_format == ActionFormat.FUNCTION_CALLING and turn.tool_calls:
-            return [{"role": "tool", "tool_call_id": call.id, "content": content}
-                    for call in turn.tool_calls]
+            return [{"role": "tool", "tool_call_id": call.id, "content": content} for call in turn.tool_calls]
         return [{"role": "user", "content": content}]
 
     # -- endings -----------------------------------------------------------
@@ -250,7 +260,9 @@ class AgentLoop:
         try:
             result = await self.sandbox.execute(
                 f"git add -A && git -c core.fileMode=false diff --cached --no-color {base}",
-                cwd=self.task.working_dir, timeout=120, merge_stderr=False,
+                cwd=self.task.working_dir,
+                timeout=120,
+                merge_stderr=False,
             )
         except SandboxError:
             return None

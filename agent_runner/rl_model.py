@@ -50,10 +50,9 @@ Abort policy (spec.inference.onAbort):
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
-
-import base64
 
 from agent_runner.chat_template import ChatTemplate
 from agent_runner.errors import ChatTemplateError, ContextBudgetError, ModelError
@@ -115,7 +114,10 @@ class RLTokenModel:
         if self.parser is not None:
             self.template.check_tool_turns()
         # Reasoning tags too: the parser splits at the last closing tag, which only a sampled tag may move.
-        self._markup = [*(str(t.content) for t in tokenizer.added_tokens_decoder.values()), *self.template.reasoning_tags]
+        self._markup = [
+            *(str(t.content) for t in tokenizer.added_tokens_decoder.values()),
+            *self.template.reasoning_tags,
+        ]
         self.buffer = TokenBuffer()
         self.state = ModelState()
 
@@ -176,8 +178,13 @@ class RLTokenModel:
                     self._store_routed_experts(result, aborted=True)
             state.turns.append(
                 TurnRecord(
-                    rid=result.rid, finish="abort", sampled=len(result.output_ids), kept=keep > 0,
-                    kept_tokens=keep, weight_version=version, attempts=result.attempts,
+                    rid=result.rid,
+                    finish="abort",
+                    sampled=len(result.output_ids),
+                    kept=keep > 0,
+                    kept_tokens=keep,
+                    weight_version=version,
+                    attempts=result.attempts,
                 )
             )
             return ModelTurn(
@@ -186,8 +193,13 @@ class RLTokenModel:
         self._append_sampled(result, len(result.output_ids))
         state.turns.append(
             TurnRecord(
-                rid=result.rid, finish=result.finish, sampled=len(result.output_ids), kept=True,
-                kept_tokens=len(result.output_ids), weight_version=version, attempts=result.attempts,
+                rid=result.rid,
+                finish=result.finish,
+                sampled=len(result.output_ids),
+                kept=True,
+                kept_tokens=len(result.output_ids),
+                weight_version=version,
+                attempts=result.attempts,
             )
         )
         if self.return_routed_experts:
@@ -234,7 +246,9 @@ class RLTokenModel:
     def _append_sampled(self, result: GenerateResult, count: int) -> None:
         """Append the first ``count`` sampled tokens, each with the version of its span."""
         ids, logprobs = result.output_ids[:count], result.logprobs[:count]
-        versions = [self._label(v) for v in result.token_versions[:count]] or [self._label(result.weight_version)] * len(ids)
+        versions = [self._label(v) for v in result.token_versions[:count]] or [
+            self._label(result.weight_version)
+        ] * len(ids)
         start = 0
         for end in range(1, len(ids) + 1):
             if end == len(ids) or versions[end] != versions[start]:
@@ -467,11 +481,12 @@ class RLTokenModel:
             routed_experts=self.routed_experts_bytes() if self.return_routed_experts else None,
             routed_experts_width=self.state.routed_experts_width or None if self.return_routed_experts else None,
             routed_experts_forwarded=(
-                self.state.routed_experts_rows if self.return_routed_experts and self.state.routed_experts_width else None
+                self.state.routed_experts_rows
+                if self.return_routed_experts and self.state.routed_experts_width
+                else None
             ),
             info=extra,
         )
-
 
     def _image_info(self) -> dict[str, Any]:
         """With images: how many, and the tokens the server expanded their placeholders into."""

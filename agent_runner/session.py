@@ -21,10 +21,9 @@ import os
 import shlex
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
 from swerollout.api import v1alpha1 as api
 from swerollout.api.base import one_line
@@ -38,11 +37,11 @@ from swerollout.wire.runner_env import RunnerEnv, RunnerEnvError, RunnerRole
 
 from .chat_model import chat_model_from_spec
 from .config import ActionFormat, AgentConfig, AgentConfigError
+from .errors import ModelError, ModelUnavailableError
 from .eval import EvalRequest, evaluate
 from .ingest_client import IngestClient
 from .log_tail import LogTail
 from .loop import AgentLoop, LoopResult, LoopState, StepInfo, TaskInfo
-from .errors import ModelError, ModelUnavailableError
 from .model import FinishReason, Model, ModelTurn
 from .rl_model import RLTokenModel
 from .sandbox import Sandbox
@@ -191,7 +190,7 @@ class AbortableModel:
         try:
             await asyncio.wait_for(self.requested.wait(), timeout=seconds)
             return True
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
 
     async def _generate_once(self, max_new_tokens: int | None) -> ModelTurn:
@@ -226,7 +225,7 @@ class AbortableModel:
                         # A delivered abort ends the request at once, unless it raced the request's arrival.
                         await asyncio.wait_for(asyncio.shield(task), timeout=1.0)
                         return
-                    except (asyncio.TimeoutError, Exception):  # noqa: BLE001
+                    except (TimeoutError, Exception):  # noqa: BLE001
                         pass
                 delay = retry.next_delay()
                 if delay is None:
@@ -242,8 +241,13 @@ class Runner:
         self.log_tail = log_tail
         """This process's log, uploaded with each final report (None: not kept)."""
         self.ingest = IngestClient(
-            env.ingest_url, namespace=env.namespace, name=env.name, uid=env.uid, token=env.read_ingest_token(),
-            role=env.role.value, attempt=env.attempt,
+            env.ingest_url,
+            namespace=env.namespace,
+            name=env.name,
+            uid=env.uid,
+            token=env.read_ingest_token(),
+            role=env.role.value,
+            attempt=env.attempt,
         )
         self.swerex_token = env.read_swerex_token()
         self.sandbox: Sandbox | None = None
@@ -259,7 +263,10 @@ class Runner:
                 if kind == wire.AssignmentKind.STOP:
                     log.info("assignment stop: exiting")
                     return 0
-                if kind in (wire.AssignmentKind.RUN, wire.AssignmentKind.RESUME) and self.env.role is RunnerRole.ROLLOUT:
+                if (
+                    kind in (wire.AssignmentKind.RUN, wire.AssignmentKind.RESUME)
+                    and self.env.role is RunnerRole.ROLLOUT
+                ):
                     await self._execute(assignment)
                 elif kind == wire.AssignmentKind.EVAL and self.env.role is RunnerRole.EVAL:
                     await self._evaluate(assignment)
@@ -290,7 +297,9 @@ class Runner:
 
     # -- run / resume ----------------------------------------------------------------
 
-    def _model(self, spec: api.SWERolloutSpec, config: AgentConfig, snapshot: bytes | None) -> tuple[Model, dict[str, Any], SGLangClient | None]:
+    def _model(
+        self, spec: api.SWERolloutSpec, config: AgentConfig, snapshot: bytes | None
+    ) -> tuple[Model, dict[str, Any], SGLangClient | None]:
         inference = spec.inference
         keys = self.env.read_inference_keys()
         if spec.agent.kind == api.AgentKind.CHAT_AGENT:
@@ -309,8 +318,10 @@ class Runner:
             # Never a silent drop: a text-only template fails the run before any token is sent.
             raise IssueImageError(text_only_message(inference.tokenizer or "", len(images)))
         client = SGLangClient(
-            inference.endpoint, timeout=float(inference.request_timeout_seconds),
-            api_key=keys.api_key, admin_key=keys.admin_key,
+            inference.endpoint,
+            timeout=float(inference.request_timeout_seconds),
+            api_key=keys.api_key,
+            admin_key=keys.admin_key,
         )
         function_calling = config.tools.action_format == ActionFormat.FUNCTION_CALLING
         kwargs: dict[str, Any] = dict(
@@ -360,20 +371,28 @@ class Runner:
             problem = await self._restore_worktree(workdir, instance.base_commit, agent_state["workdir_diff"])
             if problem:
                 await self.ingest.event(
-                    wire.RunnerEvent(kind=wire.EventKind.FAILED, assignment_id=assignment.id, reason="ReplayFailed",
-                                     message=problem, log=await self._log_ref())
+                    wire.RunnerEvent(
+                        kind=wire.EventKind.FAILED,
+                        assignment_id=assignment.id,
+                        reason="ReplayFailed",
+                        message=problem,
+                        log=await self._log_ref(),
+                    )
                 )
                 return
         notice = await _apply_server_limits(inner, client) if client else ""
         abortable = AbortableModel(
-            inner, client.abort_in_flight if client else None,
+            inner,
+            client.abort_in_flight if client else None,
             outage_budget=float(spec.inference.outage_budget_seconds),
         )
         abortable.inference_aborts = int(agent_state.get("inference_aborts") or 0)
         await self.ingest.event(
             wire.RunnerEvent(
-                kind=wire.EventKind.STARTED, assignment_id=assignment.id,
-                reason="InferenceNotice" if notice else "", message=notice,
+                kind=wire.EventKind.STARTED,
+                assignment_id=assignment.id,
+                reason="InferenceNotice" if notice else "",
+                message=notice,
             )
         )
         task = TaskInfo.from_instance(instance, spec.agent.issue_image_mode).model_copy(update={"working_dir": workdir})
@@ -397,8 +416,13 @@ class Runner:
 
     async def _setup_failed(self, assignment: wire.Assignment, message: str) -> None:
         await self.ingest.event(
-            wire.RunnerEvent(kind=wire.EventKind.FAILED, assignment_id=assignment.id, reason="RunnerSetupFailed",
-                             message=message, log=await self._log_ref())
+            wire.RunnerEvent(
+                kind=wire.EventKind.FAILED,
+                assignment_id=assignment.id,
+                reason="RunnerSetupFailed",
+                message=message,
+                log=await self._log_ref(),
+            )
         )
 
     async def _watch_for_abort(self, assignment_id: str, model: AbortableModel) -> None:
@@ -425,7 +449,9 @@ class Runner:
         assert self.sandbox is not None
         result = await self.sandbox.execute(
             f"git add -A >/dev/null 2>&1 && git diff --cached --binary {shlex.quote(base_commit)}",
-            timeout=120, cwd=workdir, merge_stderr=False,
+            timeout=120,
+            cwd=workdir,
+            merge_stderr=False,
         )
         return result.output if result.exit_code == 0 else ""
 
@@ -439,8 +465,13 @@ class Runner:
         return None
 
     async def _report_abort(
-        self, assignment: wire.Assignment, inner: Model, abortable: AbortableModel, result: LoopResult,
-        workdir: str, base_commit: str,
+        self,
+        assignment: wire.Assignment,
+        inner: Model,
+        abortable: AbortableModel,
+        result: LoopResult,
+        workdir: str,
+        base_commit: str,
     ) -> None:
         agent_state = {
             "loop": result.state.model_dump(mode="json"),
@@ -449,9 +480,7 @@ class Runner:
         }
         if isinstance(inner, RLTokenModel):
             blob = inner.snapshot(agent_state=agent_state)
-            weight_version = next(
-                (v for v in reversed(inner.buffer.weight_versions) if v is not None), None
-            )
+            weight_version = next((v for v in reversed(inner.buffer.weight_versions) if v is not None), None)
         else:
             blob = encode(CHAT_SNAPSHOT_KIND, {"messages": inner.messages, "agent_state": agent_state}, {})
             weight_version = None
@@ -469,13 +498,17 @@ class Runner:
             )
         )
 
-    async def _report_finish(self, assignment: wire.Assignment, inner: Model, result: LoopResult, elapsed: float) -> None:
+    async def _report_finish(
+        self, assignment: wire.Assignment, inner: Model, result: LoopResult, elapsed: float
+    ) -> None:
         submission = result.submission or ""
         exit_status = result.exit_status or "exit_error"
         prompt_tokens = response_tokens = sampled_tokens = dropped_tokens = 0
         if isinstance(inner, RLTokenModel):
             trajectory = inner.trajectory(
-                exit_status=exit_status, submission=submission, timings={"total_seconds": elapsed},
+                exit_status=exit_status,
+                submission=submission,
+                timings={"total_seconds": elapsed},
                 info={"error": result.error} if result.error else None,
             )
             blob = trajectory.to_bytes()
@@ -484,7 +517,12 @@ class Runner:
         else:
             blob = encode(
                 "chat-trajectory",
-                {"messages": inner.messages, "exit_status": exit_status, "submission": submission, "error": result.error},
+                {
+                    "messages": inner.messages,
+                    "exit_status": exit_status,
+                    "submission": submission,
+                    "error": result.error,
+                },
                 {},
             )
         trajectory_ref = await self.ingest.upload(wire.ObjectKind.TRAJECTORY, blob)
@@ -527,9 +565,13 @@ class Runner:
                 assignment_id=assignment.id,
                 report=report_ref,
                 reward=wire.RewardReport(
-                    resolved=reward.resolved, reward=reward.value, graded=reward.graded,
-                    fail_to_pass_passed=reward.fail_to_pass_passed, fail_to_pass_total=reward.fail_to_pass_total,
-                    pass_to_pass_passed=reward.pass_to_pass_passed, pass_to_pass_total=reward.pass_to_pass_total,
+                    resolved=reward.resolved,
+                    reward=reward.value,
+                    graded=reward.graded,
+                    fail_to_pass_passed=reward.fail_to_pass_passed,
+                    fail_to_pass_total=reward.fail_to_pass_total,
+                    pass_to_pass_passed=reward.pass_to_pass_passed,
+                    pass_to_pass_total=reward.pass_to_pass_total,
                     message=reward.message,
                 ),
                 log=await self._log_ref(),
@@ -553,7 +595,7 @@ class _ProgressReporter:
 
     async def on_step(self, info: StepInfo) -> None:
         now = time.monotonic()
-        generation = sum(self.model.generation_seconds[self._seen:])
+        generation = sum(self.model.generation_seconds[self._seen :])
         self._seen = len(self.model.generation_seconds)
         # Step time minus model time is what the environment (tools) took.
         self.tool_seconds.append(max(0.0, now - self.last_step - generation))
@@ -575,7 +617,7 @@ class _ProgressReporter:
             inference_aborts=self.model.inference_aborts,
             context_tokens=self.model.context_tokens,
             generated_tokens=generated,
-            generation_seconds=self.model.generation_seconds[self._sent_generation:][-1000:],
+            generation_seconds=self.model.generation_seconds[self._sent_generation :][-1000:],
             tool_seconds=self.tool_seconds[-1000:],
         )
         self._sent_generation = len(self.model.generation_seconds)

@@ -31,7 +31,7 @@ import re
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Literal
 
@@ -129,7 +129,15 @@ class AbortRefused(ModelProtocolError):
 
 
 class _Retryable(Exception):
-    def __init__(self, message: str, *, retry_after: float | None = None, dropped: bool = False, timeout: bool = False, protocol: bool = False):
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after: float | None = None,
+        dropped: bool = False,
+        timeout: bool = False,
+        protocol: bool = False,
+    ):
         super().__init__(message)
         self.retry_after = retry_after
         self.dropped = dropped
@@ -229,8 +237,15 @@ class SGLangClient:
         self._calls.add(call)
         try:
             return await self._generate(
-                call, input_ids, sampling, rid_for_attempt, return_routed_experts, routed_experts_start_len,
-                timeout, input_ids_json, image_data,
+                call,
+                input_ids,
+                sampling,
+                rid_for_attempt,
+                return_routed_experts,
+                routed_experts_start_len,
+                timeout,
+                input_ids_json,
+                image_data,
             )
         finally:
             self._calls.discard(call)
@@ -269,7 +284,9 @@ class SGLangClient:
                 fields.update(image_data=list(image_data))
             request = GenerateRequest(**fields)
             call.rid = rid
-            post = call.post = asyncio.ensure_future(self._post_generate(encode_request(request, input_ids_json), timeout))
+            post = call.post = asyncio.ensure_future(
+                self._post_generate(encode_request(request, input_ids_json), timeout)
+            )
             try:
                 body = await post
                 return _to_result(rid, body, attempt)
@@ -483,8 +500,15 @@ def _dumps(body: dict[str, Any]) -> bytes:
 
 def _aborted(rid: str, attempt: int, message: str) -> GenerateResult:
     return GenerateResult(
-        rid=rid, output_ids=[], logprobs=[], text="", finish="abort", weight_version=None, prompt_tokens=0,
-        attempts=attempt, abort_message=message,
+        rid=rid,
+        output_ids=[],
+        logprobs=[],
+        text="",
+        finish="abort",
+        weight_version=None,
+        prompt_tokens=0,
+        attempts=attempt,
+        abort_message=message,
     )
 
 
@@ -576,7 +600,7 @@ def _retry_after(value: str | None) -> float | None:
         pass
     try:
         when = parsedate_to_datetime(value)
-        return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
+        return max(0.0, (when - datetime.now(UTC)).total_seconds())
     except (TypeError, ValueError):
         return None
 

@@ -104,7 +104,6 @@ class ToolCallParser:
             reply.error = unescape_markup(reply.error)
         return reply
 
-
     def _split_reasoning(self, text: str) -> tuple[str, str, str]:
         """(reasoning, closing tag, answer) at the last closing tag; ("", "", text) without one."""
         at, tag = max(((text.rfind(t), t) for t in self._reasoning_ends), default=(-1, ""))
@@ -176,7 +175,9 @@ def _blocks(text: str, open_tag: str, close_tag: str) -> tuple[str, list[str]]:
     return content, bodies
 
 
-def _guard(parse: Callable[[str, dict[str, set[str]]], ParsedReply]) -> Callable[[str, dict[str, set[str]]], ParsedReply]:
+def _guard(
+    parse: Callable[[str, dict[str, set[str]]], ParsedReply],
+) -> Callable[[str, dict[str, set[str]]], ParsedReply]:
     def wrapped(text: str, string_params: dict[str, set[str]]) -> ParsedReply:
         try:
             return parse(text, string_params)
@@ -194,7 +195,9 @@ def _parse_hermes(text: str, string_params: dict[str, set[str]]) -> ParsedReply:
         try:
             data = json.loads(body)
         except json.JSONDecodeError as exc:
-            raise _Malformed(f"tool call is not valid JSON ({exc.msg} at char {exc.pos}): {body.strip()[:80]!r}") from exc
+            raise _Malformed(
+                f"tool call is not valid JSON ({exc.msg} at char {exc.pos}): {body.strip()[:80]!r}"
+            ) from exc
         if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not data["name"]:
             raise _Malformed(f'tool call needs {{"name": ..., "arguments": {{...}}}}, got {body.strip()[:80]!r}')
         arguments = data.get("arguments", data.get("parameters", {}))
@@ -326,7 +329,9 @@ def _mm_elements(text: str) -> list[tuple[str, str]] | None:
                 raise _Malformed(f"{_MM_NS}<{match.group(1)}> is never closed")
             depth += text.count(f"{_MM_NS}<{match.group(1)}>", end, close) - 1
             end = close + len(f"{_MM_NS}</{match.group(1)}>")
-        inner = text[match.start() + len(_MM_NS) + len(match.group(1)) + 2 : end - len(_MM_NS) - len(match.group(1)) - 3]
+        inner = text[
+            match.start() + len(_MM_NS) + len(match.group(1)) + 2 : end - len(_MM_NS) - len(match.group(1)) - 3
+        ]
         found.append((match.group(1), inner))
         at = end
     return found

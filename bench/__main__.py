@@ -98,13 +98,22 @@ def _tiny_lm() -> str:
 SUITES = {
     "runner": ("runner overhead and snapshot size", _runner),
     "abort": ("abort -> runner Aborted on the SGLang stand-in", _abort),
-    "tinylm": ("the stand-in's tiny-lm: prefill and per-turn CPU against its old attention, with prefix reuse", _tiny_lm),
+    "tinylm": (
+        "the stand-in's tiny-lm: prefill and per-turn CPU against its old attention, with prefix reuse",
+        _tiny_lm,
+    ),
     "store": ("result store throughput", _store),
     "nodeagent": ("node agent: 200 pods", _nodeagent),
     "kubeclient": ("async kube client: HTTP/1.1 pool vs in-flight cap vs HTTP/2 under a write burst", _kube_client),
     "opcache": ("operator caches: memory per rollout at rest vs the bodies as sent", _operator_cache),
-    "lifecycle": ("operator at batch scale: 500 rollouts burst and 50/s, abort and resume fan-out, writes per rollout, 2,000 at rest", _lifecycle),
-    "realnode": ("a rollout's steps on the real node (kubelet, containerd, images) against the node agent (root)", _realnode),
+    "lifecycle": (
+        "operator at batch scale: 500 rollouts burst and 50/s, abort and resume fan-out, writes per rollout, 2,000 at rest",
+        _lifecycle,
+    ),
+    "realnode": (
+        "a rollout's steps on the real node (kubelet, containerd, images) against the node agent (root)",
+        _realnode,
+    ),
     "viewer": ("viewer: 2,000-rollout batch page, 32k-token rollout in headless Chromium", _viewer),
 }
 

@@ -27,8 +27,8 @@ from agent_runner.model import FinishReason
 from agent_runner.rl_model import RLTokenModel
 from agent_runner.session import AbortableModel
 from agent_runner.sglang import RetryPolicy, SamplingParams, SGLangClient
-from swerollout_dev.policy_server import launch
 from swerollout.tokenizers import load_tokenizer
+from swerollout_dev.policy_server import launch
 
 BATCH = 8
 PROMPT = [{"role": "system", "content": "You are a coder."}, {"role": "user", "content": "Fix the bug."}]
@@ -40,8 +40,11 @@ async def _measure(url: str, batch: int) -> dict[str, Any]:
     for i in range(batch):
         client = SGLangClient(url, retry=RetryPolicy(attempts=2))
         model = RLTokenModel(
-            tokenizer, client, sampling=SamplingParams(max_new_tokens=3000, temperature=1.0),
-            max_context_tokens=4000, run_uid=f"bench-{i:04d}",
+            tokenizer,
+            client,
+            sampling=SamplingParams(max_new_tokens=3000, temperature=1.0),
+            max_context_tokens=4000,
+            run_uid=f"bench-{i:04d}",
         )
         model.add_messages(PROMPT)
         runners.append((AbortableModel(model, client.abort_in_flight), client))
@@ -86,8 +89,11 @@ async def _measure_paused(url: str, batch: int) -> dict[str, Any]:
     for i in range(batch):
         client = SGLangClient(url, retry=RetryPolicy(attempts=2))
         model = RLTokenModel(
-            tokenizer, client, sampling=SamplingParams(max_new_tokens=3000, temperature=1.0),
-            max_context_tokens=4000, run_uid=f"bench-paused-{i:04d}",
+            tokenizer,
+            client,
+            sampling=SamplingParams(max_new_tokens=3000, temperature=1.0),
+            max_context_tokens=4000,
+            run_uid=f"bench-paused-{i:04d}",
         )
         model.add_messages(PROMPT)
         runners.append((AbortableModel(model, client.abort_in_flight), client))
@@ -115,11 +121,14 @@ async def _measure_paused(url: str, batch: int) -> dict[str, Any]:
 
 
 def run(batch: int = BATCH) -> dict[str, Any]:
-    with launch("tiny-lm", subprocess=True, tokenizer="qwen-2.5", context_length=4096,
-                faults={"delay_per_token": 0.02}) as server:
+    with launch(
+        "tiny-lm", subprocess=True, tokenizer="qwen-2.5", context_length=4096, faults={"delay_per_token": 0.02}
+    ) as server:
         result = asyncio.run(_measure(server.url, batch))
         result.update(asyncio.run(_measure_paused(server.url, batch)))
-        result["ratio_paused_max_vs_baseline"] = result["paused_abort_to_aborted_max_s"] / result["baseline_generate_1_token_s"]
+        result["ratio_paused_max_vs_baseline"] = (
+            result["paused_abort_to_aborted_max_s"] / result["baseline_generate_1_token_s"]
+        )
         return result
 
 

@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from swerollout_dev.controlplane import ControlPlane
 from swerollout.kube import CONFIGMAPS, NAMESPACES, AsyncKubeClient, load_kubeconfig
+from swerollout_dev.controlplane import ControlPlane
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "http1, httpx pool queues": {"max_in_flight": 100_000},
@@ -35,8 +35,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
 async def _burst(kube: AsyncKubeClient, ns: str, n: int) -> dict[str, float]:
     async def one(i: int) -> None:
         name = f"c{i:05d}"
-        await kube.create(CONFIGMAPS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
-                                       "data": {"k": "v" * 200}}, ns)
+        await kube.create(
+            CONFIGMAPS,
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": "v" * 200}},
+            ns,
+        )
         await kube.patch(CONFIGMAPS, name, {"data": {"phase": "Running"}}, ns)
 
     cpu0, t0 = time.process_time(), time.monotonic()

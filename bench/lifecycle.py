@@ -46,19 +46,18 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from agent_runner.ingest_client import IngestClient
 from swerollout.api import v1alpha1 as api
 from swerollout.client import AsyncRolloutClient
-from swerollout_dev.controlplane import ControlPlane, free_port
 from swerollout.kube import NAMESPACES, PODS, SECRETS, SWEROLLOUTS, AsyncKubeClient, ServerError, load_kubeconfig
 from swerollout.wire import ingest as wire
-
-from agent_runner.ingest_client import IngestClient
+from swerollout_dev.controlplane import ControlPlane, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 PARALLEL = 32
@@ -84,8 +83,11 @@ def _rollout(name: str) -> dict[str, Any]:
         "metadata": {"name": name, "labels": {api.LABEL_BATCH: BATCH}},
         "spec": {
             "instance": {
-                "instanceId": f"bench__{name}", "repo": "bench/repo", "baseCommit": "abcdef0",
-                "image": "registry.example/bench:1", "problemStatement": "benchmark",
+                "instanceId": f"bench__{name}",
+                "repo": "bench/repo",
+                "baseCommit": "abcdef0",
+                "image": "registry.example/bench:1",
+                "problemStatement": "benchmark",
                 "evaluation": {"failToPass": ["tests/test_bench.py::test_it"]},
             },
             "inference": {"endpoint": "http://127.0.0.1:9", "tokenizer": "qwen-2.5"},
@@ -191,10 +193,16 @@ class _OperatorBodies:
     def starting(meta: dict[str, Any], pod: dict[str, Any]) -> dict[str, Any]:
         from swerollout_operator import phases
 
-        sandbox = api.SandboxHandle.model_validate({"pod_name": pod["metadata"]["name"], "pod_uid": pod["metadata"]["uid"]})
+        sandbox = api.SandboxHandle.model_validate(
+            {"pod_name": pod["metadata"]["name"], "pod_uid": pod["metadata"]["uid"]}
+        )
         change = phases.apply(
-            {}, phases.Trigger.POD_CREATED, reason="PodCreated", message=f"pod {pod['metadata']['name']} created",
-            generation=int(meta.get("generation") or 1), extra={"attempts": 1, "sandbox": sandbox.to_patch()},
+            {},
+            phases.Trigger.POD_CREATED,
+            reason="PodCreated",
+            message=f"pod {pod['metadata']['name']} created",
+            generation=int(meta.get("generation") or 1),
+            extra={"attempts": 1, "sandbox": sandbox.to_patch()},
         )
         return {"status": change.status_patch}
 
@@ -229,8 +237,13 @@ def _service_account(plane: ControlPlane, directory: Path) -> Path:
     (directory / "token").write_text(plane.mint_token(ns, name, expiration=2 * 86400))
     (directory / "ca.crt").write_bytes(plane.pki.ca_cert.read_bytes())
     (directory / "namespace").write_text(ns)
-    bound = plane.kubectl("create", "clusterrolebinding", f"{name}-{directory.parent.name}", "--clusterrole=cluster-admin",
-                          f"--serviceaccount={ns}:{name}")
+    bound = plane.kubectl(
+        "create",
+        "clusterrolebinding",
+        f"{name}-{directory.parent.name}",
+        "--clusterrole=cluster-admin",
+        f"--serviceaccount={ns}:{name}",
+    )
     assert bound.returncode == 0, bound.stderr
     return directory
 
@@ -244,11 +257,15 @@ async def bare_status_wave(kube: AsyncKubeClient, n: int, ns: str) -> float:
     # Built from the API model, as the operator builds its own: the CRD requires what the
     # model requires (a hand-written partial without snapshot and abortedAt is refused).
     partial = api.Partial(
-        snapshot=api.ObjectRef(ref="file:///bench/snapshot", sha256="0" * 64, bytes=1), turns=3, tokens=1000,
-        aborted_at=datetime.now(timezone.utc).replace(microsecond=0), reason="Suspended",
+        snapshot=api.ObjectRef(ref="file:///bench/snapshot", sha256="0" * 64, bytes=1),
+        turns=3,
+        tokens=1000,
+        aborted_at=datetime.now(UTC).replace(microsecond=0),
+        reason="Suspended",
     )
-    aborted = {"status": {"phase": "Aborted", "message": "aborted after 3 turns; snapshot kept",
-                          "partial": partial.to_patch()}}
+    aborted = {
+        "status": {"phase": "Aborted", "message": "aborted after 3 turns; snapshot kept", "partial": partial.to_patch()}
+    }
     started = time.monotonic()
     await _gather_limited([kube.patch_status(SWEROLLOUTS, f"b{i:04d}", aborted, ns) for i in range(n)], in_flight)
     return time.monotonic() - started
@@ -273,10 +290,27 @@ class Operator:
         self.profile = PROFILE_DIR / f"operator-{workdir.name}.prof" if PROFILE_DIR else None
         profiler = ["-m", "cProfile", "-o", str(self.profile)] if self.profile else []
         argv = [
-            sys.executable, *profiler, "-m", "swerollout_operator", "--service-account-dir", str(identity),
-            "--namespaces", ",".join(namespaces), "--bind-host", "127.0.0.1", "--metrics-port", str(self.metrics_port),
-            "--ingest-port", str(self.ingest_port), "--token-key-file", str(self.key),
-            "--store-url", f"file://{workdir / 'store'}", "--log-level", "WARNING", *OPERATOR_ARGS,
+            sys.executable,
+            *profiler,
+            "-m",
+            "swerollout_operator",
+            "--service-account-dir",
+            str(identity),
+            "--namespaces",
+            ",".join(namespaces),
+            "--bind-host",
+            "127.0.0.1",
+            "--metrics-port",
+            str(self.metrics_port),
+            "--ingest-port",
+            str(self.ingest_port),
+            "--token-key-file",
+            str(self.key),
+            "--store-url",
+            f"file://{workdir / 'store'}",
+            "--log-level",
+            "WARNING",
+            *OPERATOR_ARGS,
         ]
         self.log = open(workdir / "operator.log", "wb")
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
@@ -384,7 +418,11 @@ async def _all_running(kube: AsyncKubeClient, ns: str, n: int) -> dict[str, str]
     deadline = time.monotonic() + 1800
     while True:
         items = (await kube.list(SWEROLLOUTS, ns))["items"]
-        uids = {o["metadata"]["name"]: o["metadata"]["uid"] for o in items if (o.get("status") or {}).get("phase") == "Running"}
+        uids = {
+            o["metadata"]["name"]: o["metadata"]["uid"]
+            for o in items
+            if (o.get("status") or {}).get("phase") == "Running"
+        }
         if len(uids) >= n:
             return uids
         if time.monotonic() > deadline:
@@ -413,7 +451,9 @@ class _RetryCount(logging.Handler):
         self.problems: Counter[str] = Counter()
 
     def emit(self, record: logging.LogRecord) -> None:
-        problem = str(record.args[2]) if isinstance(record.args, tuple) and len(record.args) > 2 else record.getMessage()
+        problem = (
+            str(record.args[2]) if isinstance(record.args, tuple) and len(record.args) > 2 else record.getMessage()
+        )
         self.problems[problem.split(":")[0]] += 1
 
 
@@ -467,7 +507,9 @@ class Runners:
         if not lifecycle:
             return
         ref = await ingest.upload(wire.ObjectKind.SNAPSHOT, f"snapshot of {name}".encode())
-        await ingest.event(wire.RunnerEvent(kind=wire.EventKind.ABORTED, assignment_id=abort.id, reason="Suspended", snapshot=ref))
+        await ingest.event(
+            wire.RunnerEvent(kind=wire.EventKind.ABORTED, assignment_id=abort.id, reason="Suspended", snapshot=ref)
+        )
         resume = await self._poll_until(name, ingest, abort.id, "resume")
         await ingest.event(wire.RunnerEvent(kind=wire.EventKind.STARTED, assignment_id=resume.id))
 
@@ -476,7 +518,9 @@ class Runners:
         await asyncio.gather(*(t.aclose() for t in self.transports))
 
 
-async def abort_resume(kube: AsyncKubeClient, client: AsyncRolloutClient, operator: Operator, ns: str, n: int) -> dict[str, float]:
+async def abort_resume(
+    kube: AsyncKubeClient, client: AsyncRolloutClient, operator: Operator, ns: str, n: int
+) -> dict[str, float]:
     uids = await _all_running(kube, ns, n)
     runners = Runners(operator, ns, uids)
     try:
@@ -498,8 +542,12 @@ async def abort_resume(kube: AsyncKubeClient, client: AsyncRolloutClient, operat
     finally:
         await runners.aclose()
     return {
-        "abort_call_seconds": marked, "abort_all_runners_seconds": held_abort, "abort_all_crs_seconds": aborted_all,
-        "resume_call_seconds": unmarked, "resume_all_runners_seconds": held_resume, "resume_all_crs_seconds": running_all,
+        "abort_call_seconds": marked,
+        "abort_all_runners_seconds": held_abort,
+        "abort_all_crs_seconds": aborted_all,
+        "resume_call_seconds": unmarked,
+        "resume_all_runners_seconds": held_resume,
+        "resume_all_crs_seconds": running_all,
     }
 
 
@@ -510,7 +558,9 @@ def _cpu_fraction(operator: Operator, window: float) -> float:
     return (operator.cpu_seconds() - cpu0) / (time.monotonic() - t0)
 
 
-async def at_rest(plane: ControlPlane, kube: AsyncKubeClient, workdir: Path, n: int, window: float = 30.0) -> dict[str, Any]:
+async def at_rest(
+    plane: ControlPlane, kube: AsyncKubeClient, workdir: Path, n: int, window: float = 30.0
+) -> dict[str, Any]:
     """A fresh operator (so nothing of the other steps is in its memory): its RSS and CPU
     with nothing to do, then with n rollouts Running, each runner parked in a long poll
     as the real runner parks (re-polling every RUNNER_WAIT_SECONDS)."""
@@ -536,9 +586,12 @@ async def at_rest(plane: ControlPlane, kube: AsyncKubeClient, workdir: Path, n: 
             parked_cpu = await asyncio.to_thread(_cpu_fraction, operator, max(window, RUNNER_WAIT_SECONDS + 5))
             return {
                 "runner_retries": dict(runners.retries.problems),
-                "active_rollouts": n, "rss_mib": operator.rss_mib(), "peak_rss_mib": operator.peak_rss_mib(),
+                "active_rollouts": n,
+                "rss_mib": operator.rss_mib(),
+                "peak_rss_mib": operator.peak_rss_mib(),
                 "parked_cpu_fraction_of_core": parked_cpu,
-                "empty_rss_mib": empty_rss, "empty_cpu_fraction_of_core": empty_cpu,
+                "empty_rss_mib": empty_rss,
+                "empty_cpu_fraction_of_core": empty_cpu,
             }
         finally:
             for task in tasks:
@@ -549,7 +602,7 @@ async def at_rest(plane: ControlPlane, kube: AsyncKubeClient, workdir: Path, n: 
         operator.stop()
 
 
-_REQUEST = re.compile(r'^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$')
+_REQUEST = re.compile(r"^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$")
 
 
 def _api_writes(plane: ControlPlane) -> Counter[str]:
@@ -622,7 +675,11 @@ async def _main(n: int, rate: float, active: int) -> dict[str, Any]:
     trainer = {k: v for k, v in sorted(delta.items()) if "swerolloutbatches" in k}
     operator_writes = {k: v / n for k, v in sorted((delta - own).items()) if v > 0 and k not in trainer}
     return {
-        "rollouts": n, "rate": rate, "baseline": baseline, "operator": ours, "writes_per_rollout": operator_writes,
+        "rollouts": n,
+        "rate": rate,
+        "baseline": baseline,
+        "operator": ours,
+        "writes_per_rollout": operator_writes,
         "trainer_abort_resume_writes": trainer,
         "load_average": {"start": load_start, "end": os.getloadavg()[0]},
     }
@@ -682,8 +739,12 @@ async def _fan_out_main(n: int) -> dict[str, Any]:
                 fan_out = await abort_resume(kube, client, operator, "bench", n)
         finally:
             operator.stop()
-    return {"rollouts": n, "fan_out": fan_out, "status_wave_seconds": wave,
-            "load_average": {"start": load_start, "end": os.getloadavg()[0]}}
+    return {
+        "rollouts": n,
+        "fan_out": fan_out,
+        "status_wave_seconds": wave,
+        "load_average": {"start": load_start, "end": os.getloadavg()[0]},
+    }
 
 
 async def _create_main(n: int, rate: float) -> dict[str, Any]:
@@ -709,8 +770,14 @@ async def _create_main(n: int, rate: float) -> dict[str, Any]:
                 cpu[f"operator {mode}"] = meter.per_rollout_ms(n)
         finally:
             operator.stop()
-    return {"rollouts": n, "rate": rate, "baseline": baseline, "operator": ours, "cpu_ms_per_rollout": cpu,
-            "load_average": {"start": load_start, "end": os.getloadavg()[0]}}
+    return {
+        "rollouts": n,
+        "rate": rate,
+        "baseline": baseline,
+        "operator": ours,
+        "cpu_ms_per_rollout": cpu,
+        "load_average": {"start": load_start, "end": os.getloadavg()[0]},
+    }
 
 
 def run_create(rollouts: int = 500, rate: float = 50.0) -> dict[str, Any]:
@@ -727,7 +794,7 @@ _WHY = {
     "POST secrets": "the runner's Secret (its two tokens)",
     "POST pods": "the rollout pod",
     "PATCH swerollouts/status": "phase transitions: Starting, Running, Aborted, Running (Resuming only when a runner "
-                                "has not reported its resume within --runner-report-grace-seconds)",
+    "has not reported its resume within --runner-report-grace-seconds)",
     "PATCH swerollouts": "kopf adds the finalizer (the store's objects are deleted with the rollout)",
     "POST events": "the SandboxReady Event (where it runs); routine steps are in the status only",
 }
@@ -745,7 +812,11 @@ def report_create(result: dict[str, Any]) -> list[str]:
             f"= {oo['cr_to_pod_p50_s'] / bb['cr_to_pod_p50_s']:.1f}x; "
             f"p99 {oo['cr_to_pod_p99_s'] * 1000:.0f} ms vs {bb['cr_to_pod_p99_s'] * 1000:.0f} ms "
             f"= {oo['cr_to_pod_p99_s'] / bb['cr_to_pod_p99_s']:.1f}x"
-            + (f" (the {result['rollouts']} CRs were created in {oo['crs_created_s']:.1f} s)" if "crs_created_s" in oo else "")
+            + (
+                f" (the {result['rollouts']} CRs were created in {oo['crs_created_s']:.1f} s)"
+                if "crs_created_s" in oo
+                else ""
+            )
         )
     for step, by in result.get("cpu_ms_per_rollout", {}).items():
         lines.append(f"    CPU per rollout, {step}: " + ", ".join(f"{k} {v:.1f} ms" for k, v in by.items()))
@@ -772,7 +843,9 @@ def report(result: dict[str, Any]) -> str:
         lines.append(f"    {per:5.2f}  {what:28s} {_WHY.get(what, '')}")
     lines.append(f"    {sum(result['writes_per_rollout'].values()):5.2f}  total")
     rest = o["rest"]
-    lines.append(f"  peak RSS of the operator over the steps above: {o['peak_rss_mib']:.0f} MiB ({2 * n} rollouts tracked)")
+    lines.append(
+        f"  peak RSS of the operator over the steps above: {o['peak_rss_mib']:.0f} MiB ({2 * n} rollouts tracked)"
+    )
     if rest:
         lines.append(report_rest(rest))
     return "\n".join(lines)
@@ -786,8 +859,12 @@ def main() -> int:
     parser.add_argument("--rest-only", action="store_true", help="only the at-rest step (RSS and CPU with --active)")
     parser.add_argument("--fan-out-only", action="store_true", help="only the abort/resume step of --rollouts")
     parser.add_argument("--create-only", action="store_true", help="only the burst and steady creation steps")
-    parser.add_argument("--profile", type=Path, metavar="DIR",
-                        help="run each operator under cProfile, write DIR/operator-<step>.prof, print its top lines")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="run each operator under cProfile, write DIR/operator-<step>.prof, print its top lines",
+    )
     parser.add_argument("--operator-args", default="", help='extra operator flags, e.g. "--workers 64"')
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -812,7 +889,9 @@ def main() -> int:
     if args.rest_only:
         result = run_rest(args.active)
         load = result["load_average"]
-        text = f"load average {load['start']:.1f} -> {load['end']:.1f}, {os.cpu_count()} cores\n" + report_rest(result["rest"])
+        text = f"load average {load['start']:.1f} -> {load['end']:.1f}, {os.cpu_count()} cores\n" + report_rest(
+            result["rest"]
+        )
         print(json.dumps(result, indent=2) if args.json else text)
         return 0
     result = run(args.rollouts, args.rate, args.active)

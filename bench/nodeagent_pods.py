@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from swerollout_dev.controlplane import ControlPlane
 from swerollout.kube import NAMESPACES, NODES, PODS, KubeClient, NotFound
+from swerollout_dev.controlplane import ControlPlane
 
 PODS_COUNT = 200
 COMMAND = ["sleep", "3"]
@@ -47,8 +47,16 @@ def _percentile(values: list[float], q: float) -> float:
 def baseline_spawn(count: int = PODS_COUNT) -> float:
     """Processes per second when spawning ``count`` copies of the pod's command directly."""
     began = time.perf_counter()
-    procs = [subprocess.Popen(COMMAND, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True) for _ in range(count)]
+    procs = [
+        subprocess.Popen(
+            COMMAND,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        for _ in range(count)
+    ]
     elapsed = time.perf_counter() - began
     for p in procs:
         p.kill()
@@ -79,9 +87,21 @@ def run(pods: int = PODS_COUNT) -> dict[str, Any]:
             with plane.admin_client() as kube:
                 kube.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
                 agent = subprocess.Popen(
-                    [sys.executable, *PROFILE, "-m", "swerollout_dev.nodeagent", "--kubeconfig", str(plane.kubeconfig_path),
-                     "--root", str(workdir / "node"), "--node-name", NODE, "--stop-pods-on-exit"],
-                    stdout=open(workdir / "agent.log", "wb"), stderr=subprocess.STDOUT,
+                    [
+                        sys.executable,
+                        *PROFILE,
+                        "-m",
+                        "swerollout_dev.nodeagent",
+                        "--kubeconfig",
+                        str(plane.kubeconfig_path),
+                        "--root",
+                        str(workdir / "node"),
+                        "--node-name",
+                        NODE,
+                        "--stop-pods-on-exit",
+                    ],
+                    stdout=open(workdir / "agent.log", "wb"),
+                    stderr=subprocess.STDOUT,
                 )
                 while True:
                     try:
@@ -99,12 +119,22 @@ def run(pods: int = PODS_COUNT) -> dict[str, Any]:
                 for i in range(pods):
                     name = f"p{i:04d}"
                     created[name] = time.perf_counter()
-                    kube.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
-                        "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
-                        "tolerations": [{"key": "swerollout.io/local", "operator": "Exists"}],
-                        "nodeSelector": {"kubernetes.io/hostname": NODE},
-                        "containers": [{"name": "main", "image": "swerollout:bench", "command": COMMAND}],
-                    }}, NAMESPACE)
+                    kube.create(
+                        PODS,
+                        {
+                            "apiVersion": "v1",
+                            "kind": "Pod",
+                            "metadata": {"name": name},
+                            "spec": {
+                                "restartPolicy": "Never",
+                                "terminationGracePeriodSeconds": 0,
+                                "tolerations": [{"key": "swerollout.io/local", "operator": "Exists"}],
+                                "nodeSelector": {"kubernetes.io/hostname": NODE},
+                                "containers": [{"name": "main", "image": "swerollout:bench", "command": COMMAND}],
+                            },
+                        },
+                        NAMESPACE,
+                    )
                 create_seconds = time.perf_counter() - began
                 watcher.join(timeout=300)
                 done.set()

@@ -20,12 +20,11 @@ import tracemalloc
 import uuid
 from typing import Any
 
+from bench.lifecycle import _rollout
 from swerollout.api import v1alpha1 as api
 from swerollout_operator import podspec
 from swerollout_operator.cache import PodCache, RolloutCache
 from swerollout_operator.settings import OperatorSettings
-
-from bench.lifecycle import _rollout
 
 AT = "2026-12-01T12:00:02Z"
 
@@ -34,19 +33,48 @@ def _rollout_body(i: int) -> dict[str, Any]:
     body = _rollout(f"r{i:05d}")
     name = body["metadata"]["name"]
     body["metadata"].update(
-        namespace="rest", uid=str(uuid.uuid4()), resourceVersion=str(1000 + i), generation=1, creationTimestamp=AT,
+        namespace="rest",
+        uid=str(uuid.uuid4()),
+        resourceVersion=str(1000 + i),
+        generation=1,
+        creationTimestamp=AT,
         finalizers=[api.FINALIZER],
-        managedFields=[{"manager": m, "operation": "Update", "time": AT, "fieldsType": "FieldsV1",
-                        "fieldsV1": {"f:status": {"f:phase": {}, "f:sandbox": {".": {}, "f:podName": {}}}}}
-                       for m in ("swerollout", "kopf", "swerollout-client")],
+        managedFields=[
+            {
+                "manager": m,
+                "operation": "Update",
+                "time": AT,
+                "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:status": {"f:phase": {}, "f:sandbox": {".": {}, "f:podName": {}}}},
+            }
+            for m in ("swerollout", "kopf", "swerollout-client")
+        ],
         annotations={"kopf.zalando.org/last-handled-configuration": json.dumps(body["spec"])},
     )
     body["status"] = {
-        "phase": "Running", "attempts": 1, "observedGeneration": 1, "startTime": AT, "message": f"pod {name}-a1 is ready",
-        "sandbox": {"podName": f"{name}-a1", "podUID": str(uuid.uuid4()), "podIP": "10.0.0.1", "nodeName": "node-1",
-                    "startedAt": AT},
-        "conditions": [{"type": t, "status": "True", "reason": "SandboxReady", "message": "ready",
-                        "lastTransitionTime": AT, "observedGeneration": 1} for t in ("Ready", "Started")],
+        "phase": "Running",
+        "attempts": 1,
+        "observedGeneration": 1,
+        "startTime": AT,
+        "message": f"pod {name}-a1 is ready",
+        "sandbox": {
+            "podName": f"{name}-a1",
+            "podUID": str(uuid.uuid4()),
+            "podIP": "10.0.0.1",
+            "nodeName": "node-1",
+            "startedAt": AT,
+        },
+        "conditions": [
+            {
+                "type": t,
+                "status": "True",
+                "reason": "SandboxReady",
+                "message": "ready",
+                "lastTransitionTime": AT,
+                "observedGeneration": 1,
+            }
+            for t in ("Ready", "Started")
+        ],
     }
     return body
 
@@ -55,21 +83,50 @@ def _pod_body(rollout: dict[str, Any], settings: OperatorSettings) -> dict[str, 
     meta = {k: rollout["metadata"][k] for k in ("namespace", "name", "uid", "labels")}
     spec = api.SWERolloutSpec.model_validate(rollout["spec"])
     pod = podspec.rollout_pod(api.SWERollout.model_construct(spec=spec), meta, settings, attempt=1, role="rollout")
-    pod["metadata"].update(namespace="rest", uid=str(uuid.uuid4()), resourceVersion="5", creationTimestamp=AT,
-                           managedFields=[{"manager": "kubelet", "operation": "Update", "time": AT}])
+    pod["metadata"].update(
+        namespace="rest",
+        uid=str(uuid.uuid4()),
+        resourceVersion="5",
+        creationTimestamp=AT,
+        managedFields=[{"manager": "kubelet", "operation": "Update", "time": AT}],
+    )
     pod["spec"]["nodeName"] = "node-1"
-    statuses = [{"name": c["name"], "image": c["image"], "imageID": "sha256:" + "a" * 64,
-                 "containerID": "containerd://" + uuid.uuid4().hex * 2, "ready": True, "restartCount": 0,
-                 "started": True, "state": {"running": {"startedAt": AT}}, "lastState": {}}
-                for c in pod["spec"]["containers"]]
+    statuses = [
+        {
+            "name": c["name"],
+            "image": c["image"],
+            "imageID": "sha256:" + "a" * 64,
+            "containerID": "containerd://" + uuid.uuid4().hex * 2,
+            "ready": True,
+            "restartCount": 0,
+            "started": True,
+            "state": {"running": {"startedAt": AT}},
+            "lastState": {},
+        }
+        for c in pod["spec"]["containers"]
+    ]
     pod["status"] = {
-        "phase": "Running", "podIP": "10.0.0.1", "podIPs": [{"ip": "10.0.0.1"}], "hostIP": "10.0.0.2",
-        "startTime": AT, "qosClass": "Burstable", "containerStatuses": statuses,
-        "initContainerStatuses": [{"name": c["name"], "image": c["image"], "ready": True, "restartCount": 0,
-                                   "state": {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": AT}}}
-                                  for c in pod["spec"].get("initContainers") or []],
-        "conditions": [{"type": t, "status": "True", "lastProbeTime": None, "lastTransitionTime": AT}
-                       for t in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled")],
+        "phase": "Running",
+        "podIP": "10.0.0.1",
+        "podIPs": [{"ip": "10.0.0.1"}],
+        "hostIP": "10.0.0.2",
+        "startTime": AT,
+        "qosClass": "Burstable",
+        "containerStatuses": statuses,
+        "initContainerStatuses": [
+            {
+                "name": c["name"],
+                "image": c["image"],
+                "ready": True,
+                "restartCount": 0,
+                "state": {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": AT}},
+            }
+            for c in pod["spec"].get("initContainers") or []
+        ],
+        "conditions": [
+            {"type": t, "status": "True", "lastProbeTime": None, "lastTransitionTime": AT}
+            for t in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled")
+        ],
     }
     return pod
 

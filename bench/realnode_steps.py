@@ -40,18 +40,18 @@ from typing import Any
 from aiohttp import ClientSession, ClientTimeout, web
 
 from swerollout.api import v1alpha1 as api
-from swerollout_dev.cluster.config import ClusterConfig, ClusterPaths
-from swerollout_dev.cluster.supervisor import POLICY_PORT
-from swerollout_dev.stack.paths import DevPaths
-from swerollout_dev.policy_server.launch import launch
-from swerollout_dev.tasks import INDEX_FILE, load_instances, materialize_tasks
 from swerollout.instances import SWEBenchInstance, to_api_instance
 from swerollout.kube import PODS, SWEROLLOUTS, KubeClient, NotFound
+from swerollout_dev.cluster.config import ClusterConfig, ClusterPaths
+from swerollout_dev.cluster.supervisor import POLICY_PORT
+from swerollout_dev.policy_server.launch import launch
+from swerollout_dev.stack.paths import DevPaths
+from swerollout_dev.tasks import INDEX_FILE, load_instances, materialize_tasks
 
 STEPS = ("pod Running", "sandbox ready", "first /generate", "Succeeded")
 NAMESPACE = "default"
 POLL = 0.2
-LOCK_WAIT = 7200.0   # seconds the real-node half waits for another cluster to finish
+LOCK_WAIT = 7200.0  # seconds the real-node half waits for another cluster to finish
 
 
 class GenerateRecorder:
@@ -62,7 +62,7 @@ class GenerateRecorder:
         # Bound here, served later: the port is known up front and nobody can take it meanwhile.
         self._socket = socket.create_server((host, 0))
         self.port = int(self._socket.getsockname()[1])
-        self.first: dict[str, float] = {}   # rid -> monotonic time of its first arrival
+        self.first: dict[str, float] = {}  # rid -> monotonic time of its first arrival
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
 
@@ -84,11 +84,17 @@ class GenerateRecorder:
             if isinstance(rid, str):
                 self.first.setdefault(rid, time.monotonic())
         headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
-        async with self._session.request(request.method, self.upstream + request.path_qs, data=body,
-                                         headers=headers) as upstream:
-            response = web.StreamResponse(status=upstream.status, headers={
-                k: v for k, v in upstream.headers.items()
-                if k.lower() not in ("content-length", "transfer-encoding", "content-encoding", "connection")})
+        async with self._session.request(
+            request.method, self.upstream + request.path_qs, data=body, headers=headers
+        ) as upstream:
+            response = web.StreamResponse(
+                status=upstream.status,
+                headers={
+                    k: v
+                    for k, v in upstream.headers.items()
+                    if k.lower() not in ("content-length", "transfer-encoding", "content-encoding", "connection")
+                },
+            )
             await response.prepare(request)
             async for chunk in upstream.content.iter_any():
                 await response.write(chunk)
@@ -112,17 +118,24 @@ class GenerateRecorder:
         try:
             yield self
         finally:
+
             async def close() -> None:
                 await self._runner.cleanup()
                 await self._session.close()
+
             asyncio.run_coroutine_threadsafe(close(), self._loop).result(timeout=30)
             self._loop.call_soon_threadsafe(self._loop.stop)
             thread.join(timeout=10)
 
 
 def _cli(*args: str, timeout: float = 3600) -> None:
-    done = subprocess.run([sys.executable, "-m", "swerollout.cli.main", *args], capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "swerollout.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"swerollout {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
 
@@ -131,15 +144,19 @@ def _condition_true(status: dict[str, Any], kind: str) -> bool:
     return any(c.get("type") == kind and c.get("status") == "True" for c in status.get("conditions") or [])
 
 
-def measure_one(kube: KubeClient, recorder: GenerateRecorder, instance: SWEBenchInstance, name: str,
-                timeout: float = 900) -> dict[str, float]:
+def measure_one(
+    kube: KubeClient, recorder: GenerateRecorder, instance: SWEBenchInstance, name: str, timeout: float = 900
+) -> dict[str, float]:
     """Create one oracle rollout and note when each step is first seen (seconds from creation)."""
     body = {
-        "apiVersion": api.API_VERSION, "kind": api.KIND,
+        "apiVersion": api.API_VERSION,
+        "kind": api.KIND,
         "metadata": {"name": name, "namespace": NAMESPACE, "labels": {api.LABEL_BATCH: "bench-steps"}},
-        "spec": {"instance": to_api_instance(instance).to_wire(),
-                 "inference": {"endpoint": recorder.url, "tokenizer": "qwen-2.5"},
-                 "sandbox": {"startupTimeoutSeconds": 900}},
+        "spec": {
+            "instance": to_api_instance(instance).to_wire(),
+            "inference": {"endpoint": recorder.url, "tokenizer": "qwen-2.5"},
+            "sandbox": {"startupTimeoutSeconds": 900},
+        },
     }
     t0 = time.monotonic()
     uid = kube.create(SWEROLLOUTS, body, NAMESPACE)["metadata"]["uid"]
@@ -176,7 +193,7 @@ def measure_one(kube: KubeClient, recorder: GenerateRecorder, instance: SWEBench
     return seen
 
 
-Timings = dict[str, dict[str, float]]   # task id -> step -> seconds from creation
+Timings = dict[str, dict[str, float]]  # task id -> step -> seconds from creation
 
 
 def _time_tasks(kubeconfig: Path, recorder: GenerateRecorder, tasks: list[SWEBenchInstance]) -> Timings:
@@ -187,9 +204,16 @@ def _time_tasks(kubeconfig: Path, recorder: GenerateRecorder, tasks: list[SWEBen
 def run_node_agent(workdir: Path) -> Timings:
     """`dev up` pointed at the recorder (its pods may reach only the policy URL it is given)."""
     tasks = materialize_tasks(workdir / "tasks")
-    with launch("oracle", subprocess=True, ready_timeout=900, tokenizer="qwen-2.5",
-                tasks=str(workdir / "tasks" / INDEX_FILE)) as oracle, \
-            GenerateRecorder(oracle.url, "127.0.0.1").running() as recorder:
+    with (
+        launch(
+            "oracle",
+            subprocess=True,
+            ready_timeout=900,
+            tokenizer="qwen-2.5",
+            tasks=str(workdir / "tasks" / INDEX_FILE),
+        ) as oracle,
+        GenerateRecorder(oracle.url, "127.0.0.1").running() as recorder,
+    ):
         _cli("dev", "up", "--sglang-url", recorder.url, "--workdir", str(workdir))
         try:
             return _time_tasks(DevPaths.under(str(workdir)).kubeconfig, recorder, tasks)
@@ -242,9 +266,11 @@ def run() -> dict[str, Timings]:
 def report(results: dict[str, Timings]) -> str:
     agent, real = results["node agent"], results["real node"]
     tasks = sorted(set(agent) & set(real))
-    lines = [f"one oracle rollout at a time per bundled task ({len(tasks)} tasks); seconds from the SWERollout's "
-             "creation, median (baseline: the node agent, same run):",
-             f"  {'step':<16} {'node agent':>11} {'real node':>10} {'ratio':>7}"]
+    lines = [
+        f"one oracle rollout at a time per bundled task ({len(tasks)} tasks); seconds from the SWERollout's "
+        "creation, median (baseline: the node agent, same run):",
+        f"  {'step':<16} {'node agent':>11} {'real node':>10} {'ratio':>7}",
+    ]
     for step in STEPS:
         a = statistics.median(agent[t][step] for t in tasks)
         b = statistics.median(real[t][step] for t in tasks)

@@ -61,14 +61,30 @@ class CannedClient:
         self.reply_ids = reply_ids
         self.body_bytes = 0
 
-    async def generate(self, input_ids: list[int], sampling: SamplingParams, *, rid_for_attempt: Any,
-                       input_ids_json: str | None = None, **_: Any) -> GenerateResult:
+    async def generate(
+        self,
+        input_ids: list[int],
+        sampling: SamplingParams,
+        *,
+        rid_for_attempt: Any,
+        input_ids_json: str | None = None,
+        **_: Any,
+    ) -> GenerateResult:
         rid = rid_for_attempt(1)
-        request = GenerateRequest(rid=rid, input_ids=[] if input_ids_json is not None else input_ids, sampling_params=sampling)
+        request = GenerateRequest(
+            rid=rid, input_ids=[] if input_ids_json is not None else input_ids, sampling_params=sampling
+        )
         self.body_bytes = len(encode_request(request, input_ids_json))
         ids = self.reply_ids
-        return GenerateResult(rid=rid, output_ids=list(ids), logprobs=[-0.5] * len(ids), text="", finish="stop",
-                              weight_version="v1", prompt_tokens=len(input_ids))
+        return GenerateResult(
+            rid=rid,
+            output_ids=list(ids),
+            logprobs=[-0.5] * len(ids),
+            text="",
+            finish="stop",
+            weight_version="v1",
+            prompt_tokens=len(input_ids),
+        )
 
     async def aclose(self) -> None:
         pass
@@ -76,7 +92,9 @@ class CannedClient:
 
 def _reply_ids(tokenizer: Any) -> list[int]:
     call = {"name": "bash", "arguments": {"command": "grep -rn 'def function_3' src/ && sed -n 1,40p src/module_3.py"}}
-    text = "I will look at the module that defines function_3 first.\n<tool_call>\n" + json.dumps(call) + "\n</tool_call>"
+    text = (
+        "I will look at the module that defines function_3 first.\n<tool_call>\n" + json.dumps(call) + "\n</tool_call>"
+    )
     return [*tokenizer.encode(text, add_special_tokens=False), tokenizer.convert_tokens_to_ids("<|im_end|>")]
 
 
@@ -84,9 +102,17 @@ async def _measure(size: int) -> dict[str, float]:
     tokenizer = load_tokenizer(TOKENIZER)
     reply = _reply_ids(tokenizer)
     client = CannedClient(reply)
-    model = RLTokenModel(tokenizer, client, sampling=SamplingParams(max_new_tokens=1024), max_context_tokens=1_000_000,  # type: ignore[arg-type]
-                         run_uid="bench", tools=TOOLS)
-    model.add_messages([{"role": "system", "content": "You are a careful engineer."}, {"role": "user", "content": "Fix the bug."}])
+    model = RLTokenModel(
+        tokenizer,
+        client,  # type: ignore[arg-type]
+        sampling=SamplingParams(max_new_tokens=1024),
+        max_context_tokens=1_000_000,
+        run_uid="bench",
+        tools=TOOLS,
+    )
+    model.add_messages(
+        [{"role": "system", "content": "You are a careful engineer."}, {"role": "user", "content": "Fix the bug."}]
+    )
     step = 0
 
     async def turn() -> None:
@@ -104,7 +130,7 @@ async def _measure(size: int) -> dict[str, float]:
         await turn()
         ours.append(time.perf_counter() - start)
     # The very last turn's tokens (reply + delta) for the list-append floor.
-    new_tokens = list(model.buffer.input_ids[-(len(reply) + 60):])
+    new_tokens = list(model.buffer.input_ids[-(len(reply) + 60) :])
     appends: list[float] = []
     for _ in range(MEASURED_TURNS):
         plain = list(model.buffer.input_ids)
@@ -129,8 +155,14 @@ async def _measure(size: int) -> dict[str, float]:
 
 def _snapshot_numbers() -> dict[str, float]:
     tokenizer = load_tokenizer(TOKENIZER)
-    model = RLTokenModel(tokenizer, CannedClient(_reply_ids(tokenizer)), sampling=SamplingParams(),  # type: ignore[arg-type]
-                         max_context_tokens=1_000_000, run_uid="bench", tools=TOOLS)
+    model = RLTokenModel(
+        tokenizer,
+        CannedClient(_reply_ids(tokenizer)),  # type: ignore[arg-type]
+        sampling=SamplingParams(),
+        max_context_tokens=1_000_000,
+        run_uid="bench",
+        tools=TOOLS,
+    )
     model.add_messages([{"role": "user", "content": "Fix the bug."}])
 
     async def fill() -> None:
@@ -171,8 +203,12 @@ def run() -> dict[str, Any]:
 
 def main() -> None:
     result = run()
-    print(f"RLTokenModel per-turn overhead (tokenizer {result['tokenizer']}, generation excluded, median of {MEASURED_TURNS})")
-    print(f"{'context':>9} {'ours ms':>9} {'append ms':>10} {'ours/append':>12} {'naive ms':>9} {'naive/ours':>11} {'body KiB':>9}")
+    print(
+        f"RLTokenModel per-turn overhead (tokenizer {result['tokenizer']}, generation excluded, median of {MEASURED_TURNS})"
+    )
+    print(
+        f"{'context':>9} {'ours ms':>9} {'append ms':>10} {'ours/append':>12} {'naive ms':>9} {'naive/ours':>11} {'body KiB':>9}"
+    )
     for numbers in result["per_turn"].values():
         print(
             f"{numbers['context_tokens']:>9.0f} {numbers['ours_ms']:>9.3f} {numbers['list_append_ms']:>10.4f} "

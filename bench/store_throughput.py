@@ -56,8 +56,12 @@ async def _run(store: ResultStore, size: int, count: int, concurrency: int) -> d
     reput_s = time.perf_counter() - start
     await store.delete_owner(owner)
     mib = size * count / (1 << 20)
-    return {"put MiB/s": mib / put_s, "get MiB/s": mib / get_s, "re-put MiB/s": mib / reput_s,
-            "put objects/s": count / put_s}
+    return {
+        "put MiB/s": mib / put_s,
+        "get MiB/s": mib / get_s,
+        "re-put MiB/s": mib / reput_s,
+        "put objects/s": count / put_s,
+    }
 
 
 def _start_moto() -> tuple[subprocess.Popen[bytes], str]:
@@ -98,8 +102,11 @@ def main() -> int:
         process, endpoint = _start_moto()
         try:
             client = boto3.client(
-                "s3", endpoint_url=endpoint, region_name="us-east-1",
-                aws_access_key_id="bench", aws_secret_access_key="bench",
+                "s3",
+                endpoint_url=endpoint,
+                region_name="us-east-1",
+                aws_access_key_id="bench",
+                aws_secret_access_key="bench",
             )
             client.create_bucket(Bucket="bench")
             client.close()

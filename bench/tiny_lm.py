@@ -22,11 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from swerollout_dev.policy_server.chat_format import ChatFormat
-from swerollout_dev.policy_server.policies import PolicyContext, SamplingConfig, TokenSample
-from swerollout_dev.policy_server.policies import tiny_lm
-from swerollout_dev.policy_server.policies.tiny_lm import Array, KVCache, TinyConfig, TinyLMPolicy
 from swerollout.tokenizers import load_tokenizer
+from swerollout_dev.policy_server.chat_format import ChatFormat
+from swerollout_dev.policy_server.policies import PolicyContext, SamplingConfig, TokenSample, tiny_lm
+from swerollout_dev.policy_server.policies.tiny_lm import Array, KVCache, TinyConfig, TinyLMPolicy
 
 PREFILL_TOKENS = 3000
 TURNS = 10
@@ -76,7 +75,7 @@ def _conversation(policy: TinyLMPolicy, rng: np.random.Generator) -> list[float]
     for turn in range(TURNS):
         generation = policy.start(context, SamplingConfig(temperature=1.0, top_p=1.0, top_k=-1, seed=turn))
         samples: list[TokenSample | None] = []
-        costs.append(_cpu(lambda: samples.extend(generation.next_token() for _ in range(OUTPUT))))
+        costs.append(_cpu(lambda: samples.extend(generation.next_token() for _ in range(OUTPUT))))  # noqa: B023 (called at once)
         output = [s.token_id for s in samples if s is not None]
         context = context + output + [int(t) for t in rng.integers(0, 5000, size=TOOL_OUTPUT)]
     return costs
@@ -84,8 +83,13 @@ def _conversation(policy: TinyLMPolicy, rng: np.random.Generator) -> list[float]
 
 def run() -> dict[str, Any]:
     tokenizer = load_tokenizer("qwen-2.5")
-    policy_context = PolicyContext(tokenizer=tokenizer, chat_format=ChatFormat.from_tokenizer(tokenizer),
-                                   tasks_file=None, seed=0, context_length=32768)
+    policy_context = PolicyContext(
+        tokenizer=tokenizer,
+        chat_format=ChatFormat.from_tokenizer(tokenizer),
+        tasks_file=None,
+        seed=0,
+        context_length=32768,
+    )
     reusing, prefilling = TinyLMPolicy(policy_context), TinyLMPolicy(policy_context, prefix_entries=0)
     model = reusing.model
     tokens = [int(t) for t in np.random.default_rng(1).integers(0, 5000, size=PREFILL_TOKENS)]

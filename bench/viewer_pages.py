@@ -21,8 +21,16 @@ ROLLOUTS = 2000
 TOKENS_PER_ROLLOUT = 1500
 LONG_TOKENS = 32_768
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def _record(i: int, rng: random.Random, tokens: int) -> ViewRecord:
@@ -30,17 +38,30 @@ def _record(i: int, rng: random.Random, tokens: int) -> ViewRecord:
     n = tokens - len(prompt)
     mask = [1 if (j // 200) % 2 else 0 for j in range(n)]
     return ViewRecord(
-        name=f"bench-{i // 8}-{i % 8}", batch="bench", sample=i // 8, member=i % 8,
-        instance_id=f"task__{i // 64}", phase="Succeeded", status="completed",
+        name=f"bench-{i // 8}-{i % 8}",
+        batch="bench",
+        sample=i // 8,
+        member=i % 8,
+        instance_id=f"task__{i // 64}",
+        phase="Succeeded",
+        status="completed",
         exit_status=rng.choice(["submitted", "submitted", "exit_format", "exit_context"]),
-        reward=float(rng.random() < 0.3), resolved=rng.random() < 0.3, turns=rng.randrange(1, 40),
-        prompt_ids=prompt, response_ids=[rng.randrange(0, 150_000) for _ in range(n)], loss_mask=mask,
+        reward=float(rng.random() < 0.3),
+        resolved=rng.random() < 0.3,
+        turns=rng.randrange(1, 40),
+        prompt_ids=prompt,
+        response_ids=[rng.randrange(0, 150_000) for _ in range(n)],
+        loss_mask=mask,
         logprobs=[-rng.random() * 3 if m else 0.0 for m in mask],
         weight_versions=[("v1" if j < n // 2 else "v2") if m else None for j, m in enumerate(mask)],
         messages=[{"role": "user", "content": "x" * 500}, {"role": "assistant", "content": "y" * 500}],
         tokenizer="qwen-2.5",
-        times={"created": "2026-01-01T00:00:00Z", "sandbox_started": "2026-01-01T00:00:02Z",
-               "running": "2026-01-01T00:00:05Z", "completed": f"2026-01-01T00:{rng.randrange(1, 59):02d}:00Z"},
+        times={
+            "created": "2026-01-01T00:00:00Z",
+            "sandbox_started": "2026-01-01T00:00:02Z",
+            "running": "2026-01-01T00:00:05Z",
+            "completed": f"2026-01-01T00:{rng.randrange(1, 59):02d}:00Z",
+        },
     )
 
 
@@ -106,15 +127,17 @@ def run() -> dict[str, Any]:
 
 def report(r: dict[str, Any]) -> str:
     base = r["baseline_s"]
-    return "\n".join([
-        f"viewer: {r['rollouts']} rollouts (summary computed in {r['summary_s']:.2f} s before serving)",
-        f"  batch page open (summary, charts, first rows painted): {r['batch_page_s']:.2f} s "
-        f"(target < 2 s; {r['batch_page_s'] / base:.0f}x a static asset); every row after scrolling to the end: "
-        f"{r['batch_all_rows_s']:.2f} s",
-        f"  32k-token rollout, first chunk drawn: {r['long_first_chunk_s']:.2f} s (decode + transfer + 2,000 tokens)",
-        f"  hover tooltip: {r['hover_s'] * 1000:.0f} ms; after rendering all 32k tokens ({r['long_all_s']:.2f} s): "
-        f"{r['hover_after_all_s'] * 1000:.0f} ms",
-    ])
+    return "\n".join(
+        [
+            f"viewer: {r['rollouts']} rollouts (summary computed in {r['summary_s']:.2f} s before serving)",
+            f"  batch page open (summary, charts, first rows painted): {r['batch_page_s']:.2f} s "
+            f"(target < 2 s; {r['batch_page_s'] / base:.0f}x a static asset); every row after scrolling to the end: "
+            f"{r['batch_all_rows_s']:.2f} s",
+            f"  32k-token rollout, first chunk drawn: {r['long_first_chunk_s']:.2f} s (decode + transfer + 2,000 tokens)",
+            f"  hover tooltip: {r['hover_s'] * 1000:.0f} ms; after rendering all 32k tokens ({r['long_all_s']:.2f} s): "
+            f"{r['hover_after_all_s'] * 1000:.0f} ms",
+        ]
+    )
 
 
 if __name__ == "__main__":

@@ -85,7 +85,11 @@ async def generate_rollout(
     if not groups or len({len(g) for g in groups}) != 1:
         raise ValueError("groups must be a non-empty list of equally sized groups")
     await client.submit_batch(
-        [group[0].instance for group in groups], len(groups[0]), batch=batch, inference=inference, mode=mode,
+        [group[0].instance for group in groups],
+        len(groups[0]),
+        batch=batch,
+        inference=inference,
+        mode=mode,
         weight_version=weight_version,
     )
 
@@ -116,10 +120,15 @@ async def _main(args: argparse.Namespace) -> None:
         [Sample(index=i * args.group_size + m, group_index=i, instance=inst) for m in range(args.group_size)]
         for i, inst in enumerate(instances)
     ]
-    async with AsyncRolloutClient.connect(args.kubeconfig, namespace=args.namespace, store_url=args.store_url) as client:
+    async with AsyncRolloutClient.connect(
+        args.kubeconfig, namespace=args.namespace, store_url=args.store_url
+    ) as client:
         await generate_rollout(
-            groups, client=client, batch=args.batch,
-            inference={"endpoint": args.endpoint, "tokenizer": args.tokenizer}, timeout=args.timeout,
+            groups,
+            client=client,
+            batch=args.batch,
+            inference={"endpoint": args.endpoint, "tokenizer": args.tokenizer},
+            timeout=args.timeout,
         )
     print(group_stats(groups))
 

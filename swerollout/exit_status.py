@@ -76,7 +76,7 @@ def is_autosubmission(status: str) -> bool:
 def base_exit(status: str) -> str:
     """The exit behind a status: ``submitted (exit_format)`` -> ``exit_format``."""
     status = status.strip()
-    return status[len(_AUTO_PREFIX):-1] if is_autosubmission(status) else status
+    return status[len(_AUTO_PREFIX) : -1] if is_autosubmission(status) else status
 
 
 def produced_patch(status: str) -> bool:
@@ -134,8 +134,12 @@ def gate_exit_status(exit_status: str, mode: Mode) -> GateDecision:
         return GateDecision(evaluate=True, truncated=truncated, reason="the agent submitted")
     if is_autosubmission(status):
         if mode is Mode.VALIDATE:
-            return GateDecision(evaluate=True, truncated=truncated, reason=f"validate mode grades autosubmission {status!r}")
+            return GateDecision(
+                evaluate=True, truncated=truncated, reason=f"validate mode grades autosubmission {status!r}"
+            )
         return GateDecision(
-            evaluate=False, truncated=truncated, reason=f"train mode grades only 'submitted', not autosubmission {status!r}"
+            evaluate=False,
+            truncated=truncated,
+            reason=f"train mode grades only 'submitted', not autosubmission {status!r}",
         )
     return GateDecision(evaluate=False, truncated=truncated, reason=f"exit status {status!r} is not graded; reward 0")

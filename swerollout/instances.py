@@ -155,10 +155,14 @@ def instance_from_row(
     try:
         return SWEBenchInstance.model_validate(resolved)
     except ValidationError as exc:
-        raise InstanceError(f"{instance_id}: not a valid instance: {one_line(exc, '')} (fix this field of the row)") from exc
+        raise InstanceError(
+            f"{instance_id}: not a valid instance: {one_line(exc, '')} (fix this field of the row)"
+        ) from exc
 
 
-def select_rows(rows: list[dict[str, Any]], *, id_filter: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+def select_rows(
+    rows: list[dict[str, Any]], *, id_filter: str | None = None, limit: int | None = None
+) -> list[dict[str, Any]]:
     """Rows whose instance_id fully matches the regular expression ``id_filter``, the first ``limit`` of them."""
     if id_filter:
         try:
@@ -229,7 +233,9 @@ def to_api_instance(instance: SWEBenchInstance, *, workdir: str = "/testbed") ->
         log_parser = LogParser(parser_name)
     except ValueError as exc:
         known = ", ".join(SWEBENCH_PARSER_PREFIX + p.value for p in LogParser)
-        raise InstanceError(f"{instance.instance_id}: log_parser {instance.log_parser!r} is not supported; use one of {known}") from exc
+        raise InstanceError(
+            f"{instance.instance_id}: log_parser {instance.log_parser!r} is not supported; use one of {known}"
+        ) from exc
     return Instance(
         instance_id=instance.instance_id,
         repo=instance.repo,

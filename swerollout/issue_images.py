@@ -52,7 +52,7 @@ def data_url_payload(url: str) -> tuple[str, bytes]:
     if media_type not in MEDIA_TYPES:
         raise IssueImageError(f"data URL of type {media_type}; send one of {', '.join(MEDIA_TYPES)}")
     try:
-        payload = base64.b64decode(url[match.end():], validate=True)
+        payload = base64.b64decode(url[match.end() :], validate=True)
     except (binascii.Error, ValueError) as exc:
         raise IssueImageError(f"the data URL's base64 does not decode: {exc}") from None
     if not payload:
@@ -115,7 +115,7 @@ def _probe_placeholder(tokenizer: PreTrainedTokenizerBase) -> ImagePlaceholder |
         if token is None:
             return None  # text, not structure: the template prints the part (e.g. "{'type': 'image'}")
         ids.append(added[token])
-        rest = rest[len(token):]
+        rest = rest[len(token) :]
     if len(ids) % 2 == 0:
         return None  # no middle token: which one the server expands is not knowable from the template
     return ImagePlaceholder(text=run, ids=tuple(ids), pad_id=ids[len(ids) // 2])

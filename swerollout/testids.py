@@ -19,8 +19,7 @@ class UnmatchableTestIdWarning(UserWarning):
 def unmatchable(test_ids: Iterable[str]) -> list[str]:
     """The ids no log line can show whole, in their given order."""
     return [
-        test for test in test_ids
-        if not test.strip() or test != test.strip() or any(c in test for c in "\n\r\t\v\f")
+        test for test in test_ids if not test.strip() or test != test.strip() or any(c in test for c in "\n\r\t\v\f")
     ]
 
 

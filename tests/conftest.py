@@ -20,9 +20,9 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 
+from swerollout.kube import NAMESPACES, AsyncKubeClient, KubeClient
 from swerollout_dev.controlplane import ControlPlane
 from swerollout_dev.controlplane.cleanup import purge_namespace
-from swerollout.kube import NAMESPACES, AsyncKubeClient, KubeClient
 from tests.support.rbac import once_rbac_allows
 
 CLUSTER_FIXTURES = {"control_plane", "kube", "akube", "kubectl", "helm", "namespace"}

@@ -85,5 +85,7 @@ def blocked_command(command: str, blocklist: Iterable[str], standalone: Iterable
     stripped = command.strip()
     if stripped in set(standalone):
         return True
-    return any(stripped == entry or stripped.startswith(entry + " ") or stripped.startswith(entry + "\n")
-               for entry in blocklist)
+    return any(
+        stripped == entry or stripped.startswith(entry + " ") or stripped.startswith(entry + "\n")
+        for entry in blocklist
+    )

@@ -49,7 +49,9 @@ class StrReplaceEditor:
             self._remember(path, None)
             return f"File created successfully at: {path}"
         if kind == "missing":
-            raise EditorError(f"The path {path} does not exist. Check it with `str_replace_editor view` on its directory.")
+            raise EditorError(
+                f"The path {path} does not exist. Check it with `str_replace_editor view` on its directory."
+            )
         if kind == "dir":
             if action.command != "view":
                 raise EditorError(f"{path} is a directory; only `view` works on directories.")
@@ -73,13 +75,8 @@ class StrReplaceEditor:
         return result.output.strip()
 
     async def _view_dir(self, path: str) -> str:
-        listing = await self._sandbox.execute(
-            ["find", path, "-maxdepth", "2", "-not", "-path", "*/.*"], timeout=30
-        )
-        return (
-            f"Files and directories up to 2 levels deep in {path}, hidden items excluded:\n"
-            f"{listing.output.rstrip()}"
-        )
+        listing = await self._sandbox.execute(["find", path, "-maxdepth", "2", "-not", "-path", "*/.*"], timeout=30)
+        return f"Files and directories up to 2 levels deep in {path}, hidden items excluded:\n{listing.output.rstrip()}"
 
     async def _view_file(self, path: str, view_range: list[int] | None) -> str:
         text = await self._sandbox.read_file(path)

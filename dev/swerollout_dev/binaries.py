@@ -77,7 +77,9 @@ def pinned_versions(script: Path = BUILD_SCRIPT) -> ToolVersions:
     for key, var in (("kubernetes", "K8S_VERSION"), ("etcd", "ETCD_VERSION"), ("helm", "HELM_VERSION")):
         match = re.search(rf'^{var}="([^"]+)"', text, re.MULTILINE)
         if match is None:
-            raise BinariesError(f"{script} no longer defines {var}=\"...\"; update dev/swerollout_dev/binaries.py to match")
+            raise BinariesError(
+                f'{script} no longer defines {var}="..."; update dev/swerollout_dev/binaries.py to match'
+            )
         found[key] = match.group(1)
     return ToolVersions(**found)
 

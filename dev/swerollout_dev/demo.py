@@ -66,15 +66,22 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _progress_table(state: BatchProgress, started: float) -> Table:
-    table = Table(title=f"batch {state.batch}: {state.finished}/{state.total} finished, {time.monotonic() - started:.0f}s")
-    for phase, count in sorted(state.phases.items()):
+    table = Table(
+        title=f"batch {state.batch}: {state.finished}/{state.total} finished, {time.monotonic() - started:.0f}s"
+    )
+    for phase in sorted(state.phases):
         table.add_column(phase, justify="right")
     table.add_row(*[str(c) for _, c in sorted(state.phases.items())])
     return table
 
 
 async def _run_batch(
-    kubeconfig: Path, store: Path, oracle: str, null: str, tasks_file: Path, out: Path,
+    kubeconfig: Path,
+    store: Path,
+    oracle: str,
+    null: str,
+    tasks_file: Path,
+    out: Path,
     admin_key_ref: dict[str, str] | None = None,
 ) -> float:
     instances = load_instances(tasks_file)
@@ -85,7 +92,10 @@ async def _run_batch(
             # dev up serves the oracle with an admin key: the runners abort with it.
             inference["adminKeySecretRef"] = admin_key_ref
         await client.submit_batch(
-            instances, 2, batch=BATCH, inference=inference,
+            instances,
+            2,
+            batch=BATCH,
+            inference=inference,
             member_inference=[inference, {"endpoint": null, "tokenizer": "qwen-2.5"}],
             sandbox={"startupTimeoutSeconds": 300},
         )
@@ -101,7 +111,13 @@ async def _run_batch(
         policy = "oracle" if r.member == 0 else "null"
         tokens = int(len(r.prompt_ids) + len(r.response_ids))
         table.add_row(
-            r.instance_id, str(r.member), policy, r.phase.value, r.exit_status or "-", str(r.turns), str(tokens),
+            r.instance_id,
+            str(r.member),
+            policy,
+            r.phase.value,
+            r.exit_status or "-",
+            str(r.turns),
+            str(tokens),
             "-" if r.reward is None else f"{r.reward:.1f}",
         )
     # What `swerollout results` writes (tokens, mask, logprobs, versions, eval reports):
@@ -110,14 +126,17 @@ async def _run_batch(
     console.print(table)
     resolved = sum(1 for r in records if r.resolved)
     rate = resolved / len(records) if records else 0.0
-    console.print(f"resolved {resolved}/{len(records)} = {rate:.0%}  (oracle members should all resolve, null members none)")
+    console.print(
+        f"resolved {resolved}/{len(records)} = {rate:.0%}  (oracle members should all resolve, null members none)"
+    )
     console.print(f"results written to {out}; see them in the browser: swerollout view --from {out}")
     return rate
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m swerollout_dev.demo", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m swerollout_dev.demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--workdir", type=Path, default=Path(".swerollout") / "demo")
     parser.add_argument("--out", type=Path, default=None, help="results file (default: WORKDIR/results.jsonl)")
     parser.add_argument("--keep", action="store_true", help="leave the dev environment running afterwards")
@@ -135,7 +154,9 @@ def main(argv: list[str] | None = None) -> int:
             tasks = workdir / "tasks"
             materialize_tasks(tasks)
         with timeline.step("swerollout dev up (control plane, chart, operator, node agent, oracle policy)"):
-            result = _cli("dev", "up", "--policy", "oracle", "--tasks", str(tasks / "instances.jsonl"), "--workdir", str(workdir))
+            result = _cli(
+                "dev", "up", "--policy", "oracle", "--tasks", str(tasks / "instances.jsonl"), "--workdir", str(workdir)
+            )
             console.print(result.stdout.rstrip())
             if result.returncode != 0:
                 console.print(f"[red]dev up failed:[/]\n{result.stderr}")
@@ -148,8 +169,15 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with timeline.step("run the batch (every task x 2 members) and grade it"):
                 rate = asyncio.run(
-                    _run_batch(paths.kubeconfig, paths.root / "store", state.sglang_url, null_server.url,
-                               tasks / "instances.jsonl", out, state.admin_key_secret_ref())
+                    _run_batch(
+                        paths.kubeconfig,
+                        paths.root / "store",
+                        state.sglang_url,
+                        null_server.url,
+                        tasks / "instances.jsonl",
+                        out,
+                        state.admin_key_secret_ref(),
+                    )
                 )
         finally:
             null_server.stop()

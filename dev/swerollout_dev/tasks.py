@@ -23,7 +23,6 @@ Instance rows themselves (`SWEBenchInstance`, loading, translation to the API) l
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -168,7 +167,9 @@ def checkout(image: str, base_commit: str, dest: Path) -> Path:
         raise TaskError(f"image {image!r} is not a file:// repository; only those can be checked out locally")
     source = Path(image[len("file://") :])
     if not (source / ".git").exists():
-        raise TaskError(f"image {image!r} points at {source}, which is not a git repository; run `swerollout tasks materialize`")
+        raise TaskError(
+            f"image {image!r} points at {source}, which is not a git repository; run `swerollout tasks materialize`"
+        )
     dest.parent.mkdir(parents=True, exist_ok=True)
     _git(["clone", "--quiet", "--no-hardlinks", "--no-checkout", str(source), str(dest)], dest.parent)
     _git(["checkout", "--quiet", "--detach", base_commit], dest)
@@ -230,9 +231,11 @@ def materialize_tasks(dest: Path, tasks_dir: Path = DEFAULT_TASKS_DIR) -> list[S
     means the task files changed without `swerollout tasks index`.
     """
     dest = dest.resolve()
-    recorded = {i.instance_id: i.base_commit for i in load_instances(tasks_dir / INDEX_FILE)} if (
-        tasks_dir / INDEX_FILE
-    ).exists() else {}
+    recorded = (
+        {i.instance_id: i.base_commit for i in load_instances(tasks_dir / INDEX_FILE)}
+        if (tasks_dir / INDEX_FILE).exists()
+        else {}
+    )
     instances = []
     for task_dir in task_dirs(tasks_dir):
         spec = load_task_spec(task_dir)
@@ -257,5 +260,3 @@ def build_index(scratch: Path, tasks_dir: Path = DEFAULT_TASKS_DIR) -> list[SWEB
         commit = materialize_repo(task_dir / "repo", scratch / task_dir.name, message=_commit_message(spec))
         instances.append(_instance(task_dir, spec, commit, f"file:{task_dir.name}"))
     return instances
-
-

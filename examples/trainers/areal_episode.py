@@ -43,8 +43,12 @@ def main() -> None:
     engine.set_version(args.version)
     workflow = SWERolloutWorkflow(
         {
-            "endpoints": [args.endpoint], "tokenizer": args.tokenizer, "kubeconfig": args.kubeconfig,
-            "namespace": args.namespace, "store_url": args.store_url, "batch_prefix": "areal-example",
+            "endpoints": [args.endpoint],
+            "tokenizer": args.tokenizer,
+            "kubeconfig": args.kubeconfig,
+            "namespace": args.namespace,
+            "store_url": args.store_url,
+            "batch_prefix": "areal-example",
         },
         group_size=args.group_size,
     )
@@ -54,12 +58,16 @@ def main() -> None:
         print(json.dumps({"rejected": True}))
         return
     check_trajectory_format(result, batch_size=args.group_size)
-    print(json.dumps({
-        "shape": list(result["input_ids"].shape),
-        "sampled_tokens": int(result["loss_mask"].sum()),
-        "versions": sorted(set(result["versions"][result["loss_mask"] == 1].tolist())),
-        "rewards": result["rewards"].tolist(),
-    }))
+    print(
+        json.dumps(
+            {
+                "shape": list(result["input_ids"].shape),
+                "sampled_tokens": int(result["loss_mask"].sum()),
+                "versions": sorted(set(result["versions"][result["loss_mask"] == 1].tolist())),
+                "rewards": result["rewards"].tolist(),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -41,7 +41,12 @@ def run(graph: TaskGraph, node_id: str, batch: Any, config: SiiRLArguments, work
     """A node called with the arguments siiRL's DAG worker passes."""
     node = graph.get_node(node_id)
     assert node is not None
-    kwargs: dict[str, Any] = {"_dag_worker_instance": worker, "process_group": None, "agent_group": {}, "cur_tp_rank": 0}
+    kwargs: dict[str, Any] = {
+        "_dag_worker_instance": worker,
+        "process_group": None,
+        "agent_group": {},
+        "cur_tp_rank": 0,
+    }
     if node.node_role == NodeRole.REWARD:
         kwargs["tp_size"] = 1
     elif node.node_role == NodeRole.ADVANTAGE:
@@ -65,8 +70,12 @@ def main() -> None:
     args = parser.parse_args()
 
     settings = {
-        "endpoints": [args.endpoint], "tokenizer": args.tokenizer, "kubeconfig": args.kubeconfig,
-        "namespace": args.namespace, "store_url": args.store_url, "batch_prefix": "siirl-example",
+        "endpoints": [args.endpoint],
+        "tokenizer": args.tokenizer,
+        "kubeconfig": args.kubeconfig,
+        "namespace": args.namespace,
+        "store_url": args.store_url,
+        "batch_prefix": "siirl-example",
     }
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "swerollout.yaml"
@@ -84,10 +93,20 @@ def main() -> None:
     # SWE node: the agent renders its own) and the SWE-bench task in extra_info.
     row = load_instances(Path(args.instances))[args.task].model_dump(mode="json")
     ids = torch.tensor([1, 2, 3])
-    batch = preprocess_dataloader(collate_fn([{
-        "input_ids": ids, "attention_mask": torch.ones_like(ids), "position_ids": torch.arange(3),
-        "data_source": "swe-bench", "extra_info": {"instance": row},
-    }]), args.group_size)
+    batch = preprocess_dataloader(
+        collate_fn(
+            [
+                {
+                    "input_ids": ids,
+                    "attention_mask": torch.ones_like(ids),
+                    "position_ids": torch.arange(3),
+                    "data_source": "swe-bench",
+                    "extra_info": {"instance": row},
+                }
+            ]
+        ),
+        args.group_size,
+    )
 
     # The DAG worker's part that the CPU nodes read (its actor/rollout GPU workers are not built here).
     worker: Any = DAGWorker.__new__(DAGWorker)
@@ -97,14 +116,18 @@ def main() -> None:
     rollout = run(graph, "rollout_actor", batch, config, worker)
     rewarded = run(graph, "function_reward", rollout.batch, config, worker)
     out = run(graph, "calculate_advantages", rewarded.batch, config, worker).batch
-    print(json.dumps({
-        "shape": list(out["responses"].shape),
-        "status": list(out[STATUS_KEY]),
-        "rewards": out["token_level_scores"].sum(-1).tolist(),
-        "sampled_tokens": int(out["response_mask"].sum()),
-        "advantages_finite": bool(torch.isfinite(out["advantages"]).all()),
-        "metrics": rollout.metrics,
-    }))
+    print(
+        json.dumps(
+            {
+                "shape": list(out["responses"].shape),
+                "status": list(out[STATUS_KEY]),
+                "rewards": out["token_level_scores"].sum(-1).tolist(),
+                "sampled_tokens": int(out["response_mask"].sum()),
+                "advantages_finite": bool(torch.isfinite(out["advantages"]).all()),
+                "metrics": rollout.metrics,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -62,10 +62,14 @@ class DataSource:
             row = self.rows[self.next_prompt % len(self.rows)]
             metadata = row.get(self.args.metadata_key) or row
             size = self.args.n_samples_per_prompt
-            groups.append([
-                self.sample_class(group_index=self.next_prompt, index=self.next_prompt * size + i, metadata=metadata)
-                for i in range(size)
-            ])
+            groups.append(
+                [
+                    self.sample_class(
+                        group_index=self.next_prompt, index=self.next_prompt * size + i, metadata=metadata
+                    )
+                    for i in range(size)
+                ]
+            )
             self.next_prompt += 1
         return groups
 
@@ -110,13 +114,17 @@ async def generate_steps(args: argparse.Namespace, data_source: DataSource) -> l
     group's samples concurrently, ``sampling_params`` from the rollout flags."""
     generate = load_function(args.custom_generate_function_path)
     sampling_params = {
-        "temperature": args.rollout_temperature, "top_p": args.rollout_top_p, "top_k": args.rollout_top_k,
+        "temperature": args.rollout_temperature,
+        "top_p": args.rollout_top_p,
+        "top_k": args.rollout_top_k,
         "max_new_tokens": args.rollout_max_response_len,
     }
     steps = []
     for _ in range(args.steps):
         groups = data_source.get_samples(args.rollout_batch_size)
-        steps.append([list(await asyncio.gather(*(generate(args, s, dict(sampling_params)) for s in g))) for g in groups])
+        steps.append(
+            [list(await asyncio.gather(*(generate(args, s, dict(sampling_params)) for s in g))) for g in groups]
+        )
     return steps
 
 

@@ -48,21 +48,31 @@ def main() -> None:
     parser.add_argument("--step", type=int, default=1)
     args = parser.parse_args()
 
-    config = OmegaConf.create({
-        "actor_rollout_ref": {
-            "rollout": {
-                "n": args.n, "prompt_length": args.prompt_length, "response_length": args.response_length,
-                "temperature": 1.0, "top_p": 1.0, "top_k": -1,
-                "val_kwargs": {"temperature": 0.0, "top_p": 1.0, "top_k": -1},
-                "agent": {"agent_loop_manager_class": "swerollout.trainers.verl.SWERolloutAgentLoopManager"},
+    config = OmegaConf.create(
+        {
+            "actor_rollout_ref": {
+                "rollout": {
+                    "n": args.n,
+                    "prompt_length": args.prompt_length,
+                    "response_length": args.response_length,
+                    "temperature": 1.0,
+                    "top_p": 1.0,
+                    "top_k": -1,
+                    "val_kwargs": {"temperature": 0.0, "top_p": 1.0, "top_k": -1},
+                    "agent": {"agent_loop_manager_class": "swerollout.trainers.verl.SWERolloutAgentLoopManager"},
+                },
+                "model": {"path": args.model_path},
             },
-            "model": {"path": args.model_path},
-        },
-        "swerollout": {
-            "endpoints": [args.endpoint], "tokenizer": args.tokenizer, "kubeconfig": args.kubeconfig,
-            "namespace": args.namespace, "store_url": args.store_url, "batch_prefix": "verl-example",
-        },
-    })
+            "swerollout": {
+                "endpoints": [args.endpoint],
+                "tokenizer": args.tokenizer,
+                "kubeconfig": args.kubeconfig,
+                "namespace": args.namespace,
+                "store_url": args.store_url,
+                "batch_prefix": "verl-example",
+            },
+        }
+    )
     instances = load_instances(Path(args.instances))[: args.limit]
     rows = [inst.model_dump(mode="json") for inst in instances for _ in range(args.n)]
     prompts = DataProto.from_single_dict(

@@ -7,8 +7,6 @@ KUBECONFIG). It watches only the namespaces it is given (--namespaces) unless
 
 from __future__ import annotations
 
-from . import lean_imports  # noqa: F401, I001 - first: kopf without the kubernetes package
-
 import argparse
 import asyncio
 import logging
@@ -18,7 +16,10 @@ from pathlib import Path
 
 import kopf
 
-from . import handlers  # noqa: F401 - registers the kopf handlers
+from . import (
+    handlers,  # noqa: F401 - registers the kopf handlers
+    lean_imports,  # noqa: F401, I001 - first: kopf without the kubernetes package
+)
 from .flags import add_settings_flags, settings_from_args
 from .runtime import OperatorRuntime
 from .settings import OperatorSettings
@@ -26,8 +27,12 @@ from .settings import OperatorSettings
 
 def parse_args(argv: list[str] | None = None) -> tuple[OperatorSettings, Path | None, str]:
     p = argparse.ArgumentParser(prog="swerollout_operator", description=__doc__)
-    p.add_argument("--kubeconfig", type=Path, default=os.environ.get("KUBECONFIG") or None,
-                   help="kubeconfig to use outside a cluster (default: $KUBECONFIG)")
+    p.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=os.environ.get("KUBECONFIG") or None,
+        help="kubeconfig to use outside a cluster (default: $KUBECONFIG)",
+    )
     p.add_argument("--log-level", default="INFO", help="Python logging level (default: INFO)")
     add_settings_flags(p)
     args = p.parse_args(argv)

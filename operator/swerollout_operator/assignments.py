@@ -22,7 +22,11 @@ def _ref(kind: ObjectKind, ref: dict[str, Any] | None) -> StoredObjectRef | None
 
 
 def assignment_for(
-    body: dict[str, Any], *, role: str, attempt: int, batch: SWERolloutBatchSpec | None = None,
+    body: dict[str, Any],
+    *,
+    role: str,
+    attempt: int,
+    batch: SWERolloutBatchSpec | None = None,
     batch_generation: int = 0,
 ) -> Assignment:
     """`batch`: the spec of the rollout's SWERolloutBatch, if it has one (and its generation)."""
@@ -58,7 +62,9 @@ def assignment_for(
     suspend = is_suspended(bool(spec.get("suspend")), batch)
     # An abort's id changes with every new suspension, the rollout's own or its batch's
     # (a runner acts once per id, and a resumed run must hear the next abort).
-    abort_id = f"abort:{attempt}:{generation}" + (f":b{batch_generation}" if batch is not None and batch.suspend else "")
+    abort_id = f"abort:{attempt}:{generation}" + (
+        f":b{batch_generation}" if batch is not None and batch.suspend else ""
+    )
     if phase in (Phase.PENDING, Phase.STARTING):
         return Assignment(id="wait", kind=AssignmentKind.WAIT, attempt=attempt)
     if phase == Phase.RUNNING:

@@ -39,13 +39,26 @@ def _relevant(body: dict[str, Any]) -> tuple[Any, ...]:
     last-applied) and managedFields change the resourceVersion and nothing else."""
     meta = body.get("metadata") or {}
     return (
-        body.get("spec"), body.get("status"), meta.get("labels"), meta.get("deletionTimestamp"),
-        meta.get("finalizers"), meta.get("generation"),
+        body.get("spec"),
+        body.get("status"),
+        meta.get("labels"),
+        meta.get("deletionTimestamp"),
+        meta.get("finalizers"),
+        meta.get("generation"),
     )
 
 
-_ROLLOUT_META = ("name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp",
-                 "labels", "finalizers")
+_ROLLOUT_META = (
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "labels",
+    "finalizers",
+)
 _POD_META = ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp", "labels", "ownerReferences")
 
 
@@ -99,10 +112,7 @@ def trim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"metadata": _pick(pod.get("metadata") or {}, _POD_META)}
     out["spec"] = {
         "nodeName": _interned(spec.get("nodeName")),
-        **{
-            key: [_pick(c, ("name", "image")) for c in spec.get(key) or []]
-            for key in ("initContainers", "containers")
-        },
+        **{key: [_pick(c, ("name", "image")) for c in spec.get(key) or []] for key in ("initContainers", "containers")},
     }
     if "status" in pod:
         status = pod["status"] or {}
@@ -262,7 +272,9 @@ class RolloutCache:
         meta = body["metadata"]
         entry = self.entries.get(meta["uid"])
         if entry is None:
-            entry = self.entries[meta["uid"]] = Tracked(meta["namespace"], meta["name"], meta["uid"], trim_rollout(body))
+            entry = self.entries[meta["uid"]] = Tracked(
+                meta["namespace"], meta["name"], meta["uid"], trim_rollout(body)
+            )
             self._counts[entry.phase] += 1
             self._index(entry)
             return entry, True

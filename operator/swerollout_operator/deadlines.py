@@ -6,7 +6,7 @@ so they survive operator restarts and hold whatever phase held the rollout up.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from swerollout.api.v1alpha1 import Phase
 
@@ -14,7 +14,7 @@ from .cache import Tracked
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def parse_time(value: str | None) -> datetime | None:

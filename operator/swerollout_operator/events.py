@@ -24,7 +24,10 @@ async def post_event(
         "apiVersion": "v1",
         "kind": "Event",
         # Event names are bounded like any object name; a long rollout name is cut.
-        "metadata": {"name": f"{meta['name'][:230].rstrip('-.')}.{secrets.token_hex(8)}", "namespace": meta["namespace"]},
+        "metadata": {
+            "name": f"{meta['name'][:230].rstrip('-.')}.{secrets.token_hex(8)}",
+            "namespace": meta["namespace"],
+        },
         "involvedObject": {
             "apiVersion": api.API_VERSION,
             "kind": api.KIND,

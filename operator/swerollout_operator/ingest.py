@@ -25,11 +25,12 @@ from pydantic import BaseModel, ValidationError
 
 from swerollout.api import v1alpha1 as api
 from swerollout.kube import AsyncKubeClient, KubeError
-from swerollout.store import IntegrityError, NotFoundError, ObjectKind as StoreKind, Owner, ResultStore, StoreError
+from swerollout.store import IntegrityError, NotFoundError, Owner, ResultStore, StoreError
+from swerollout.store import ObjectKind as StoreKind
 from swerollout.wire import ingest as wire
 
-from .metrics import OperatorMetrics
 from .cache import Tracked
+from .metrics import OperatorMetrics
 from .reconciler import Reconciler
 from .tokens import TokenKey, TokenKind
 
@@ -165,7 +166,9 @@ class IngestServer:
             return _error(400, "Invalid", "X-Swerollout-Attempt and ?wait must be numbers")
         if not math.isfinite(wait) or wait < 0:
             # nan compares false with everything: a deadline of nan never passes
-            return _error(400, "Invalid", f"?wait must be a finite number of seconds >= 0 (got {request.query['wait']!r})")
+            return _error(
+                400, "Invalid", f"?wait must be a finite number of seconds >= 0 (got {request.query['wait']!r})"
+            )
         wait = min(wait, wire.MAX_WAIT_SECONDS)
         after = request.query.get("after")
         deadline = asyncio.get_running_loop().time() + wait
@@ -177,7 +180,7 @@ class IngestServer:
             async with entry.changed:
                 try:
                     await asyncio.wait_for(entry.changed.wait(), timeout=remaining)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
 
     async def _progress(self, request: web.Request, entry: Tracked) -> web.StreamResponse:
@@ -255,8 +258,13 @@ class IngestServer:
                 return _error(401, "Unauthorized", "the token is not valid for this cluster")
             user = review.get("user") or {}
             access = await self.kube.subject_access_review(
-                user.get("username", ""), "get", api.PLURAL, namespace=ns, group=api.GROUP,
-                groups=user.get("groups") or [], name=name,
+                user.get("username", ""),
+                "get",
+                api.PLURAL,
+                namespace=ns,
+                group=api.GROUP,
+                groups=user.get("groups") or [],
+                name=name,
             )
         except KubeError as exc:
             return _error(503, "ApiUnavailable", f"could not check the caller: {exc}")

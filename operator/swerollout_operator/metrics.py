@@ -67,7 +67,8 @@ class OperatorMetrics:
         self.api_requests = Counter(
             "swerollout_api_requests_total",
             "Requests the operator sent to the API server, by HTTP method (GET = reads), not counting watches.",
-            ["method"], registry=r,
+            ["method"],
+            registry=r,
         )
         self.work_queue = Gauge(
             "swerollout_work_queue_depth", "Rollouts queued for or in a reconcile pass.", registry=r
@@ -82,8 +83,10 @@ class OperatorMetrics:
             registry=r,
         )
         self.turns = Histogram(
-            "swerollout_rollout_turns", "Model turns of finished rollouts.",
-            buckets=(1, 2, 5, 10, 20, 30, 50, 75, 100, 200), registry=r,
+            "swerollout_rollout_turns",
+            "Model turns of finished rollouts.",
+            buckets=(1, 2, 5, 10, 20, 30, 50, 75, 100, 200),
+            registry=r,
         )
         self.exit_statuses = Counter(
             "swerollout_exit_status_total", "Finished rollouts by exit status.", ["exit_status"], registry=r
@@ -92,16 +95,22 @@ class OperatorMetrics:
             "swerollout_generated_tokens_total", "Tokens sampled by the policy, as reported by runners.", registry=r
         )
         self.generation_seconds = Histogram(
-            "swerollout_turn_generation_seconds", "Model time per turn (runner-side).",
-            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120), registry=r,
+            "swerollout_turn_generation_seconds",
+            "Model time per turn (runner-side).",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120),
+            registry=r,
         )
         self.tool_seconds = Histogram(
-            "swerollout_turn_tool_seconds", "Tool execution time per turn (runner-side).",
-            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 120), registry=r,
+            "swerollout_turn_tool_seconds",
+            "Tool execution time per turn (runner-side).",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 120),
+            registry=r,
         )
         self.aborts = Counter(
-            "swerollout_aborts_total", "Runs aborted mid-way, by reason (Suspended, InferenceAborted, other).",
-            ["reason"], registry=r,
+            "swerollout_aborts_total",
+            "Runs aborted mid-way, by reason (Suspended, InferenceAborted, other).",
+            ["reason"],
+            registry=r,
         )
         for reason in (*ABORT_REASONS, OTHER_REASON):
             self.aborts.labels(reason)
@@ -116,12 +125,16 @@ class OperatorMetrics:
             "swerollout_graded_total", "Graded rollouts, by whether the task was resolved.", ["resolved"], registry=r
         )
         self.eval_duration = Histogram(
-            "swerollout_eval_duration_seconds", "From eval pod creation to the reported reward.",
-            buckets=(1, 5, 10, 30, 60, 120, 300, 600, 1800), registry=r,
+            "swerollout_eval_duration_seconds",
+            "From eval pod creation to the reported reward.",
+            buckets=(1, 5, 10, 30, 60, 120, 300, 600, 1800),
+            registry=r,
         )
         self.ingest_requests = Counter(
-            "swerollout_ingest_requests_total", "Ingest API requests, by route and HTTP status code.",
-            ["route", "code"], registry=r,
+            "swerollout_ingest_requests_total",
+            "Ingest API requests, by route and HTTP status code.",
+            ["route", "code"],
+            registry=r,
         )
 
 

@@ -121,7 +121,9 @@ class Objects:
                 return existing  # adopt
             log.warning("deleting pod %s/%s left over from an older rollout of the same name", entry.namespace, name)
             try:
-                await self.kube.delete(PODS, name, entry.namespace, uid=existing["metadata"]["uid"], grace_period_seconds=0)
+                await self.kube.delete(
+                    PODS, name, entry.namespace, uid=existing["metadata"]["uid"], grace_period_seconds=0
+                )
             except NotFound:
                 pass
             self.pods.update(existing, deleted=True)
@@ -151,6 +153,8 @@ class Objects:
         try:
             secret = await self.kube.get(SECRETS, podspec.secret_name(meta["name"]), meta["namespace"])
             if owned_by(secret, meta["uid"]):
-                await self.kube.delete(SECRETS, secret["metadata"]["name"], meta["namespace"], uid=secret["metadata"]["uid"])
+                await self.kube.delete(
+                    SECRETS, secret["metadata"]["name"], meta["namespace"], uid=secret["metadata"]["uid"]
+                )
         except NotFound:
             pass

@@ -27,7 +27,15 @@ from .settings import OperatorSettings
 
 SECRET_INGEST_KEY = "ingest-token"
 SECRET_SWEREX_KEY = "swerex-token"
-SANDBOX_DROPPED_CAPABILITIES = ("NET_RAW", "MKNOD", "SYS_CHROOT", "SETFCAP", "SETPCAP", "AUDIT_WRITE", "NET_BIND_SERVICE")
+SANDBOX_DROPPED_CAPABILITIES = (
+    "NET_RAW",
+    "MKNOD",
+    "SYS_CHROOT",
+    "SETFCAP",
+    "SETPCAP",
+    "AUDIT_WRITE",
+    "NET_BIND_SERVICE",
+)
 BUNDLE_MOUNT = "/swerex"
 RUNNER_TMP_DIR = "/var/tmp/swerollout"
 RUNNER_SECRET_DIR = "/var/run/secrets/swerollout"
@@ -214,7 +222,12 @@ def rollout_pod(
                 "command": ["swerollout", "sandbox-bundle", "install", "--dest", BUNDLE_MOUNT],
                 "volumeMounts": [{"name": "swerex-bundle", "mountPath": BUNDLE_MOUNT}],
                 "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
-                "securityContext": {**restricted, "runAsNonRoot": True, "runAsUser": 10001, "readOnlyRootFilesystem": True},
+                "securityContext": {
+                    **restricted,
+                    "runAsNonRoot": True,
+                    "runAsUser": 10001,
+                    "readOnlyRootFilesystem": True,
+                },
             }
         ],
         "containers": [
@@ -271,7 +284,8 @@ def rollout_pod(
                     swerex_token_file=f"{RUNNER_SECRET_DIR}/{SECRET_SWEREX_KEY}",
                     inference_api_key_file=key_file.get("api"),
                     inference_admin_key_file=key_file.get("admin"),
-                ).to_env() + [
+                ).to_env()
+                + [
                     {"name": "TMPDIR", "value": RUNNER_TMP_DIR},
                     # The image user's home is on the read-only root; caches go to scratch.
                     {"name": "HOME", "value": RUNNER_TMP_DIR},
@@ -285,7 +299,12 @@ def rollout_pod(
                     ),
                 ],
                 "resources": settings.runner_resources,
-                "securityContext": {**restricted, "runAsNonRoot": True, "runAsUser": 10001, "readOnlyRootFilesystem": True},
+                "securityContext": {
+                    **restricted,
+                    "runAsNonRoot": True,
+                    "runAsUser": 10001,
+                    "readOnlyRootFilesystem": True,
+                },
             },
         ],
     }
@@ -305,7 +324,10 @@ def rollout_pod(
             "name": name,
             "namespace": meta["namespace"],
             "labels": _labels(meta, role),
-            "annotations": {"swerollout.io/attempt": str(attempt), api.ANNOTATION_EGRESS: _egress(rollout, settings, role)},
+            "annotations": {
+                "swerollout.io/attempt": str(attempt),
+                api.ANNOTATION_EGRESS: _egress(rollout, settings, role),
+            },
             "ownerReferences": [owner_reference(meta)],
         },
         "spec": pod_spec,

@@ -95,5 +95,7 @@ def read_pod(pod: dict[str, Any]) -> PodState:
     if not ready:
         scheduled = conditions.get("PodScheduled", {})
         if scheduled.get("status") == "False":
-            return PodState(False, False, scheduled.get("reason") or "Unschedulable", scheduled.get("message", ""), ip, node)
+            return PodState(
+                False, False, scheduled.get("reason") or "Unschedulable", scheduled.get("message", ""), ip, node
+            )
     return PodState(ready, False, "PodReady" if ready else "ContainersNotReady", "", ip, node)

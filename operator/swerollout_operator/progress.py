@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from swerollout.api import v1alpha1 as api
@@ -26,7 +26,7 @@ StatusWriter = Callable[[Tracked, dict[str, Any]], Awaitable[None]]
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc).replace(microsecond=0)
+    return datetime.now(UTC).replace(microsecond=0)
 
 
 class ProgressCoalescer:
@@ -59,8 +59,11 @@ class ProgressCoalescer:
         entry.progress_dirty = False
         entry.progress_written_at = time.monotonic()
         status = api.Progress(
-            turns=progress.turns, tokens=progress.context_tokens, generated_tokens=progress.generated_tokens,
-            inference_aborts=progress.inference_aborts, updated_at=_now(),
+            turns=progress.turns,
+            tokens=progress.context_tokens,
+            generated_tokens=progress.generated_tokens,
+            inference_aborts=progress.inference_aborts,
+            updated_at=_now(),
         )
         try:
             await self.write_status(entry, {"progress": status.to_patch()})

@@ -35,7 +35,7 @@ from .deadlines import deadline_passed, keepalive_expired, startup_overdue, utcn
 from .events import post_event
 from .metrics import OperatorMetrics
 from .objects import Objects, Rejected
-from .phases import Trigger, IllegalTransition
+from .phases import IllegalTransition, Trigger
 from .podstatus import PodState, read_pod
 from .progress import ProgressCoalescer
 from .runner_events import apply_runner_event
@@ -159,7 +159,8 @@ class Reconciler:
                 log.warning(
                     "the API server does not serve %s.%s: batch abort/resume is off until the CRD is installed "
                     "(kubectl apply --server-side -f crds/) and the operator restarted",
-                    api.BATCH_PLURAL, api.GROUP,
+                    api.BATCH_PLURAL,
+                    api.GROUP,
                 )
                 return
 
@@ -175,7 +176,10 @@ class Reconciler:
         """What the runner asking should be doing now (assignments.py), its batch considered."""
         batch = self.batch_of(entry)
         return assignment_for(
-            entry.body, role=role, attempt=attempt, batch=batch.spec if batch else None,
+            entry.body,
+            role=role,
+            attempt=attempt,
+            batch=batch.spec if batch else None,
             batch_generation=batch.generation if batch else 0,
         )
 
@@ -254,7 +258,12 @@ class Reconciler:
         """Apply one phase-machine event (call with entry.lock held). False when it no longer applies."""
         try:
             change = phases.apply(
-                entry.status, event, reason=reason, message=message, generation=entry.generation, extra=extra,
+                entry.status,
+                event,
+                reason=reason,
+                message=message,
+                generation=entry.generation,
+                extra=extra,
             )
         except IllegalTransition as exc:
             log.debug("%s/%s: %s", entry.namespace, entry.name, exc)
@@ -266,7 +275,10 @@ class Reconciler:
             log.info("%s/%s: %s -> %s (%s)", entry.namespace, entry.name, change.old.value, change.new.value, reason)
             if warning or event in EVENTFUL or change.new.is_terminal:
                 self.post_event(
-                    entry, reason=reason, message=f"{change.old.value} -> {change.new.value}: {message}", warning=warning
+                    entry,
+                    reason=reason,
+                    message=f"{change.old.value} -> {change.new.value}: {message}",
+                    warning=warning,
                 )
             if change.new.is_terminal:
                 self._observe_completion(entry)
@@ -293,7 +305,9 @@ class Reconciler:
         self.metrics.reconciles.inc()
         async with entry.lock:
             log.debug(
-                "pass over %s/%s at resourceVersion %s", entry.namespace, entry.name,
+                "pass over %s/%s at resourceVersion %s",
+                entry.namespace,
+                entry.name,
                 entry.body["metadata"].get("resourceVersion"),
             )
             before = entry.phase
@@ -348,8 +362,11 @@ class Reconciler:
         if problem is None:
             return True
         await self.transition(
-            entry, Trigger.FAILED, reason="InvalidSpec",
-            message=f"{problem}; fix it and create the rollout again", warning=True,
+            entry,
+            Trigger.FAILED,
+            reason="InvalidSpec",
+            message=f"{problem}; fix it and create the rollout again",
+            warning=True,
         )
         return False
 
@@ -369,7 +386,9 @@ class Reconciler:
             entry.pod_created_at = time.monotonic()
             handle = _sandbox(pod_name=pod["metadata"]["name"], pod_uid=pod["metadata"]["uid"])
             await self.transition(
-                entry, Trigger.POD_CREATED, reason="PodCreated",
+                entry,
+                Trigger.POD_CREATED,
+                reason="PodCreated",
                 message=f"pod {pod['metadata']['name']} created; waiting for the sandbox",
                 extra={"attempts": attempt, "sandbox": handle.to_patch()},
             )
@@ -379,7 +398,10 @@ class Reconciler:
             self.metrics.startup_failures.labels("PodDeleted").inc()
             name = _pod_name(entry)
             await self.transition(
-                entry, Trigger.STARTUP_FAILED, reason="PodDeleted", message=f"pod {name} was deleted before it became ready",
+                entry,
+                Trigger.STARTUP_FAILED,
+                reason="PodDeleted",
+                message=f"pod {name} was deleted before it became ready",
                 warning=True,
             )
             return
@@ -388,13 +410,16 @@ class Reconciler:
         if gone:
             self.metrics.startup_failures.labels(state.reason).inc()
             message = state.message or f"pod {pod['metadata']['name']} was deleted before it became ready"
-            await self.transition(entry, Trigger.STARTUP_FAILED, reason=state.reason or "PodDeleted", message=message,
-                                  warning=True)
+            await self.transition(
+                entry, Trigger.STARTUP_FAILED, reason=state.reason or "PodDeleted", message=message, warning=True
+            )
         elif state.ready:
             if entry.pod_created_at is not None:
                 self.metrics.sandbox_startup.observe(time.monotonic() - entry.pod_created_at)
             await self.transition(
-                entry, Trigger.SANDBOX_READY, reason="SandboxReady",
+                entry,
+                Trigger.SANDBOX_READY,
+                reason="SandboxReady",
                 message=f"pod {pod['metadata']['name']} is ready on {state.node_name}",
                 extra={"sandbox": _handle(pod, state)},
             )
@@ -405,8 +430,11 @@ class Reconciler:
             detail = (state.message if state else "") or "the pod was deleted"
             name = _pod_name(entry)
             await self.transition(
-                entry, Trigger.POD_LOST, reason="PodLost",
-                message=f"sandbox pod {name} lost while running ({detail}); no snapshot to resume from", warning=True,
+                entry,
+                Trigger.POD_LOST,
+                reason="PodLost",
+                message=f"sandbox pod {name} lost while running ({detail}); no snapshot to resume from",
+                warning=True,
             )
 
     async def _reconcile_aborted(self, entry: Tracked) -> None:
@@ -433,7 +461,8 @@ class Reconciler:
             if pod_name:
                 await self.objects.delete_pod(entry.namespace, pod_name)
             await self._mark_reclaimed(
-                entry, f"pod {pod_name} reclaimed after keepAliveSecondsAfterAbort ({keep}s); "
+                entry,
+                f"pod {pod_name} reclaimed after keepAliveSecondsAfterAbort ({keep}s); "
                 "a resume replays the recorded actions into a fresh pod",
             )
             self.post_event(entry, reason="SandboxReclaimed", message=f"pod {pod_name} deleted after {keep}s aborted")
@@ -459,19 +488,28 @@ class Reconciler:
         attempt = max(1, entry.rollout_status.attempts) + 1
         if attempt > MAX_ROLLOUT_ATTEMPTS:
             await self.transition(
-                entry, Trigger.FAILED, reason="TooManyAttempts",
-                message=f"the sandbox pod was lost {attempt - 1} times; giving up", warning=True,
+                entry,
+                Trigger.FAILED,
+                reason="TooManyAttempts",
+                message=f"the sandbox pod was lost {attempt - 1} times; giving up",
+                warning=True,
             )
             return
         pod = await self.objects.ensure_pod(entry, attempt, role="rollout")
         self.metrics.replays.inc()
         # A merge patch: explicit nulls clear what described the old pod.
         handle = _sandbox(
-            pod_name=pod["metadata"]["name"], pod_uid=pod["metadata"]["uid"],
-            pod_ip=None, node_name=None, started_at=None, reclaimed_at=None,
+            pod_name=pod["metadata"]["name"],
+            pod_uid=pod["metadata"]["uid"],
+            pod_ip=None,
+            node_name=None,
+            started_at=None,
+            reclaimed_at=None,
         )
         await self.transition(
-            entry, Trigger.REPLAY_STARTED, reason="ReplayStarted",
+            entry,
+            Trigger.REPLAY_STARTED,
+            reason="ReplayStarted",
             message=f"the sandbox pod was gone; replaying the recorded actions into {pod['metadata']['name']}",
             extra={"attempts": attempt, "replay": True, "sandbox": handle.to_patch()},
         )
@@ -492,7 +530,9 @@ class Reconciler:
                 detail = f"{state.reason}: {state.message}" if state else "deleted"
                 if attempt >= MAX_EVAL_ATTEMPTS:
                     await self.transition(
-                        entry, Trigger.FAILED, reason="EvalPodFailed",
+                        entry,
+                        Trigger.FAILED,
+                        reason="EvalPodFailed",
                         message=f"eval pod {evaluation.pod_name} failed ({detail}) after {attempt} attempts",
                         warning=True,
                     )
@@ -516,8 +556,11 @@ class Reconciler:
             detail = f"{state.reason}: {state.message}" if state.message else state.reason
         self.metrics.startup_failures.labels("Timeout").inc()
         await self.transition(
-            entry, Trigger.STARTUP_FAILED, reason="StartupTimeout",
-            message=f"sandbox pod {pod_name} not ready within startupTimeoutSeconds ({detail})", warning=True,
+            entry,
+            Trigger.STARTUP_FAILED,
+            reason="StartupTimeout",
+            message=f"sandbox pod {pod_name} not ready within startupTimeoutSeconds ({detail})",
+            warning=True,
         )
 
     # -- the sweep: deadlines and coalesced progress ------------------------------
@@ -586,6 +629,9 @@ def _owned(obj: dict[str, Any], uid: str) -> bool:
 
 def _handle(pod: dict[str, Any], state: PodState) -> dict[str, Any]:
     return _sandbox(
-        pod_name=pod["metadata"]["name"], pod_uid=pod["metadata"]["uid"], pod_ip=state.pod_ip,
-        node_name=state.node_name, started_at=utcnow().replace(microsecond=0),
+        pod_name=pod["metadata"]["name"],
+        pod_uid=pod["metadata"]["uid"],
+        pod_ip=state.pod_ip,
+        node_name=state.node_name,
+        started_at=utcnow().replace(microsecond=0),
     ).to_patch()

@@ -65,7 +65,10 @@ async def apply_runner_event(r: Reconciler, entry: Tracked, event: RunnerEvent) 
     if event.kind == EventKind.EVALUATED:
         return await _evaluated(r, entry, event)
     return await r.transition(
-        entry, Trigger.FAILED, reason=event.reason or "RunnerFailed", message=event.message or "the runner failed",
+        entry,
+        Trigger.FAILED,
+        reason=event.reason or "RunnerFailed",
+        message=event.message or "the runner failed",
         warning=True,
     )
 
@@ -86,17 +89,26 @@ async def _aborted(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
         )
     reason = event.reason or "Suspended"
     partial = api.Partial(
-        snapshot=object_ref(event.snapshot), turns=event.turns, tokens=event.context_tokens,
-        aborted_at=utcnow().replace(microsecond=0), reason=reason,
+        snapshot=object_ref(event.snapshot),
+        turns=event.turns,
+        tokens=event.context_tokens,
+        aborted_at=utcnow().replace(microsecond=0),
+        reason=reason,
     )
     if event.weight_version:
         partial.weight_version = event.weight_version
     # spec is the user's: an abort that meets `suspend: false` (a resume that overtook
     # it) is resumed by the next pass, never turned into a suspension.
     applied = await r.transition(
-        entry, Trigger.ABORTED, reason=reason,
+        entry,
+        Trigger.ABORTED,
+        reason=reason,
         message=event.message or f"aborted after {event.turns} turns; snapshot kept",
-        extra={"partial": partial.to_patch(), "replay": False, "progress": ProgressCoalescer.final(entry, event).to_patch()},
+        extra={
+            "partial": partial.to_patch(),
+            "replay": False,
+            "progress": ProgressCoalescer.final(entry, event).to_patch(),
+        },
     )
     if applied:
         r.metrics.aborts.labels(abort_reason_label(reason)).inc()
@@ -106,9 +118,13 @@ async def _aborted(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
 async def _finished(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
     exit_status = event.exit_status or "exit_error"
     result = api.Result(
-        exit_status=exit_status, turns=event.turns, prompt_tokens=event.prompt_tokens,
-        response_tokens=event.response_tokens, sampled_tokens=event.sampled_tokens,
-        dropped_tokens=event.dropped_tokens, truncated=event.truncated,
+        exit_status=exit_status,
+        turns=event.turns,
+        prompt_tokens=event.prompt_tokens,
+        response_tokens=event.response_tokens,
+        sampled_tokens=event.sampled_tokens,
+        dropped_tokens=event.dropped_tokens,
+        truncated=event.truncated,
         has_patch=event.patch is not None and event.patch.bytes > 0,
     )
     if event.trajectory:
@@ -124,23 +140,37 @@ async def _finished(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
         # graded: the rollout fails, naming the cause (the trajectory is kept).
         cause = event.message.strip() or "the runner gave no detail"
         return await r.transition(
-            entry, Trigger.FAILED, reason=failure_reason(exit_status),
-            message=f"{exit_status}: {cause}"[:4096], extra=extra, warning=True,
+            entry,
+            Trigger.FAILED,
+            reason=failure_reason(exit_status),
+            message=f"{exit_status}: {cause}"[:4096],
+            extra=extra,
+            warning=True,
         )
     if not spec.reward.enabled:
         return await r.transition(
-            entry, Trigger.FINISHED_UNGRADED, reason="Finished", message=f"{exit_status}; reward disabled", extra=extra,
+            entry,
+            Trigger.FINISHED_UNGRADED,
+            reason="Finished",
+            message=f"{exit_status}; reward disabled",
+            extra=extra,
         )
     if not decision.evaluate or not result.has_patch:
         why = decision.reason if not decision.evaluate else "no patch to evaluate"
         reward = api.RewardStatus(value=0.0, resolved=False, graded=False, message=why[:1024])
         return await r.transition(
-            entry, Trigger.FINISHED_UNGRADED, reason="NotGraded", message=f"{exit_status}: {why}",
+            entry,
+            Trigger.FINISHED_UNGRADED,
+            reason="NotGraded",
+            message=f"{exit_status}: {why}",
             extra={**extra, "reward": reward.to_patch()},
         )
     # The next pass deletes the policy's pod (the eval pod never sees it) and makes the eval pod.
     return await r.transition(
-        entry, Trigger.FINISHED, reason="Finished", message=f"{exit_status}; evaluating the patch in a fresh pod",
+        entry,
+        Trigger.FINISHED,
+        reason="Finished",
+        message=f"{exit_status}; evaluating the patch in a fresh pod",
         extra={**extra, "evaluation": api.EvaluationState(attempt=1).to_patch()},
     )
 
@@ -150,9 +180,13 @@ async def _evaluated(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
     if report is None:
         return False
     reward = api.RewardStatus(
-        value=report.reward, resolved=report.resolved, graded=report.graded,
-        fail_to_pass_passed=report.fail_to_pass_passed, fail_to_pass_total=report.fail_to_pass_total,
-        pass_to_pass_passed=report.pass_to_pass_passed, pass_to_pass_total=report.pass_to_pass_total,
+        value=report.reward,
+        resolved=report.resolved,
+        graded=report.graded,
+        fail_to_pass_passed=report.fail_to_pass_passed,
+        fail_to_pass_total=report.fail_to_pass_total,
+        pass_to_pass_passed=report.pass_to_pass_passed,
+        pass_to_pass_total=report.pass_to_pass_total,
         message=report.message[:1024],
     )
     if event.report:
@@ -163,13 +197,18 @@ async def _evaluated(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
     if is_failed_run(exit_status, report.graded):
         # An autosubmission after an infrastructure exit that could not be graded either.
         applied = await r.transition(
-            entry, Trigger.FAILED, reason=failure_reason(exit_status),
+            entry,
+            Trigger.FAILED,
+            reason=failure_reason(exit_status),
             message=f"{exit_status}, and the autosubmitted patch could not be graded: {report.message}"[:4096],
-            extra={"reward": reward.to_patch()}, warning=True,
+            extra={"reward": reward.to_patch()},
+            warning=True,
         )
     else:
         applied = await r.transition(
-            entry, Trigger.EVALUATED, reason="Evaluated",
+            entry,
+            Trigger.EVALUATED,
+            reason="Evaluated",
             message=f"reward {report.reward} ({'resolved' if report.resolved else 'not resolved'})",
             extra={"reward": reward.to_patch()},
         )

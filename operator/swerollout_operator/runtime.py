@@ -107,12 +107,20 @@ class OperatorRuntime:
 
         self._reconciler.on_deleted_rollout.append(delete_objects)
         self._health = HealthServer(
-            self.metrics, self.settings.bind_host, self.settings.metrics_port, ready=lambda: self._reconciler is not None
+            self.metrics,
+            self.settings.bind_host,
+            self.settings.metrics_port,
+            ready=lambda: self._reconciler is not None,
         )
         await self._health.start()
         self._ingest = IngestServer(
-            self._reconciler, self._store, self.token_key, self.metrics, self._kube,
-            host=self.settings.bind_host, port=self.settings.ingest_port,
+            self._reconciler,
+            self._store,
+            self.token_key,
+            self.metrics,
+            self._kube,
+            host=self.settings.bind_host,
+            port=self.settings.ingest_port,
         )
         await self._ingest.start()
 

@@ -28,14 +28,14 @@ class TokenKey:
         self._key = key
 
     @classmethod
-    def from_file(cls, path: Path) -> "TokenKey":
+    def from_file(cls, path: Path) -> TokenKey:
         data = path.read_bytes().strip()
         if len(data) < 32:
             raise ValueError(f"{path}: the operator token key must be at least 32 bytes; regenerate it")
         return cls(data)
 
     @classmethod
-    def random(cls) -> "TokenKey":
+    def random(cls) -> TokenKey:
         return cls(secrets.token_bytes(32))
 
     def derive(self, kind: TokenKind, namespace: str, name: str, uid: str) -> str:

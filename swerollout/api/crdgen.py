@@ -148,14 +148,27 @@ def batch_crd() -> dict[str, Any]:
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
     # No status: the operator only reads a batch (the members' statuses say where each is).
-    return _crd(api.BATCH_KIND, api.BATCH_PLURAL, api.BATCH_SINGULAR, api.BATCH_SHORT_NAMES, root, columns, status=False)
+    return _crd(
+        api.BATCH_KIND, api.BATCH_PLURAL, api.BATCH_SINGULAR, api.BATCH_SHORT_NAMES, root, columns, status=False
+    )
 
 
 def _crd(
-    kind: str, plural: str, singular: str, short_names: list[str], root: dict[str, Any],
-    columns: list[dict[str, Any]], *, status: bool,
+    kind: str,
+    plural: str,
+    singular: str,
+    short_names: list[str],
+    root: dict[str, Any],
+    columns: list[dict[str, Any]],
+    *,
+    status: bool,
 ) -> dict[str, Any]:
-    version: dict[str, Any] = {"name": api.VERSION, "served": True, "storage": True, "schema": {"openAPIV3Schema": root}}
+    version: dict[str, Any] = {
+        "name": api.VERSION,
+        "served": True,
+        "storage": True,
+        "schema": {"openAPIV3Schema": root},
+    }
     if status:
         version["subresources"] = {"status": {}}
     version["additionalPrinterColumns"] = columns

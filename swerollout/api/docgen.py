@@ -88,7 +88,11 @@ def member_docs(enum_cls: type) -> dict[str, str]:
         if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
             value = getattr(enum_cls, node.targets[0].id).value
             text = ""
-            if isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str):
+            if (
+                isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
                 text = " ".join(after.value.value.split())
             docs[value] = text
     return docs
@@ -112,7 +116,8 @@ def render() -> str:
     out.append(f"## {api.BATCH_KIND}\n")
     out.append(
         f"Group `{api.GROUP}`, kind `{api.BATCH_KIND}`, short name `{api.BATCH_SHORT_NAMES[0]}`. "
-        + " ".join(str(batch.get("description", "")).split()) + "\n"
+        + " ".join(str(batch.get("description", "")).split())
+        + "\n"
     )
     out.append("| field | type | required | default | bounds | description |")
     out.append("| --- | --- | --- | --- | --- | --- |")

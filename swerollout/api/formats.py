@@ -92,7 +92,9 @@ class Rule:
 
         return core_schema.no_info_after_validator_function(validate, handler(source))
 
-    def __get_pydantic_json_schema__(self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
         out = dict(handler(schema))
         out["x-kubernetes-validations"] = [*out.get("x-kubernetes-validations", []), cel(self.rule, self.message)]
         return out

@@ -105,7 +105,7 @@ BUILTIN_TEMPLATES: dict[ActionFormat, dict[str, str]] = {
         "system_template": (
             "You are a careful software engineer working in a Linux shell. Each reply\n"
             "contains your reasoning and then exactly ONE shell command in a fenced\n"
-            "block, like this:\n\n```bash\ngrep -rn \"def add\" .\n```\n\n"
+            'block, like this:\n\n```bash\ngrep -rn "def add" .\n```\n\n'
             "The command runs in a persistent bash session (cd and exported variables\n"
             "persist) and you see its output in the next message. Edit files with shell\n"
             "tools (sed, cat <<'EOF' > file, python scripts). When the task is done,\n"
@@ -122,10 +122,33 @@ BUILTIN_TEMPLATES: dict[ActionFormat, dict[str, str]] = {
 """The templates used where spec.agent.templates leaves one unset, per action format."""
 
 DEFAULT_BLOCKLIST = (
-    "vim", "vi", "emacs", "nano", "nohup", "gdb", "less", "more", "tail -f", "python -m venv", "top", "htop", "watch",
+    "vim",
+    "vi",
+    "emacs",
+    "nano",
+    "nohup",
+    "gdb",
+    "less",
+    "more",
+    "tail -f",
+    "python -m venv",
+    "top",
+    "htop",
+    "watch",
 )
 DEFAULT_BLOCKLIST_STANDALONE = (
-    "python", "python3", "ipython", "bash", "sh", "/bin/bash", "/bin/sh", "su", "vi", "vim", "emacs", "nano",
+    "python",
+    "python3",
+    "ipython",
+    "bash",
+    "sh",
+    "/bin/bash",
+    "/bin/sh",
+    "su",
+    "vi",
+    "vim",
+    "emacs",
+    "nano",
 )
 DEFAULT_SHELL_ENV = {
     "PAGER": "cat",

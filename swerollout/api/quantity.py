@@ -37,7 +37,9 @@ _SUFFIX = {
 # resource with a domain prefix (`nvidia.com/gpu`), so a typo like `memroy` is refused.
 STANDARD_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 HUGEPAGES_PREFIX = "hugepages-"
-EXTENDED_RESOURCE = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?\.)+[a-z0-9]([-a-z0-9]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+EXTENDED_RESOURCE = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?\.)+[a-z0-9]([-a-z0-9]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
 _EXTENDED = re.compile(EXTENDED_RESOURCE)
 
 
@@ -71,5 +73,5 @@ def is_resource_name(name: str) -> bool:
     if name in STANDARD_RESOURCES:
         return True
     if name.startswith(HUGEPAGES_PREFIX):
-        return is_quantity(name[len(HUGEPAGES_PREFIX):])
+        return is_quantity(name[len(HUGEPAGES_PREFIX) :])
     return _EXTENDED.match(name) is not None and not name.split("/", 1)[0].endswith("kubernetes.io")

@@ -94,7 +94,9 @@ class _IntOrStringQuantity:
 
         return core_schema.no_info_plain_validator_function(validate)
 
-    def __get_pydantic_json_schema__(self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
         rule = f"type(self) == int ? self >= 0 : self.matches({formats.cel_string(quantity.PATTERN)})"
         return {
             "x-kubernetes-int-or-string": True,
@@ -311,6 +313,8 @@ _INSTANCE_TEXT_MESSAGE = (
     f"problemStatement, issueImages, testPatch, evalScript, failToPass and passToPass may hold at most "
     f"{INSTANCE_TEXT_LIMIT // KiB} KiB together; shorten them (and note: {SERVER_SIDE_HINT})"
 )
+
+
 def _decodable_image(url: str) -> str:
     if url.startswith("data:"):
         data_url_payload(url)  # raises IssueImageError, a ValueError naming the problem
@@ -349,7 +353,9 @@ class Instance(ApiModel):
         }
     }
 
-    instance_id: Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/+-]*$")]
+    instance_id: Annotated[
+        str, StringConstraints(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/+-]*$")
+    ]
     """SWE-bench instance id, e.g. `astropy__astropy-12907`."""
     repo: Annotated[str, StringConstraints(min_length=1, max_length=256)]
     """Repository the task comes from, e.g. `astropy/astropy`."""
@@ -378,8 +384,12 @@ class Instance(ApiModel):
     def _text_budget(self) -> Instance:
         ev = self.evaluation
         total = (
-            len(self.problem_statement) + sum(map(len, self.issue_images)) + len(ev.test_patch) + len(ev.eval_script)
-            + sum(map(len, ev.fail_to_pass)) + sum(map(len, ev.pass_to_pass))
+            len(self.problem_statement)
+            + sum(map(len, self.issue_images))
+            + len(ev.test_patch)
+            + len(ev.eval_script)
+            + sum(map(len, ev.fail_to_pass))
+            + sum(map(len, ev.pass_to_pass))
         )
         if total > INSTANCE_TEXT_LIMIT:
             raise ValueError(f"{_INSTANCE_TEXT_MESSAGE} (got {total // KiB} KiB)")
@@ -444,7 +454,9 @@ class Tools(ApiModel):
     """The tools the agent may call."""
 
     model_config = ApiModel.model_config | {
-        "json_schema_extra": {"x-kubernetes-validations": [cel("'submit' in self.enabled", _SUBMIT_MESSAGE, field_path=".enabled")]}
+        "json_schema_extra": {
+            "x-kubernetes-validations": [cel("'submit' in self.enabled", _SUBMIT_MESSAGE, field_path=".enabled")]
+        }
     }
 
     enabled: list[ToolName] = Field(
@@ -525,14 +537,20 @@ class Sampling(ApiModel):
     top_k: Annotated[
         int,
         Field(le=1_000_000),
-        Rule("self == -1 || self >= 1", "must be -1 (top-k off) or at least 1, as SGLang accepts", lambda v: v == -1 or v >= 1),
+        Rule(
+            "self == -1 || self >= 1",
+            "must be -1 (top-k off) or at least 1, as SGLang accepts",
+            lambda v: v == -1 or v >= 1,
+        ),
     ] = -1
     """Sample from the k most likely tokens; -1 disables top-k (0 is refused, as SGLang refuses it)."""
     max_new_tokens: int = Field(default=4096, ge=1, le=1_048_576)
     """Upper bound of tokens per model turn; the context budget may lower it."""
     seed: int | None = Field(default=None, ge=0)
     """Sampling seed, for reproducible runs on servers that honour it."""
-    stop: list[Annotated[str, StringConstraints(min_length=1, max_length=256)]] = Field(default_factory=list, max_length=16)
+    stop: list[Annotated[str, StringConstraints(min_length=1, max_length=256)]] = Field(
+        default_factory=list, max_length=16
+    )
     """Extra stop strings."""
 
 
@@ -638,7 +656,10 @@ class Resources(ApiModel):
     model_config = ApiModel.model_config | {
         "json_schema_extra": {
             "x-kubernetes-validations": [
-                cel(_REQUESTS_WITHIN_LIMITS, "a request is above its limit: each requests.<name> must be at most limits.<name>")
+                cel(
+                    _REQUESTS_WITHIN_LIMITS,
+                    "a request is above its limit: each requests.<name> must be at most limits.<name>",
+                )
             ]
         }
     }
@@ -793,7 +814,9 @@ class Condition(ApiModel):
     status: ConditionStatus
     observed_generation: int | None = Field(default=None, ge=0)
     last_transition_time: datetime
-    reason: Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")]
+    reason: Annotated[
+        str, StringConstraints(min_length=1, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+    ]
     message: Message = ""
 
 
@@ -949,7 +972,7 @@ class SWERollout(ApiModel):
     status: SWERolloutStatus | None = None
 
     @classmethod
-    def from_object(cls, obj: dict[str, Any]) -> "SWERollout":
+    def from_object(cls, obj: dict[str, Any]) -> SWERollout:
         """Parse an object as read from the API server (unknown status fields are an error)."""
         return cls.model_validate(obj)
 

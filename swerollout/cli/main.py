@@ -15,14 +15,20 @@ from importlib.metadata import entry_points
 
 # command name -> (module, one-line help). A new command is one module and one line.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "sandbox-bundle": ("swerollout.cli.sandbox_bundle", "install the portable swerex bundle (rollout pods' init container)"),
+    "sandbox-bundle": (
+        "swerollout.cli.sandbox_bundle",
+        "install the portable swerex bundle (rollout pods' init container)",
+    ),
     "submit": ("swerollout.cli.submit", "create a batch of rollouts from a SWE-bench JSONL file"),
     "list": ("swerollout.cli.rollouts", "list rollouts (of one batch with --batch)"),
     "get": ("swerollout.cli.rollouts", "show one rollout's spec summary, status and conditions"),
     "watch": ("swerollout.cli.watch", "follow a batch live until every rollout finished"),
     "abort": ("swerollout.cli.rollouts", "abort a batch's unfinished rollouts (keeps their pods for resume)"),
     "resume": ("swerollout.cli.rollouts", "resume a batch's aborted rollouts on their pods"),
-    "delete": ("swerollout.cli.rollouts", "delete a batch: its rollouts with their pods and stored results, then its SWERolloutBatch"),
+    "delete": (
+        "swerollout.cli.rollouts",
+        "delete a batch: its rollouts with their pods and stored results, then its SWERolloutBatch",
+    ),
     "results": ("swerollout.cli.results", "export a batch's trajectories and rewards (.parquet or .jsonl)"),
     "view": ("swerollout.cli.view", "see a batch and its trajectories in the browser (serves on 127.0.0.1)"),
 }

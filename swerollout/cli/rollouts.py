@@ -58,12 +58,14 @@ def add_connection_args(parser: argparse.ArgumentParser, *, results: bool = Fals
     group.add_argument("-n", "--namespace", help="namespace of the rollouts (default: the context's)")
     if results:
         group.add_argument(
-            "--store-url", default=os.environ.get("SWEROLLOUT_STORE_URL"),
+            "--store-url",
+            default=os.environ.get("SWEROLLOUT_STORE_URL"),
             help="result store the operator writes to, e.g. file:///data/results or s3://bucket/prefix "
             "(default: $SWEROLLOUT_STORE_URL)",
         )
         group.add_argument(
-            "--results-url", default=os.environ.get("SWEROLLOUT_RESULTS_URL"),
+            "--results-url",
+            default=os.environ.get("SWEROLLOUT_RESULTS_URL"),
             help="the operator's ingest URL, which serves /v1/results to a Kubernetes bearer token "
             "(default: $SWEROLLOUT_RESULTS_URL)",
         )
@@ -89,8 +91,12 @@ def run_client_command(command: Command) -> Callable[[argparse.Namespace], int]:
                 try:
                     options["results_token"] = Path(args.results_token_file).read_text().strip()
                 except OSError as exc:
-                    raise ClientConfigError(f"cannot read --results-token-file {args.results_token_file}: {exc.strerror}") from exc
-            with RolloutClient.connect(args.kubeconfig, context=args.context, namespace=args.namespace, **options) as client:
+                    raise ClientConfigError(
+                        f"cannot read --results-token-file {args.results_token_file}: {exc.strerror}"
+                    ) from exc
+            with RolloutClient.connect(
+                args.kubeconfig, context=args.context, namespace=args.namespace, **options
+            ) as client:
                 return command(args, client)
         except _USAGE_ERRORS as exc:
             err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
@@ -218,7 +224,9 @@ def admin_key(args: argparse.Namespace) -> str | None:
         except OSError as exc:
             raise ClientConfigError(f"cannot read --admin-key-file {args.admin_key_file}: {exc.strerror}") from exc
         if not key:
-            raise ClientConfigError(f"--admin-key-file {args.admin_key_file} is empty: write the server's admin key into it")
+            raise ClientConfigError(
+                f"--admin-key-file {args.admin_key_file} is empty: write the server's admin key into it"
+            )
         return key
     if args.admin_key_env:
         key = os.environ.get(args.admin_key_env, "").strip()
@@ -258,14 +266,18 @@ def _register_list(parser: argparse.ArgumentParser) -> None:
 
 def _register_get(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", help="SWERollout name, e.g. step-7-0-3")
-    parser.add_argument("-o", "--output", choices=("table", "json"), default="table", help="table (default) or the raw object")
+    parser.add_argument(
+        "-o", "--output", choices=("table", "json"), default="table", help="table (default) or the raw object"
+    )
     add_connection_args(parser)
     parser.set_defaults(func=run_client_command(_get))
 
 
 def _register_suspend(value: bool) -> Callable[[argparse.ArgumentParser], None]:
     def register(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--batch", required=True, help="batch whose unfinished rollouts to " + ("abort" if value else "resume"))
+        parser.add_argument(
+            "--batch", required=True, help="batch whose unfinished rollouts to " + ("abort" if value else "resume")
+        )
         if value:
             keys = parser.add_argument_group(
                 "inference admin key",

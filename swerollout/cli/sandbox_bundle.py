@@ -12,7 +12,12 @@ def register(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="bundle_command", metavar="ACTION", required=True)
     install = sub.add_parser("install", help="copy the portable swerex bundle into DEST")
     install.add_argument("--dest", type=Path, required=True, help="target directory (the pod's emptyDir)")
-    install.add_argument("--source", type=Path, default=None, help="bundle directory (default: $SWEROLLOUT_BUNDLE_SRC or /opt/swerex-bundle)")
+    install.add_argument(
+        "--source",
+        type=Path,
+        default=None,
+        help="bundle directory (default: $SWEROLLOUT_BUNDLE_SRC or /opt/swerex-bundle)",
+    )
     install.set_defaults(func=_install)
 
 

@@ -28,7 +28,9 @@ from swerollout.instances import InstanceError, load_instances
 def _secret_key_ref(value: str) -> dict[str, str]:
     name, _, key = value.partition("/")
     if not name or not key or "/" in key:
-        raise argparse.ArgumentTypeError(f"{value!r} is not SECRET/KEY: name the Secret and its key, e.g. sglang-keys/admin-key")
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not SECRET/KEY: name the Secret and its key, e.g. sglang-keys/admin-key"
+        )
     return {"name": name, "key": key}
 
 
@@ -93,51 +95,83 @@ def _submit(args: argparse.Namespace, client: RolloutClient) -> int:
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "-f", "--file", required=True,
+        "-f",
+        "--file",
+        required=True,
         help="instances: .jsonl/.json/.parquet, a saved `datasets` folder or a hub name, rows as SWE-bench, SWE-Gym, "
         "SWE-smith or SWE-rebench publish them (`swerollout tasks materialize` writes the bundled tasks)",
     )
     parser.add_argument(
-        "--dataset", choices=[k.value for k in DatasetKind],
+        "--dataset",
+        choices=[k.value for k in DatasetKind],
         help="whose conventions apply (image naming, eval script); detected from the rows and the file name by default",
     )
-    parser.add_argument("--split", help="split of a saved dataset folder or hub dataset (default: its only split, else test)")
+    parser.add_argument(
+        "--split", help="split of a saved dataset folder or hub dataset (default: its only split, else test)"
+    )
     parser.add_argument(
         "--image-template",
         help="sandbox image for every row, overriding the dataset's; fields: "
         + ", ".join("{" + k + "} " + v for k, v in TEMPLATE_FIELDS.items()),
     )
-    parser.add_argument("--filter", metavar="REGEX", help="only instances whose id fully matches this regular expression")
+    parser.add_argument(
+        "--filter", metavar="REGEX", help="only instances whose id fully matches this regular expression"
+    )
     parser.add_argument("--limit", type=int, help="only the first N instances (after --filter)")
     parser.add_argument("--group-size", "-G", type=int, required=True, help="rollouts per instance (GRPO group size)")
-    parser.add_argument("--batch", required=True, help="batch name: lowercase letters, digits, '-' (names are <batch>-<sample>-<member>)")
+    parser.add_argument(
+        "--batch",
+        required=True,
+        help="batch name: lowercase letters, digits, '-' (names are <batch>-<sample>-<member>)",
+    )
     parser.add_argument("--endpoint", required=True, help="SGLang base URL, e.g. http://sglang:30000")
-    parser.add_argument("--tokenizer", help="tokenizer of the chat template (bundled name such as qwen-2.5, or a directory); required unless --agent ChatAgent")
-    parser.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.TRAIN.value, help="train grades only `submitted`; validate grades autosubmissions too")
-    parser.add_argument("--agent", choices=[k.value for k in AgentKind], default=AgentKind.RL_TOKEN_AGENT.value, help="agent loop (default RLTokenAgent)")
+    parser.add_argument(
+        "--tokenizer",
+        help="tokenizer of the chat template (bundled name such as qwen-2.5, or a directory); required unless --agent ChatAgent",
+    )
+    parser.add_argument(
+        "--mode",
+        choices=[m.value for m in Mode],
+        default=Mode.TRAIN.value,
+        help="train grades only `submitted`; validate grades autosubmissions too",
+    )
+    parser.add_argument(
+        "--agent",
+        choices=[k.value for k in AgentKind],
+        default=AgentKind.RL_TOKEN_AGENT.value,
+        help="agent loop (default RLTokenAgent)",
+    )
     parser.add_argument("--max-turns", type=int, help="model calls per rollout (default 50)")
     parser.add_argument("--max-context-tokens", type=int, help="context limit in tokens (default 32768)")
     parser.add_argument("--temperature", type=float, help="sampling temperature (default 1.0)")
     parser.add_argument(
-        "--on-abort", choices=[v.value for v in OnAbort],
+        "--on-abort",
+        choices=[v.value for v in OnAbort],
         help="what an aborted request leaves: Drop (default) re-samples the turn, Keep continues it (partial rollout)",
     )
     parser.add_argument(
-        "--issue-image-mode", choices=[v.value for v in IssueImageMode],
+        "--issue-image-mode",
+        choices=[v.value for v in IssueImageMode],
         help="how issue images (SWE-bench Multimodal) reach the model: Inline (default) as images, which the "
-             "tokenizer's chat template must show; Links as a text list after the problem statement",
+        "tokenizer's chat template must show; Links as a text list after the problem statement",
     )
     parser.add_argument(
-        "--api-key-secret", type=_secret_key_ref, metavar="SECRET/KEY",
+        "--api-key-secret",
+        type=_secret_key_ref,
+        metavar="SECRET/KEY",
         help="the Secret key holding the server's API key (SGLang's --api-key); mounted into the runner only",
     )
     parser.add_argument(
-        "--admin-key-secret", type=_secret_key_ref, metavar="SECRET/KEY",
+        "--admin-key-secret",
+        type=_secret_key_ref,
+        metavar="SECRET/KEY",
         help="the Secret key holding the server's admin key (SGLang's --admin-api-key), sent on the runner's aborts; "
-             "`swerollout dev up` makes swerollout-inference-keys/admin-key",
+        "`swerollout dev up` makes swerollout-inference-keys/admin-key",
     )
     parser.add_argument("--weight-version", help="weight version the trainer expects (recorded per token)")
-    parser.add_argument("--label", action="append", metavar="KEY=VALUE", help="extra label on every rollout (repeatable)")
+    parser.add_argument(
+        "--label", action="append", metavar="KEY=VALUE", help="extra label on every rollout (repeatable)"
+    )
     parser.add_argument("--no-reward", action="store_true", help="skip the evaluation pod (no reward)")
     parser.add_argument("--check-endpoint", action="store_true", help="fail unless GET <endpoint>/health answers first")
     add_connection_args(parser)

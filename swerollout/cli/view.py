@@ -55,8 +55,10 @@ def _show(args: argparse.Namespace, records: list[ViewRecord], source: str) -> i
     try:
         server = make_server(catalog, args.host, args.port)
     except OSError as exc:
-        print(f"error: --host {args.host} --port {args.port}: cannot listen ({exc.strerror}); "
-              "--port 0 picks a free port", file=sys.stderr)
+        print(
+            f"error: --host {args.host} --port {args.port}: cannot listen ({exc.strerror}); --port 0 picks a free port",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     host, port = str(server.server_address[0]), int(server.server_address[1])
     shown = f"[{host}]" if ":" in host else host
@@ -64,8 +66,10 @@ def _show(args: argparse.Namespace, records: list[ViewRecord], source: str) -> i
     if _is_loopback(args.host):
         print("listening on loopback only (this machine); --host ADDRESS serves other machines", flush=True)
     else:
-        print(f"warning: listening on {args.host}: anyone who can reach it reads these trajectories "
-              "(no authentication)", flush=True)
+        print(
+            f"warning: listening on {args.host}: anyone who can reach it reads these trajectories (no authentication)",
+            flush=True,
+        )
     print("Ctrl-C stops it", flush=True)
     try:
         server.serve_forever()
@@ -99,11 +103,16 @@ def _run(args: argparse.Namespace) -> int:
 def register(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--batch", help="a batch on the cluster (read through the client, like `swerollout results`)")
-    source.add_argument("--from", dest="source", metavar="FILE",
-                        help="a results file `swerollout results` wrote (.jsonl or .parquet); no cluster needed")
+    source.add_argument(
+        "--from",
+        dest="source",
+        metavar="FILE",
+        help="a results file `swerollout results` wrote (.jsonl or .parquet); no cluster needed",
+    )
     parser.add_argument("--out", "-o", help="write one self-contained HTML file instead of serving")
-    parser.add_argument("--host", default=LOOPBACK,
-                        help=f"address to listen on (default {LOOPBACK}: this machine only)")
+    parser.add_argument(
+        "--host", default=LOOPBACK, help=f"address to listen on (default {LOOPBACK}: this machine only)"
+    )
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: a free one)")
     add_connection_args(parser, results=True)
     parser.set_defaults(func=_run)

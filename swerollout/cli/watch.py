@@ -65,7 +65,9 @@ def members_table(state: BatchProgress) -> Table:
     for m in state.members:
         reward = "" if m.reward is None else f"{m.reward:g}"
         suspended = m.suspended_by if not m.phase.is_terminal else ""
-        table.add_row(m.name, m.phase.value, str(m.turns), str(m.generated_tokens), m.exit_status or "", reward, suspended)
+        table.add_row(
+            m.name, m.phase.value, str(m.turns), str(m.generated_tokens), m.exit_status or "", reward, suspended
+        )
     return table
 
 
@@ -85,7 +87,9 @@ def _watch(args: argparse.Namespace, client: RolloutClient) -> int:
     verdict = ", ".join(f"{counts[s.value]} {s.value}" for s in TrainerStatus if counts.get(s.value)) or "none"
     for member in final.members:
         if member.status is TrainerStatus.FAILED:
-            console.print(f"  failed: {member.name}: {member.message or member.exit_status or 'no message'}", highlight=False)
+            console.print(
+                f"  failed: {member.name}: {member.message or member.exit_status or 'no message'}", highlight=False
+            )
     console.print(f"batch {args.batch}: {final.finished}/{final.total} finished, {verdict}", highlight=False)
     return EXIT_OK if final.failed == 0 else EXIT_BATCH_FAILURES
 

@@ -27,7 +27,7 @@ import httpx
 from pydantic import ValidationError
 
 from swerollout.api.base import one_line
-from swerollout.backoff import Backoff
+from swerollout.api.suspension import batch_name
 from swerollout.api.v1alpha1 import (
     API_VERSION,
     BATCH_PLURAL,
@@ -47,7 +47,7 @@ from swerollout.api.v1alpha1 import (
     SWERolloutBatchSpec,
     SWERolloutSpec,
 )
-from swerollout.api.suspension import batch_name
+from swerollout.backoff import Backoff
 from swerollout.client.batches import BatchWriter
 from swerollout.client.errors import (
     ClientConfigError,
@@ -72,6 +72,8 @@ from swerollout.client.records import (
     parse_status,
 )
 from swerollout.client.watch import Listed, SharedWatch, list_and_watch
+from swerollout.instances import InstanceError, SWEBenchInstance, instance_from_row, to_api_instance
+from swerollout.issue_images import spec_problem
 from swerollout.kube import (
     NAMESPACES,
     SWEROLLOUTS,
@@ -87,8 +89,6 @@ from swerollout.kube import (
 )
 from swerollout.store import StoreError, open_store
 from swerollout.store.protocol import ResultStore
-from swerollout.issue_images import spec_problem
-from swerollout.instances import InstanceError, SWEBenchInstance, instance_from_row, to_api_instance
 from swerollout.wire.trajectory import Trajectory
 
 FIELD_MANAGER = "swerollout-client"
@@ -519,10 +519,17 @@ class AsyncRolloutClient:
             wire = _submit_wire(spec)
             for member in range(group_size):
                 member_spec = wire if per_member is None else {**wire, "inference": per_member[member]}
-                bodies.append(self._body(
-                    batch, sample, member, spec.instance.instance_id, member_spec, extra_labels,
-                    per_sample_labels[sample] if per_sample_labels is not None else None,
-                ))
+                bodies.append(
+                    self._body(
+                        batch,
+                        sample,
+                        member,
+                        spec.instance.instance_id,
+                        member_spec,
+                        extra_labels,
+                        per_sample_labels[sample] if per_sample_labels is not None else None,
+                    )
+                )
         return await self._apply(bodies)
 
     async def submit_one(
@@ -553,7 +560,12 @@ class AsyncRolloutClient:
         spec = _spec(_to_instance(instance, 0), inf, agent, mode, reward, sandbox)
         await _check_issue_images([spec], [])
         body = self._body(
-            batch, sample, member, spec.instance.instance_id, _submit_wire(spec), _extra_labels(labels),
+            batch,
+            sample,
+            member,
+            spec.instance.instance_id,
+            _submit_wire(spec),
+            _extra_labels(labels),
             _trainer_annotation(trainer_labels) if trainer_labels is not None else None,
         )
         if check_endpoint:
@@ -592,7 +604,10 @@ class AsyncRolloutClient:
             if spec.suspend:
                 log.warning(
                     "batch %s is suspended: its new rollouts start suspended; resume(%r) (swerollout resume "
-                    "--batch %s) runs them", batch, batch, batch,
+                    "--batch %s) runs them",
+                    batch,
+                    batch,
+                    batch,
                 )
         self._batches_checked.add(batch)
 
@@ -606,7 +621,9 @@ class AsyncRolloutClient:
                 except Invalid as exc:
                     hint = (
                         " This batch name was used before with other instances or another mode: choose a new "
-                        "batch name." if "immutable" in str(exc) else ""
+                        "batch name."
+                        if "immutable" in str(exc)
+                        else ""
                     )
                     raise ClientConfigError(f"the API server refused {body['metadata']['name']}: {exc}.{hint}") from exc
                 except KubeError as exc:
@@ -616,7 +633,13 @@ class AsyncRolloutClient:
         return list(await asyncio.gather(*(apply(b) for b in bodies)))
 
     def _body(
-        self, batch: str, sample: int, member: int, instance_id: str, spec: Object, labels: Mapping[str, str],
+        self,
+        batch: str,
+        sample: int,
+        member: int,
+        instance_id: str,
+        spec: Object,
+        labels: Mapping[str, str],
         trainer_annotation: str | None = None,
     ) -> Object:
         try:
@@ -706,9 +729,9 @@ class AsyncRolloutClient:
     async def _has_members(self, batch: str) -> bool:
         """Whether any SWERollout carries the batch's label: one small read (limit=1)."""
         try:
-            page = await aretry(lambda: self.kube.list(
-                SWEROLLOUTS, self.namespace, label_selector=f"{LABEL_BATCH}={batch}", limit=1
-            ))
+            page = await aretry(
+                lambda: self.kube.list(SWEROLLOUTS, self.namespace, label_selector=f"{LABEL_BATCH}={batch}", limit=1)
+            )
         except KubeError as exc:
             raise _kube_error(exc, f"listing the members of batch {batch}") from exc
         return bool(page.get("items"))
@@ -756,7 +779,8 @@ class AsyncRolloutClient:
             log.warning(
                 "the API server does not serve %s.%s: suspending each rollout with its own patch; install the "
                 "current CRDs (kubectl apply --server-side -f crds/) for batch-wide abort/resume in one write",
-                BATCH_PLURAL, GROUP,
+                BATCH_PLURAL,
+                GROUP,
             )
         return self._batch_crd
 
@@ -839,22 +863,29 @@ class AsyncRolloutClient:
         return list(await asyncio.gather(*(one(n) for n in wanted)))
 
     async def _abort_inference(self, members: list[Object], admin_key: str | None) -> None:
-        endpoints = sorted({
-            str(((o.get("spec") or {}).get("inference") or {}).get("endpoint") or "").rstrip("/")
-            for o in members if not parse_status(o).phase.is_terminal
-        } - {""})
+        endpoints = sorted(
+            {
+                str(((o.get("spec") or {}).get("inference") or {}).get("endpoint") or "").rstrip("/")
+                for o in members
+                if not parse_status(o).phase.is_terminal
+            }
+            - {""}
+        )
 
         headers = {"Authorization": f"Bearer {admin_key}"} if admin_key else {}
 
         async def one(endpoint: str) -> None:
             try:
                 async with httpx.AsyncClient(timeout=INFERENCE_ABORT_TIMEOUT) as http:
-                    answer = await http.post(f"{endpoint}/abort_request", json={"rid": "", "abort_all": True},
-                                             headers=headers)
+                    answer = await http.post(
+                        f"{endpoint}/abort_request", json={"rid": "", "abort_all": True}, headers=headers
+                    )
                 if answer.status_code in (401, 403):
                     log.warning(
                         "%s/abort_request refused the abort (HTTP %d): pass admin_key= or set %s to the server's "
-                        "admin key; the runners abort their own requests", endpoint, answer.status_code,
+                        "admin key; the runners abort their own requests",
+                        endpoint,
+                        answer.status_code,
                         INFERENCE_ADMIN_KEY_ENV,
                     )
                     return
@@ -914,7 +945,9 @@ class AsyncRolloutClient:
                         log.info("%s on %s failed (%s); reading it again in %.1f s", doing, name, exc, delay)
                         await asyncio.sleep(delay)
                     try:
-                        obj = await aretry(lambda: self.kube.get(SWEROLLOUTS, name, self.namespace), policy=MARK_BACKOFF)
+                        obj = await aretry(
+                            lambda: self.kube.get(SWEROLLOUTS, name, self.namespace), policy=MARK_BACKOFF
+                        )
                     except NotFound:
                         return ""
                     except KubeError as exc:
@@ -988,9 +1021,7 @@ class AsyncRolloutClient:
         obj = await self.wait_rollout(name, lambda o: parse_status(o).phase.is_terminal, timeout=timeout)
         return await self.record(obj, report=report)
 
-    async def wait_rollout(
-        self, name: str, done: Callable[[Object], bool], *, timeout: float | None = None
-    ) -> Object:
+    async def wait_rollout(self, name: str, done: Callable[[Object], bool], *, timeout: float | None = None) -> Object:
         """The first state of rollout ``name`` for which ``done(obj)`` holds, from the
         client's shared watch (see :meth:`result`)."""
         await self.check_cluster()
@@ -1017,10 +1048,7 @@ class AsyncRolloutClient:
         seen: set[str] = set()
         async with aclosing(self._observe(batch)) as states:
             async for objects in states:
-                fresh = [
-                    o for o in objects
-                    if parse_status(o).phase.is_terminal and o["metadata"]["uid"] not in seen
-                ]
+                fresh = [o for o in objects if parse_status(o).phase.is_terminal and o["metadata"]["uid"] not in seen]
                 for obj in fresh:
                     seen.add(obj["metadata"]["uid"])
                     yield await self.record(obj)
@@ -1126,9 +1154,7 @@ class AsyncRolloutClient:
         except httpx.HTTPError as exc:
             raise ResultUnavailable(f"the operator at {self.results_url} is unreachable: {exc}") from exc
         if response.status_code != 200:
-            error = ResultUnavailable(
-                f"GET {url} answered {response.status_code}: {response.text[:300]}"
-            )
+            error = ResultUnavailable(f"GET {url} answered {response.status_code}: {response.text[:300]}")
             error.retryable = response.status_code >= 500
             raise error
         return response.content

@@ -18,8 +18,17 @@ from pydantic import ValidationError
 from swerollout.api.v1alpha1 import API_VERSION, BATCH_KIND, BATCH_PLURAL, GROUP, SWERolloutBatchSpec
 from swerollout.backoff import Backoff
 from swerollout.client.errors import ClientConfigError, KubeApiError
-from swerollout.kube import SWEROLLOUTBATCHES, AlreadyExists, AsyncKubeClient, Conflict, Forbidden, Invalid, KubeError
-from swerollout.kube import NotFound, aretry
+from swerollout.kube import (
+    SWEROLLOUTBATCHES,
+    AlreadyExists,
+    AsyncKubeClient,
+    Conflict,
+    Forbidden,
+    Invalid,
+    KubeError,
+    NotFound,
+    aretry,
+)
 
 log = logging.getLogger(__name__)
 
@@ -69,16 +78,18 @@ class BatchWriter:
         """Every batch object's spec by name (one LIST); empty, with a warning, for an
         identity that may not list them, and empty where the CRD is not installed."""
         try:
-            items = await aretry(
-                lambda: self.kube.list(SWEROLLOUTBATCHES, self.namespace), policy=WRITE_BACKOFF
-            )
+            items = await aretry(lambda: self.kube.list(SWEROLLOUTBATCHES, self.namespace), policy=WRITE_BACKOFF)
         except NotFound:
             return {}  # the API server does not serve SWERolloutBatch (an install from before it)
         except Forbidden as exc:
-            log.warning("%s; showing only the rollouts' own spec.suspend", self._forbidden(exc, "listing SWERolloutBatches"))
+            log.warning(
+                "%s; showing only the rollouts' own spec.suspend", self._forbidden(exc, "listing SWERolloutBatches")
+            )
             return {}
         except KubeError as exc:
-            raise KubeApiError(f"listing SWERolloutBatches in {self.namespace}: {exc}", retryable=exc.retryable) from exc
+            raise KubeApiError(
+                f"listing SWERolloutBatches in {self.namespace}: {exc}", retryable=exc.retryable
+            ) from exc
         specs = {str(o["metadata"]["name"]): _spec(o) for o in items.get("items") or []}
         return {name: spec for name, spec in specs.items() if spec is not None}
 
@@ -107,9 +118,7 @@ class BatchWriter:
         except KubeError as exc:
             raise KubeApiError(f"reading SWERolloutBatch {name}: {exc}", retryable=exc.retryable) from exc
 
-    async def set(
-        self, name: str, *, suspend: bool, weight_version: str | None = None
-    ) -> SWERolloutBatchSpec | None:
+    async def set(self, name: str, *, suspend: bool, weight_version: str | None = None) -> SWERolloutBatchSpec | None:
         """Make the batch read ``suspend`` (and ``weight_version`` when given), creating its
         object if needed. Returns the spec it had before (None: there was no object)."""
         doing = f"setting spec.suspend={str(suspend).lower()} on SWERolloutBatch {name}"
@@ -131,8 +140,14 @@ class BatchWriter:
                     rv = obj["metadata"]["resourceVersion"]
                     patch: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/resourceVersion", "value": rv}]
                     patch += [{"op": "add", "path": f"/spec/{k}", "value": v} for k, v in wanted.items()]
-                    await self.kube.patch(SWEROLLOUTBATCHES, name, patch, self.namespace, patch_type="json",
-                                          field_manager=self.field_manager)
+                    await self.kube.patch(
+                        SWEROLLOUTBATCHES,
+                        name,
+                        patch,
+                        self.namespace,
+                        patch_type="json",
+                        field_manager=self.field_manager,
+                    )
                 return before
             except Invalid as exc:
                 # A failed `test` (someone wrote it since we read it) is a 422 too.

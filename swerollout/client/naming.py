@@ -28,7 +28,5 @@ def rollout_name(batch: str, sample: int, member: int) -> str:
         raise ValueError(f"sample ({sample}) and member ({member}) must be >= 0")
     name = f"{check_batch_name(batch)}-{sample}-{member}"
     if len(name) > MAX_NAME:
-        raise ValueError(
-            f"rollout name {name!r} is longer than {MAX_NAME} characters; use a shorter batch name"
-        )
+        raise ValueError(f"rollout name {name!r} is longer than {MAX_NAME} characters; use a shorter batch name")
     return name

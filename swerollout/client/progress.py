@@ -124,7 +124,9 @@ def member_state(obj: dict[str, Any], batches: Mapping[str, SWERolloutBatchSpec]
         suspended_by=suspended_by(own, batch, owner),
         message=status.message,
         status=trainer_status(
-            status.phase, result.exit_status if result else None, bool(result and result.truncated),
+            status.phase,
+            result.exit_status if result else None,
+            bool(result and result.truncated),
             bool(reward and reward.graded),
         ),
     )

@@ -195,11 +195,21 @@ class RolloutRecord:
     def summary(self) -> dict[str, Any]:
         """The scalar fields (for tables and JSON lines)."""
         return {
-            "name": self.name, "batch": self.batch, "sample": self.sample, "member": self.member,
-            "instance_id": self.instance_id, "phase": self.phase.value, "status": self.status.value,
-            "exit_status": self.exit_status, "reward": self.reward, "resolved": self.resolved,
-            "graded": self.graded, "turns": self.turns, "truncated": self.truncated,
-            "sampled_tokens": self.sampled_tokens, "dropped_tokens": self.dropped_tokens,
+            "name": self.name,
+            "batch": self.batch,
+            "sample": self.sample,
+            "member": self.member,
+            "instance_id": self.instance_id,
+            "phase": self.phase.value,
+            "status": self.status.value,
+            "exit_status": self.exit_status,
+            "reward": self.reward,
+            "resolved": self.resolved,
+            "graded": self.graded,
+            "turns": self.turns,
+            "truncated": self.truncated,
+            "sampled_tokens": self.sampled_tokens,
+            "dropped_tokens": self.dropped_tokens,
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -293,7 +303,14 @@ def lifecycle_times(obj: dict[str, Any], status: SWERolloutStatus) -> dict[str, 
         times["created"] = str(created)
     if status.sandbox is not None and status.sandbox.started_at is not None:
         times["sandbox_started"] = status.sandbox.started_at.isoformat()
-    ready = next((c for c in status.conditions if c.type == ConditionType.SANDBOX_READY.value and c.status is ConditionStatus.TRUE), None)
+    ready = next(
+        (
+            c
+            for c in status.conditions
+            if c.type == ConditionType.SANDBOX_READY.value and c.status is ConditionStatus.TRUE
+        ),
+        None,
+    )
     if ready is not None:
         times["running"] = ready.last_transition_time.isoformat()
     if status.evaluation is not None and status.evaluation.started_at is not None:
@@ -328,7 +345,7 @@ def build_record(
             "dropped_tokens": int(trajectory.info.get("dropped_total", 0)),
             "routed_experts": align_routed_experts(trajectory),
         }
-    inference = ((obj.get("spec") or {}).get("inference") or {})
+    inference = (obj.get("spec") or {}).get("inference") or {}
     truncated = bool(result and result.truncated) or is_truncated(exit_status or "")
     generated = status.progress.generated_tokens if status.progress else 0
     if result is not None:

@@ -130,9 +130,19 @@ class RolloutClient:
     ) -> list[str]:
         return self._run(
             self._inner.submit_batch(
-                instances, group_size, batch=batch, inference=inference, agent=agent, mode=mode, labels=labels,
-                weight_version=weight_version, max_sampled_tokens=max_sampled_tokens, reward=reward,
-                sandbox=sandbox, check_endpoint=check_endpoint, member_inference=member_inference,
+                instances,
+                group_size,
+                batch=batch,
+                inference=inference,
+                agent=agent,
+                mode=mode,
+                labels=labels,
+                weight_version=weight_version,
+                max_sampled_tokens=max_sampled_tokens,
+                reward=reward,
+                sandbox=sandbox,
+                check_endpoint=check_endpoint,
+                member_inference=member_inference,
                 trainer_labels=trainer_labels,
             )
         )
@@ -157,9 +167,20 @@ class RolloutClient:
     ) -> str:
         return self._run(
             self._inner.submit_one(
-                instance, batch=batch, sample=sample, member=member, inference=inference, agent=agent, mode=mode,
-                labels=labels, trainer_labels=trainer_labels, weight_version=weight_version,
-                max_sampled_tokens=max_sampled_tokens, reward=reward, sandbox=sandbox, check_endpoint=check_endpoint,
+                instance,
+                batch=batch,
+                sample=sample,
+                member=member,
+                inference=inference,
+                agent=agent,
+                mode=mode,
+                labels=labels,
+                trainer_labels=trainer_labels,
+                weight_version=weight_version,
+                max_sampled_tokens=max_sampled_tokens,
+                reward=reward,
+                sandbox=sandbox,
+                check_endpoint=check_endpoint,
             )
         )
 

@@ -66,8 +66,12 @@ async def list_and_watch(
         try:
             while True:
                 stream = kube.watch(
-                    SWEROLLOUTS, namespace, resource_version=version, label_selector=selector,
-                    allow_bookmarks=True, timeout_seconds=WATCH_SECONDS,
+                    SWEROLLOUTS,
+                    namespace,
+                    resource_version=version,
+                    label_selector=selector,
+                    allow_bookmarks=True,
+                    timeout_seconds=WATCH_SECONDS,
                 )
                 try:
                     # aclosing: a caller that stops early must close the HTTP stream now, not at GC.

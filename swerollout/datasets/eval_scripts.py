@@ -104,7 +104,9 @@ def _tests(row: Mapping[str, Any]) -> list[str]:
 def _rebench_plan(row: Mapping[str, Any], workdir: str) -> EvalPlan:
     config = _json_value(row.get("install_config"))
     if not isinstance(config, Mapping):
-        raise EvalScriptUnavailable(f"{row['instance_id']}: install_config is not a mapping; SWE-rebench rows carry one")
+        raise EvalScriptUnavailable(
+            f"{row['instance_id']}: install_config is not a mapping; SWE-rebench rows carry one"
+        )
     test_cmd = config.get("test_cmd")
     if isinstance(test_cmd, list):
         test_cmd = " && ".join(str(c) for c in test_cmd)
@@ -143,8 +145,13 @@ def _classic_plan(row: Mapping[str, Any]) -> EvalPlan:
             "dataset's current release, whose rows carry eval_script (SWE-bench/SWE-bench_Verified)"
         )
     try:
-        spec = builder({**row, "FAIL_TO_PASS": _json_value(row.get("FAIL_TO_PASS")) or [],
-                        "PASS_TO_PASS": _json_value(row.get("PASS_TO_PASS")) or []})
+        spec = builder(
+            {
+                **row,
+                "FAIL_TO_PASS": _json_value(row.get("FAIL_TO_PASS")) or [],
+                "PASS_TO_PASS": _json_value(row.get("PASS_TO_PASS")) or [],
+            }
+        )
     except KeyError as exc:
         raise EvalScriptUnavailable(
             f"{instance_id}: swebench's test-spec builder has no spec for repo {row.get('repo')!r} version "

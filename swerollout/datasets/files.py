@@ -77,9 +77,7 @@ def _read_parquet(path: Path) -> list[Row]:
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        raise DatasetFileError(
-            f"{path}: reading parquet needs pyarrow: pip install 'swerollout[parquet]'"
-        ) from None
+        raise DatasetFileError(f"{path}: reading parquet needs pyarrow: pip install 'swerollout[parquet]'") from None
     try:
         rows: list[Row] = pq.read_table(path).to_pylist()
     except Exception as exc:  # pyarrow raises its own types for every kind of bad file
@@ -128,7 +126,10 @@ _FILE_SUFFIXES = (".json", ".jsonl", ".ndjson", ".parquet")
 def _looks_like_hub_name(source: str) -> bool:
     parts = source.split("/")
     return (
-        len(parts) == 2 and all(parts) and not source.startswith((".", "~")) and not source.lower().endswith(_FILE_SUFFIXES)
+        len(parts) == 2
+        and all(parts)
+        and not source.startswith((".", "~"))
+        and not source.lower().endswith(_FILE_SUFFIXES)
     )
 
 

@@ -189,9 +189,7 @@ class BaseKubeClient:
         if rt.namespaced and ns is None:
             raise ValueError(f"creating {rt.plural} needs a namespace (argument or metadata.namespace)")
         path = rt.path(ns, name, subresource) if subresource else rt.path(ns)
-        return RequestSpec(
-            "POST", path, self._write_params(field_manager, dry_run), _dump(body), "application/json"
-        )
+        return RequestSpec("POST", path, self._write_params(field_manager, dry_run), _dump(body), "application/json")
 
     def _req_replace(
         self,

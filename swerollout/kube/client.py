@@ -79,7 +79,11 @@ class KubeClient(BaseKubeClient):
     def _send(self, spec: RequestSpec) -> Object:
         try:
             resp = self._http.request(
-                spec.method, spec.path, params=spec.params, content=spec.body, headers=self._headers(spec),
+                spec.method,
+                spec.path,
+                params=spec.params,
+                content=spec.body,
+                headers=self._headers(spec),
                 extensions=self.config.request_extensions(),
             )
         except httpx.TransportError as exc:
@@ -90,7 +94,9 @@ class KubeClient(BaseKubeClient):
         """Any other endpoint (``/version``, ``/apis``); JSON in, JSON out."""
         return self._send(self._req_raw(method, path, params, body))
 
-    def get(self, rt: ResourceType, name: str, namespace: str | None = None, *, subresource: str | None = None) -> Object:
+    def get(
+        self, rt: ResourceType, name: str, namespace: str | None = None, *, subresource: str | None = None
+    ) -> Object:
         return self._send(self._req_get(rt, name, namespace, subresource))
 
     def list(
@@ -122,7 +128,11 @@ class KubeClient(BaseKubeClient):
         token: str | None = None
         while True:
             page = self.list(
-                rt, namespace, label_selector=label_selector, field_selector=field_selector, limit=page_size,
+                rt,
+                namespace,
+                label_selector=label_selector,
+                field_selector=field_selector,
+                limit=page_size,
                 continue_token=token,
             )
             yield from page.get("items") or []
@@ -186,8 +196,15 @@ class KubeClient(BaseKubeClient):
         ns = namespace or (body.get("metadata") or {}).get("namespace") if rt.namespaced else None
         name = (body.get("metadata") or {}).get("name") or ""
         return self.patch(
-            rt, name, body, ns, patch_type="apply", subresource=subresource, field_manager=field_manager,
-            force=force, dry_run=dry_run,
+            rt,
+            name,
+            body,
+            ns,
+            patch_type="apply",
+            subresource=subresource,
+            field_manager=field_manager,
+            force=force,
+            dry_run=dry_run,
         )
 
     def delete(
@@ -239,12 +256,22 @@ class KubeClient(BaseKubeClient):
         send_initial_events: bool = False,
     ) -> Iterator[WatchEvent]:
         spec = self._req_watch(
-            rt, namespace, resource_version, label_selector, field_selector, allow_bookmarks, timeout_seconds,
+            rt,
+            namespace,
+            resource_version,
+            label_selector,
+            field_selector,
+            allow_bookmarks,
+            timeout_seconds,
             send_initial_events,
         )
         try:
             with self._http.stream(
-                spec.method, spec.path, params=spec.params, headers=self._headers(spec), timeout=_WATCH_TIMEOUT,
+                spec.method,
+                spec.path,
+                params=spec.params,
+                headers=self._headers(spec),
+                timeout=_WATCH_TIMEOUT,
                 extensions=self.config.request_extensions(),
             ) as resp:
                 if resp.status_code >= 400:
@@ -273,7 +300,13 @@ class KubeClient(BaseKubeClient):
         force: bool = False,
     ) -> Object:
         return self.patch(
-            rt, name, patch, namespace, patch_type=patch_type, subresource="status", field_manager=field_manager,
+            rt,
+            name,
+            patch,
+            namespace,
+            patch_type=patch_type,
+            subresource="status",
+            field_manager=field_manager,
             force=force,
         )
 
@@ -285,7 +318,11 @@ class KubeClient(BaseKubeClient):
         return self._send(self._req_bind(namespace, pod, node, pod_uid))
 
     def request_token(
-        self, namespace: str, service_account: str, *, audiences: builtins.list[str] | None = None,
+        self,
+        namespace: str,
+        service_account: str,
+        *,
+        audiences: builtins.list[str] | None = None,
         expiration_seconds: int = 3600,
     ) -> TokenRequestResult:
         """A bound ServiceAccount token from the TokenRequest API."""
@@ -349,7 +386,11 @@ class AsyncKubeClient(BaseKubeClient):
         async with self._slots:
             try:
                 resp = await self._http.request(
-                    spec.method, spec.path, params=spec.params, content=spec.body, headers=self._headers(spec),
+                    spec.method,
+                    spec.path,
+                    params=spec.params,
+                    content=spec.body,
+                    headers=self._headers(spec),
                     extensions=self.config.request_extensions(),
                 )
             except httpx.TransportError as exc:
@@ -393,7 +434,11 @@ class AsyncKubeClient(BaseKubeClient):
         token: str | None = None
         while True:
             page = await self.list(
-                rt, namespace, label_selector=label_selector, field_selector=field_selector, limit=page_size,
+                rt,
+                namespace,
+                label_selector=label_selector,
+                field_selector=field_selector,
+                limit=page_size,
                 continue_token=token,
             )
             for item in page.get("items") or []:
@@ -456,8 +501,15 @@ class AsyncKubeClient(BaseKubeClient):
         ns = namespace or (body.get("metadata") or {}).get("namespace") if rt.namespaced else None
         name = (body.get("metadata") or {}).get("name") or ""
         return await self.patch(
-            rt, name, body, ns, patch_type="apply", subresource=subresource, field_manager=field_manager,
-            force=force, dry_run=dry_run,
+            rt,
+            name,
+            body,
+            ns,
+            patch_type="apply",
+            subresource=subresource,
+            field_manager=field_manager,
+            force=force,
+            dry_run=dry_run,
         )
 
     async def delete(
@@ -507,12 +559,22 @@ class AsyncKubeClient(BaseKubeClient):
         send_initial_events: bool = False,
     ) -> AsyncIterator[WatchEvent]:
         spec = self._req_watch(
-            rt, namespace, resource_version, label_selector, field_selector, allow_bookmarks, timeout_seconds,
+            rt,
+            namespace,
+            resource_version,
+            label_selector,
+            field_selector,
+            allow_bookmarks,
+            timeout_seconds,
             send_initial_events,
         )
         try:
             async with self._http.stream(
-                spec.method, spec.path, params=spec.params, headers=self._headers(spec), timeout=_WATCH_TIMEOUT,
+                spec.method,
+                spec.path,
+                params=spec.params,
+                headers=self._headers(spec),
+                timeout=_WATCH_TIMEOUT,
                 extensions=self.config.request_extensions(),
             ) as resp:
                 if resp.status_code >= 400:
@@ -539,7 +601,13 @@ class AsyncKubeClient(BaseKubeClient):
         force: bool = False,
     ) -> Object:
         return await self.patch(
-            rt, name, patch, namespace, patch_type=patch_type, subresource="status", field_manager=field_manager,
+            rt,
+            name,
+            patch,
+            namespace,
+            patch_type=patch_type,
+            subresource="status",
+            field_manager=field_manager,
             force=force,
         )
 
@@ -550,7 +618,11 @@ class AsyncKubeClient(BaseKubeClient):
         return await self._send(self._req_bind(namespace, pod, node, pod_uid))
 
     async def request_token(
-        self, namespace: str, service_account: str, *, audiences: builtins.list[str] | None = None,
+        self,
+        namespace: str,
+        service_account: str,
+        *,
+        audiences: builtins.list[str] | None = None,
         expiration_seconds: int = 3600,
     ) -> TokenRequestResult:
         return self._token_result(

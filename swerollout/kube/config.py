@@ -173,7 +173,8 @@ def load_kubeconfig(path: str | os.PathLike[str], context: str | None = None) ->
         chosen = next((c for c in contexts if c.get("name") == context), None) if context else current
         if not chosen:
             raise ConfigError(
-                f"kubeconfig {path} has no context named {context!r}" if context
+                f"kubeconfig {path} has no context named {context!r}"
+                if context
                 else f"kubeconfig {path} has no current-context; pass context="
             )
         load_kube_config(joined, context=context, client_configuration=configuration, persist_config=False)
@@ -303,10 +304,14 @@ def load_incluster(
     except OSError as exc:
         raise ConfigError(f"cannot read the in-cluster identity in {directory}: {exc.strerror or exc}") from exc
     if not ca_pem.strip():
-        raise ConfigError(f"in-cluster CA file {ca} is empty: the pod's ServiceAccount volume is broken; recreate the pod")
+        raise ConfigError(
+            f"in-cluster CA file {ca} is empty: the pod's ServiceAccount volume is broken; recreate the pod"
+        )
     source = ProjectedToken(token)
     if not source():
-        raise ConfigError(f"in-cluster token file {token} is empty: the pod's ServiceAccount volume is broken; recreate the pod")
+        raise ConfigError(
+            f"in-cluster token file {token} is empty: the pod's ServiceAccount volume is broken; recreate the pod"
+        )
     server = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
     return KubeConfig(server=server, ca_pem=ca_pem, namespace=namespace or "default").with_token_source(source)
 

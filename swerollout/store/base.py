@@ -30,7 +30,6 @@ from swerollout.store.models import (
     sha256_hex,
 )
 
-
 _HASH_INLINE_LIMIT = 256 * 1024
 """Bodies larger than this are hashed in a worker thread, not on the event loop."""
 SPOOL_IN_MEMORY = 8 * 1024 * 1024
@@ -104,10 +103,10 @@ class BlockingBackendStore(ABC):
     @abstractmethod
     def _delete_owner(self, owner: Owner) -> int: ...
 
-    def _check(self) -> None:
+    def _check(self) -> None:  # noqa: B027 (optional hook)
         """Raise if the store is unusable; backends override."""
 
-    def _close(self) -> None:
+    def _close(self) -> None:  # noqa: B027 (optional hook)
         """Release resources; backends override."""
 
     # -- the async API --
@@ -277,9 +276,7 @@ class BlockingBackendStore(ABC):
 
     async def list_owner(self, owner: Owner) -> list[StoredObject]:
         def collect() -> list[StoredObject]:
-            return [
-                StoredObject(ref=self._ref(key), sha256=key.sha256, bytes=size) for key, size in self._list(owner)
-            ]
+            return [StoredObject(ref=self._ref(key), sha256=key.sha256, bytes=size) for key, size in self._list(owner)]
 
         return sorted(await self._run(collect), key=lambda o: o.ref)
 

@@ -40,8 +40,17 @@ _KIND_NAMES = frozenset(kind.value for kind in ObjectKind)
 
 # Failures that may clear up by themselves (disk freed, NFS back, lock released).
 _TRANSIENT_ERRNOS = frozenset(
-    {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EAGAIN, errno.EINTR, errno.ETIMEDOUT, errno.EBUSY, errno.ESTALE,
-     errno.ENOTEMPTY}
+    {
+        errno.ENOSPC,
+        errno.EDQUOT,
+        errno.EIO,
+        errno.EAGAIN,
+        errno.EINTR,
+        errno.ETIMEDOUT,
+        errno.EBUSY,
+        errno.ESTALE,
+        errno.ENOTEMPTY,
+    }
 )
 
 
@@ -127,12 +136,12 @@ class FilesystemStore(BlockingBackendStore):
     def _parse_ref(self, ref: str) -> ObjectKey:
         if not isinstance(ref, str):
             raise InvalidRefError(f"a ref must be a string, got {type(ref).__name__}")
-        normalized = "file:///" + ref[len("file://localhost/"):] if ref.startswith("file://localhost/") else ref
+        normalized = "file:///" + ref[len("file://localhost/") :] if ref.startswith("file://localhost/") else ref
         prefix = self._root_uri + "/"
         if not normalized.startswith(prefix):
             raise InvalidRefError(f"ref {ref!r} is not inside this store (root {self._root_uri})")
         # The strict key grammar already rules out '..', '/' and '%' in components.
-        return ObjectKey.parse(normalized[len(prefix):], ref=ref)
+        return ObjectKey.parse(normalized[len(prefix) :], ref=ref)
 
     def _path(self, key: ObjectKey) -> Path:
         return self._inside_root(self._root.joinpath(*key.parts), what=f"object {self._ref(key)!r}")

@@ -165,7 +165,7 @@ class S3Store(BlockingBackendStore):
         prefix = f"s3://{self._bucket}/{self._key_prefix}"
         if not ref.startswith(prefix):
             raise InvalidRefError(f"ref {ref!r} is not inside this store ({self.url})")
-        return ObjectKey.parse(ref[len(prefix):], ref=ref)
+        return ObjectKey.parse(ref[len(prefix) :], ref=ref)
 
     # -- primitives --
 
@@ -277,7 +277,7 @@ class S3Store(BlockingBackendStore):
         prefix = self._key_prefix + (owner.prefix if owner else "")
         for s3_key, size in self._list_keys(prefix):
             try:
-                key = ObjectKey.parse(s3_key[len(self._key_prefix):], ref=f"s3://{self._bucket}/{s3_key}")
+                key = ObjectKey.parse(s3_key[len(self._key_prefix) :], ref=f"s3://{self._bucket}/{s3_key}")
             except InvalidRefError:
                 continue  # not one of ours; never count or serve it
             yield key, size

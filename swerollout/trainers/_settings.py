@@ -66,8 +66,11 @@ class AdapterSettings(BaseModel):
     def connect(self) -> AsyncRolloutClient:
         """A client for the current event loop (the caller closes it)."""
         return AsyncRolloutClient.connect(
-            self.kubeconfig, context=self.context, namespace=self.namespace,
-            store_url=self.store_url, results_url=self.results_url,
+            self.kubeconfig,
+            context=self.context,
+            namespace=self.namespace,
+            store_url=self.store_url,
+            results_url=self.results_url,
         )
 
     def batch_name(self, *parts: str | int) -> str:
@@ -94,7 +97,9 @@ class AdapterSettings(BaseModel):
             inference["maxSampledTokens"] = max_sampled_tokens
         if max_context_tokens is not None:
             configured = inference.get("maxContextTokens")
-            inference["maxContextTokens"] = min(int(configured), max_context_tokens) if configured else max_context_tokens
+            inference["maxContextTokens"] = (
+                min(int(configured), max_context_tokens) if configured else max_context_tokens
+            )
         return inference
 
 

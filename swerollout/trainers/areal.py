@@ -84,12 +84,16 @@ class SWERolloutWorkflow(RolloutWorkflow):  # type: ignore[misc]
         if group_size < 1:
             raise ValueError(f"group_size must be at least 1, got {group_size}")
         self.settings = (
-            settings if isinstance(settings, AdapterSettings) else AdapterSettings.parse(settings, "the workflow's settings")
+            settings
+            if isinstance(settings, AdapterSettings)
+            else AdapterSettings.parse(settings, "the workflow's settings")
         )
         self.group_size = group_size
         self.sampling: dict[str, Any] = {}
         if gconfig is not None:
-            self.sampling = sampling_from({"temperature": gconfig.temperature, "top_p": gconfig.top_p, "top_k": gconfig.top_k})
+            self.sampling = sampling_from(
+                {"temperature": gconfig.temperature, "top_p": gconfig.top_p, "top_k": gconfig.top_k}
+            )
             self.sampling["maxNewTokens"] = int(gconfig.max_new_tokens)
             max_tokens = max_tokens if max_tokens is not None else getattr(gconfig, "max_tokens", None)
         self.caps = LengthCaps(total=int(max_tokens) if max_tokens else None, total_setting="gconfig.max_tokens")
@@ -103,14 +107,19 @@ class SWERolloutWorkflow(RolloutWorkflow):  # type: ignore[misc]
         episode = next(self._episodes)
         client = shared_client(self.settings)
         names = await client.submit_batch(
-            [instance], self.group_size,
+            [instance],
+            self.group_size,
             batch=self.settings.batch_name(self.run_id, episode),
             inference=self.settings.inference_for(
-                episode, sampling=self.sampling, max_sampled_tokens=self.max_sampled_tokens,
+                episode,
+                sampling=self.sampling,
+                max_sampled_tokens=self.max_sampled_tokens,
                 max_context_tokens=self.caps.max_context_tokens,
             ),
-            agent=self.settings.agent or None, sandbox=self.settings.sandbox or None,
-            reward=self.settings.reward or None, mode=self.settings.mode,
+            agent=self.settings.agent or None,
+            sandbox=self.settings.sandbox or None,
+            reward=self.settings.reward or None,
+            mode=self.settings.mode,
             weight_version=str(version),
         )
         records = await asyncio.gather(*(client.result(n, timeout=self.settings.timeout_seconds) for n in names))

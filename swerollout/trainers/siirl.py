@@ -67,14 +67,20 @@ def caps_from_siirl(config: Any) -> LengthCaps:
     ``rollout.response_length`` (its agent loop does; the data config's lengths stand in
     when those are unset)."""
     rollout, data = config.actor_rollout_ref.rollout, config.data
-    prompt_setting, response_setting = "actor_rollout_ref.rollout.prompt_length", "actor_rollout_ref.rollout.response_length"
+    prompt_setting, response_setting = (
+        "actor_rollout_ref.rollout.prompt_length",
+        "actor_rollout_ref.rollout.response_length",
+    )
     prompt, response = rollout.prompt_length, rollout.response_length
     if prompt is None:
         prompt, prompt_setting = data.max_prompt_length, "data.max_prompt_length"
     if response is None:
         response, response_setting = data.max_response_length, "data.max_response_length"
     return LengthCaps(
-        prompt=int(prompt), response=int(response), prompt_setting=prompt_setting, response_setting=response_setting,
+        prompt=int(prompt),
+        response=int(response),
+        prompt_setting=prompt_setting,
+        response_setting=response_setting,
     )
 
 
@@ -121,8 +127,8 @@ def rollout_tensors(records: Sequence[RolloutRecord], caps: LengthCaps, *, pad_t
             continue
         arrays = token_arrays(record, caps)
         p, r = arrays.prompt_ids.size, arrays.response_ids.size
-        prompts[row, p_len - p:] = torch.from_numpy(arrays.prompt_ids)
-        prompt_attention[row, p_len - p:] = 1
+        prompts[row, p_len - p :] = torch.from_numpy(arrays.prompt_ids)
+        prompt_attention[row, p_len - p :] = 1
         responses[row, :r] = torch.from_numpy(arrays.response_ids)
         response_attention[row, :r] = 1
         response_mask[row, :r] = torch.from_numpy(arrays.loss_mask)
@@ -157,7 +163,9 @@ def rollout_metrics(records: Sequence[RolloutRecord]) -> dict[str, float]:
     return metrics
 
 
-def node_output(batch: TensorDict, records: Sequence[RolloutRecord], caps: LengthCaps, *, pad_token_id: int) -> NodeOutput:
+def node_output(
+    batch: TensorDict, records: Sequence[RolloutRecord], caps: LengthCaps, *, pad_token_id: int
+) -> NodeOutput:
     """siiRL's input ``batch`` (rows in order) completed with the records' rollout fields
     (:func:`rollout_tensors`, replacing the dataset's prompt-only ``input_ids``, masks and
     positions, as siiRL's own rollout does) and their statuses (:data:`STATUS_KEY`)."""
@@ -199,10 +207,16 @@ class SWERolloutNode:
     never attended)."""
 
     def __init__(
-        self, settings: AdapterSettings | Mapping[str, Any], *, run_id: str | None = None, pad_token_id: int | None = None
+        self,
+        settings: AdapterSettings | Mapping[str, Any],
+        *,
+        run_id: str | None = None,
+        pad_token_id: int | None = None,
     ) -> None:
         self.settings = (
-            settings if isinstance(settings, AdapterSettings) else AdapterSettings.parse(settings, "the node's settings")
+            settings
+            if isinstance(settings, AdapterSettings)
+            else AdapterSettings.parse(settings, "the node's settings")
         )
         self.run_id = run_id or secrets.token_hex(3)
         """Keeps this run's batch names apart from an earlier run's with the same steps."""
@@ -239,23 +253,36 @@ class SWERolloutNode:
         name = self.batch_name(step, rank, validate)
         rollout = config.actor_rollout_ref.rollout
         source = rollout.val_kwargs if validate and hasattr(rollout, "val_kwargs") else rollout
-        sampling = sampling_from({
-            "temperature": source.temperature, "top_p": source.top_p, "top_k": getattr(source, "top_k", None),
-        })
+        sampling = sampling_from(
+            {
+                "temperature": source.temperature,
+                "top_p": source.top_p,
+                "top_k": getattr(source, "top_k", None),
+            }
+        )
 
         def inference(member: int) -> dict[str, Any]:
             return self.settings.inference_for(
-                member, sampling=sampling, max_sampled_tokens=caps.max_sampled_tokens,
+                member,
+                sampling=sampling,
+                max_sampled_tokens=caps.max_sampled_tokens,
                 max_context_tokens=caps.max_context_tokens,
             )
 
         async with self.settings.connect() as client:
             await client.submit_batch(
-                instances, group_size, batch=name, inference=inference(0),
-                agent=self.settings.agent or None, sandbox=self.settings.sandbox or None,
-                reward=self.settings.reward or None, mode="validate" if validate else self.settings.mode,
+                instances,
+                group_size,
+                batch=name,
+                inference=inference(0),
+                agent=self.settings.agent or None,
+                sandbox=self.settings.sandbox or None,
+                reward=self.settings.reward or None,
+                mode="validate" if validate else self.settings.mode,
                 weight_version=str(step),
-                member_inference=[inference(m) for m in range(group_size)] if len(self.settings.endpoints) > 1 else None,
+                member_inference=[inference(m) for m in range(group_size)]
+                if len(self.settings.endpoints) > 1
+                else None,
                 trainer_labels=[{"uid": u} for u in order],
             )
             await client.wait(name, timeout=self.settings.timeout_seconds)
@@ -313,6 +340,14 @@ def swe_grpo_pipeline() -> TaskGraph:
 
 
 __all__ = [
-    "SETTINGS_ENV", "STATUS_KEY", "settings_from_env", "swe_grpo_pipeline", "SWERolloutNode", "caps_from_siirl", "groups_of", "rollout_metrics", "rollout_tensors",
+    "SETTINGS_ENV",
+    "STATUS_KEY",
+    "settings_from_env",
+    "swe_grpo_pipeline",
+    "SWERolloutNode",
+    "caps_from_siirl",
+    "groups_of",
+    "rollout_metrics",
+    "rollout_tensors",
     "with_swe_rollout",
 ]

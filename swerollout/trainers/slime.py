@@ -118,7 +118,9 @@ class SlimeAdapter:
         try:
             return instance_from_row(sample.metadata or {})
         except ClientConfigError as exc:
-            raise TrainerAdapterError(f"sample {sample.index}: its metadata (slime's --metadata-key column): {exc}") from exc
+            raise TrainerAdapterError(
+                f"sample {sample.index}: its metadata (slime's --metadata-key column): {exc}"
+            ) from exc
 
     async def generate(self, args: Any, sample: Any, sampling_params: Mapping[str, Any]) -> Any:
         """slime's custom generate function: run (or resume) the sample's rollout, wait for
@@ -147,13 +149,19 @@ class SlimeAdapter:
         max_context = getattr(args, "rollout_max_context_len", None)
         settings = self.settings
         name = await self._client().submit_one(
-            self._instance(sample), batch=self.batch, sample=int(sample.group_index), member=int(sample.index),
+            self._instance(sample),
+            batch=self.batch,
+            sample=int(sample.group_index),
+            member=int(sample.index),
             inference=settings.inference_for(
-                int(sample.index), sampling=sampling_from(dict(sampling_params)),
+                int(sample.index),
+                sampling=sampling_from(dict(sampling_params)),
                 max_sampled_tokens=int(max_new) if max_new else None,
                 max_context_tokens=int(max_context) if max_context else None,
             ),
-            agent=settings.agent or None, reward=settings.reward or None, sandbox=settings.sandbox or None,
+            agent=settings.agent or None,
+            reward=settings.reward or None,
+            sandbox=settings.sandbox or None,
             mode=settings.mode,
             trainer_labels={"group_index": int(sample.group_index), "index": int(sample.index)},
         )
@@ -169,8 +177,7 @@ class SlimeAdapter:
         finished ones filled, not started ones untouched)."""
         params = _sampling_params(args)
         tasks = [
-            asyncio.ensure_future(asyncio.gather(*(self.generate(args, s, params) for s in group)))
-            for group in groups
+            asyncio.ensure_future(asyncio.gather(*(self.generate(args, s, params) for s in group))) for group in groups
         ]
         position = {task: i for i, task in enumerate(tasks)}
         whole: list[int] = []
@@ -187,8 +194,7 @@ class SlimeAdapter:
         left = [group for i, group in enumerate(groups) if i not in kept]
         final = {"COMPLETED", "TRUNCATED", "FAILED"}
         running = [
-            s for group in left for s in group
-            if (s.metadata or {}).get(META_ROLLOUT) and s.status.name not in final
+            s for group in left for s in group if (s.metadata or {}).get(META_ROLLOUT) and s.status.name not in final
         ]
         if running:
             await self._client().abort(names=[s.metadata[META_ROLLOUT] for s in running])
@@ -196,7 +202,9 @@ class SlimeAdapter:
                 sample.status = type(sample).Status.ABORTED
         return [groups[i] for i in kept], left
 
-    def generate_rollout(self, args: Any, rollout_id: int, data_source: Any, evaluation: bool = False) -> list[list[Any]]:
+    def generate_rollout(
+        self, args: Any, rollout_id: int, data_source: Any, evaluation: bool = False
+    ) -> list[list[Any]]:
         """slime's rollout function: ``args.rollout_batch_size`` whole groups of
         ``args.n_samples_per_prompt`` samples per step.
 
@@ -248,8 +256,12 @@ def fill_sample(sample: Any, record: RolloutRecord, *, top_k: int | None = None)
     """Write one record into a slime ``Sample`` (see the module doc for the mapping)."""
     status = type(sample).Status
     sample.metadata = {
-        **(sample.metadata or {}), META_ROLLOUT: record.name, "exit_status": record.exit_status,
-        "resolved": record.resolved, "turns": record.turns, "trainer_labels": record.trainer_labels,
+        **(sample.metadata or {}),
+        META_ROLLOUT: record.name,
+        "exit_status": record.exit_status,
+        "resolved": record.resolved,
+        "turns": record.turns,
+        "trainer_labels": record.trainer_labels,
     }
     if record.status is TrainerStatus.ABORTED:
         sample.status = status.ABORTED

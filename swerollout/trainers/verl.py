@@ -95,12 +95,19 @@ def agent_loop_output(
         "exit_status": record.exit_status,
         "truncated": record.truncated,
     }
-    metrics = AgentLoopMetrics(generate_sequences=float(record.timings.get("generation", 0.0)),
-                               tool_calls=float(record.timings.get("tools", 0.0)))
+    metrics = AgentLoopMetrics(
+        generate_sequences=float(record.timings.get("generation", 0.0)),
+        tool_calls=float(record.timings.get("tools", 0.0)),
+    )
     if not has_tokens(record):
         return AgentLoopOutput(
-            prompt_ids=[pad_token_id], response_ids=[pad_token_id], response_mask=[0], response_logprobs=[0.0],
-            reward_score=reward_of(record), num_turns=0, metrics=metrics,
+            prompt_ids=[pad_token_id],
+            response_ids=[pad_token_id],
+            response_mask=[0],
+            response_logprobs=[0.0],
+            reward_score=reward_of(record),
+            num_turns=0,
+            metrics=metrics,
             extra_fields={**extra, "min_global_steps": -1, "max_global_steps": -1},
         )
     arrays = token_arrays(record, caps)
@@ -149,8 +156,6 @@ def _pad_id(tokenizer: Any) -> int:
     return int(pad) if pad is not None else 0
 
 
-
-
 def _label(value: Any) -> str | int:
     """A trainer label as JSON-safe scalar (verl rows hold numpy scalars)."""
     if isinstance(value, np.generic):
@@ -180,8 +185,10 @@ class SWERolloutAgentLoop(AgentLoopBase):  # type: ignore[misc]  # verl is not f
             batch=self.settings.batch_name(secrets.token_hex(6)),
             sample=max(index, 0),
             inference=self.settings.inference_for(
-                index, sampling=sampling_from(sampling_params),
-                max_sampled_tokens=self.caps.max_sampled_tokens, max_context_tokens=self.caps.max_context_tokens,
+                index,
+                sampling=sampling_from(sampling_params),
+                max_sampled_tokens=self.caps.max_sampled_tokens,
+                max_context_tokens=self.caps.max_context_tokens,
             ),
             agent=self.settings.agent or None,
             sandbox=self.settings.sandbox or None,
@@ -245,11 +252,15 @@ class SWERolloutAgentLoopManager:
         members = {u: [i for i, v in enumerate(uids) if v == u] for u in order}
         sizes = {len(m) for m in members.values()}
         if len(sizes) != 1:
-            raise ClientConfigError(f"every uid needs the same number of rows (rollout.n); got group sizes {sorted(sizes)}")
+            raise ClientConfigError(
+                f"every uid needs the same number of rows (rollout.n); got group sizes {sorted(sizes)}"
+            )
         group_size = sizes.pop()
         for u, idx in members.items():
             if idx != list(range(idx[0], idx[0] + group_size)):
-                raise ClientConfigError(f"the rows of uid {u} are not consecutive; repeat the batch with interleave=True")
+                raise ClientConfigError(
+                    f"the rows of uid {u} are not consecutive; repeat the batch with interleave=True"
+                )
         validate = bool(prompts.meta_info.get("validate", False))
         step = int(prompts.meta_info.get("global_steps", 0))
         batch = self.settings.batch_name(self.run_id, f"val{step}" if validate else step)
@@ -260,13 +271,19 @@ class SWERolloutAgentLoopManager:
         instances = [instance_from_row(row_of(members[u][0])) for u in order]
         async with self.settings.connect() as client:
             await client.submit_batch(
-                instances, group_size, batch=batch,
+                instances,
+                group_size,
+                batch=batch,
                 inference=self.settings.inference_for(
-                    0, sampling=verl_sampling(self.config.actor_rollout_ref.rollout, validate),
-                    max_sampled_tokens=self.caps.max_sampled_tokens, max_context_tokens=self.caps.max_context_tokens,
+                    0,
+                    sampling=verl_sampling(self.config.actor_rollout_ref.rollout, validate),
+                    max_sampled_tokens=self.caps.max_sampled_tokens,
+                    max_context_tokens=self.caps.max_context_tokens,
                 ),
-                agent=self.settings.agent or None, sandbox=self.settings.sandbox or None,
-                reward=self.settings.reward or None, mode="validate" if validate else self.settings.mode,
+                agent=self.settings.agent or None,
+                sandbox=self.settings.sandbox or None,
+                reward=self.settings.reward or None,
+                mode="validate" if validate else self.settings.mode,
                 weight_version=str(step),
                 member_inference=self._spread(group_size, validate),
             )
@@ -278,8 +295,10 @@ class SWERolloutAgentLoopManager:
         for sample, u in enumerate(order):
             for member, i in enumerate(members[u]):
                 output = agent_loop_output(
-                    by_position[(sample, member)], self.caps,
-                    pad_token_id=_pad_id(self.tokenizer), moe_layers=self.settings.moe_layers,
+                    by_position[(sample, member)],
+                    self.caps,
+                    pad_token_id=_pad_id(self.tokenizer),
+                    moe_layers=self.settings.moe_layers,
                 )
                 outputs.append(await worker._agent_loop_postprocess(output, validate, **row_of(i)))
         output_batch: DataProto = worker._postprocess(outputs, input_non_tensor_batch=rows, validate=validate)
@@ -292,7 +311,9 @@ class SWERolloutAgentLoopManager:
         sampling = verl_sampling(self.config.actor_rollout_ref.rollout, validate)
         return [
             self.settings.inference_for(
-                m, sampling=sampling, max_sampled_tokens=self.caps.max_sampled_tokens,
+                m,
+                sampling=sampling,
+                max_sampled_tokens=self.caps.max_sampled_tokens,
                 max_context_tokens=self.caps.max_context_tokens,
             )
             for m in range(group_size)
@@ -300,6 +321,11 @@ class SWERolloutAgentLoopManager:
 
 
 __all__ = [
-    "AGENT_NAME", "SWERolloutAgentLoop", "SWERolloutAgentLoopManager", "agent_loop_output", "caps_from_verl",
-    "postprocessor", "settings_from_verl",
+    "AGENT_NAME",
+    "SWERolloutAgentLoop",
+    "SWERolloutAgentLoopManager",
+    "agent_loop_output",
+    "caps_from_verl",
+    "postprocessor",
+    "settings_from_verl",
 ]

@@ -122,15 +122,29 @@ def _row(record: ViewRecord) -> dict[str, Any]:
     _, aborts, resumes = turn_marks(record)
     versions = Counter(v for m, v in zip(record.loss_mask, record.weight_versions) if m == 1 and v is not None)
     seconds = _seconds(record.times)
-    return clean_dict({
-        "name": record.name, "batch": record.batch, "sample": record.sample, "member": record.member,
-        "instance_id": record.instance_id, "phase": record.phase, "status": record.status,
-        "exit_status": record.exit_status, "reward": record.reward, "resolved": record.resolved,
-        "turns": record.turns, "tokens": len(record.prompt_ids) + len(record.response_ids),
-        "sampled": sum(record.loss_mask), "duration": seconds.get("total"),
-        "phases": {p: seconds[p] for p in PHASES if p in seconds},
-        "aborts": aborts, "resumes": resumes, "attempts": record.attempts, "versions": dict(versions),
-    })
+    return clean_dict(
+        {
+            "name": record.name,
+            "batch": record.batch,
+            "sample": record.sample,
+            "member": record.member,
+            "instance_id": record.instance_id,
+            "phase": record.phase,
+            "status": record.status,
+            "exit_status": record.exit_status,
+            "reward": record.reward,
+            "resolved": record.resolved,
+            "turns": record.turns,
+            "tokens": len(record.prompt_ids) + len(record.response_ids),
+            "sampled": sum(record.loss_mask),
+            "duration": seconds.get("total"),
+            "phases": {p: seconds[p] for p in PHASES if p in seconds},
+            "aborts": aborts,
+            "resumes": resumes,
+            "attempts": record.attempts,
+            "versions": dict(versions),
+        }
+    )
 
 
 def _histogram(values: Sequence[float]) -> dict[str, Any]:
@@ -156,29 +170,30 @@ def batch_summary(records: Iterable[ViewRecord], source: str) -> dict[str, Any]:
         versions.update(row["versions"])
     durations = [r["duration"] for r in rows if r["duration"] is not None]
     resolved = sum(1 for r in rows if r["resolved"])
-    return clean_dict({
-        "batches": sorted({r["batch"] for r in rows}),
-        "source": source,
-        "total": len(rows),
-        "resolved": resolved,
-        "resolved_rate": resolved / len(rows) if rows else 0.0,
-        "exit_statuses": dict(Counter(r["exit_status"] or "(none)" for r in rows).most_common()),
-        "statuses": dict(Counter(r["status"] for r in rows).most_common()),
-        "aborted": sum(1 for r in rows if r["aborts"]),
-        "resumed": sum(1 for r in rows if r["resumes"]),
-        "replayed": sum(1 for r in rows if r["attempts"] > 1),
-        "versions": dict(sorted(versions.items())),
-        "histograms": {
-            "turns": _histogram([r["turns"] for r in rows]),
-            "tokens": _histogram([r["tokens"] for r in rows]),
-            "duration": _histogram(durations),
-        },
-        "phases": {
-            p: _stats(values) for p in PHASES
-            if (values := [r["phases"][p] for r in rows if p in r["phases"]])
-        },
-        "rollouts": rows,
-    })
+    return clean_dict(
+        {
+            "batches": sorted({r["batch"] for r in rows}),
+            "source": source,
+            "total": len(rows),
+            "resolved": resolved,
+            "resolved_rate": resolved / len(rows) if rows else 0.0,
+            "exit_statuses": dict(Counter(r["exit_status"] or "(none)" for r in rows).most_common()),
+            "statuses": dict(Counter(r["status"] for r in rows).most_common()),
+            "aborted": sum(1 for r in rows if r["aborts"]),
+            "resumed": sum(1 for r in rows if r["resumes"]),
+            "replayed": sum(1 for r in rows if r["attempts"] > 1),
+            "versions": dict(sorted(versions.items())),
+            "histograms": {
+                "turns": _histogram([r["turns"] for r in rows]),
+                "tokens": _histogram([r["tokens"] for r in rows]),
+                "duration": _histogram(durations),
+            },
+            "phases": {
+                p: _stats(values) for p in PHASES if (values := [r["phases"][p] for r in rows if p in r["phases"]])
+            },
+            "rollouts": rows,
+        }
+    )
 
 
 def rollout_detail(record: ViewRecord, group: Sequence[str] = ()) -> dict[str, Any]:
@@ -204,15 +219,17 @@ def rollout_detail(record: ViewRecord, group: Sequence[str] = ()) -> dict[str, A
     abort_marks, _, _ = turn_marks(record)
     marks = sorted([*abort_marks, *version_marks(record)], key=lambda m: (m["at"], m["kind"]))
     prompt = len(record.prompt_ids)
-    text = clean_dict({
-        **_row(record),
-        "group": [g for g in group if g != record.name],
-        "tokenizer": record.tokenizer,
-        "messages": record.messages,
-        "submission": record.submission,
-        "report": record.report,
-        "timings": record.timings,
-    })
+    text = clean_dict(
+        {
+            **_row(record),
+            "group": [g for g in group if g != record.name],
+            "tokenizer": record.tokenizer,
+            "messages": record.messages,
+            "submission": record.submission,
+            "report": record.report,
+            "timings": record.timings,
+        }
+    )
     # Numbers need no cleaning, and the tokenizer's pieces are valid Unicode already.
     text["token_view"] = {
         "ids": ids,

@@ -28,17 +28,23 @@ def embed_json(data: Any) -> str:
     """JSON that is safe inside a <script type="application/json"> element: no `<`, `>`
     or `&` can end the element or open a comment, whatever the strings hold."""
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    for raw, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+    for raw, escaped in (
+        ("<", "\\u003c"),
+        (">", "\\u003e"),
+        ("&", "\\u0026"),
+        ("\u2028", "\\u2028"),
+        ("\u2029", "\\u2029"),
+    ):
         text = text.replace(raw, escaped)
     return text
 
 
 def _page(head: str, body_end: str) -> str:
     return (
-        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">{head}<title>{TITLE}</title></head>"
-        "<body><header class=\"top\"><h1><a href=\"#\">swerollout</a></h1><span class=\"where\" id=\"where\"></span></header>"
-        f"<main id=\"main\"></main>{body_end}</body></html>\n"
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">{head}<title>{TITLE}</title></head>'
+        '<body><header class="top"><h1><a href="#">swerollout</a></h1><span class="where" id="where"></span></header>'
+        f'<main id="main"></main>{body_end}</body></html>\n'
     )
 
 

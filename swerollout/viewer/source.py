@@ -36,9 +36,13 @@ def _record(row: dict[str, Any], where: str) -> ViewRecord:
 def load_file(path: Path) -> list[ViewRecord]:
     """Rollouts from a .jsonl or .parquet results file."""
     if path.suffix not in SUFFIXES:
-        raise SourceError(f"--from {path}: the file must end in {' or '.join(SUFFIXES)} (as `swerollout results` writes)")
+        raise SourceError(
+            f"--from {path}: the file must end in {' or '.join(SUFFIXES)} (as `swerollout results` writes)"
+        )
     if not path.is_file():
-        raise SourceError(f"--from {path}: no such file (write one with `swerollout results --batch NAME --out {path}`)")
+        raise SourceError(
+            f"--from {path}: no such file (write one with `swerollout results --batch NAME --out {path}`)"
+        )
     return _load_parquet(path) if path.suffix == ".parquet" else _load_jsonl(path)
 
 

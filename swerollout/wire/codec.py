@@ -96,8 +96,7 @@ def decode(blob: bytes, *, kind: str | None = None) -> Decoded:
         raise CorruptBlobError(f"not a swerollout blob (magic {magic!r}, expected {MAGIC!r})")
     if version > FORMAT_VERSION:
         raise UnsupportedVersionError(
-            f"blob uses container format v{version}; this swerollout reads up to v{FORMAT_VERSION}: "
-            "upgrade the reader"
+            f"blob uses container format v{version}; this swerollout reads up to v{FORMAT_VERSION}: upgrade the reader"
         )
     body = blob[_PREFIX.size :]
     if len(body) != length:

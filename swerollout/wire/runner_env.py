@@ -92,9 +92,11 @@ class RunnerEnv(BaseModel):
         """The inference server's keys the pod spec mounted (none when the spec names none)."""
         return InferenceKeys(
             api_key=_read_secret(self.inference_api_key_file, ENV_NAMES["inference_api_key_file"])
-            if self.inference_api_key_file else None,
+            if self.inference_api_key_file
+            else None,
             admin_key=_read_secret(self.inference_admin_key_file, ENV_NAMES["inference_admin_key_file"])
-            if self.inference_admin_key_file else None,
+            if self.inference_admin_key_file
+            else None,
         )
 
 
@@ -107,7 +109,9 @@ class InferenceKeys(BaseModel):
     admin_key: str | None = None
 
     def __repr__(self) -> str:  # never print a key
-        return f"InferenceKeys(api_key={'set' if self.api_key else None}, admin_key={'set' if self.admin_key else None})"
+        return (
+            f"InferenceKeys(api_key={'set' if self.api_key else None}, admin_key={'set' if self.admin_key else None})"
+        )
 
     __str__ = __repr__
 

@@ -206,9 +206,7 @@ class MetaInfo(_Lenient):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
-    weight_version: str | None = Field(
-        default=None, validation_alias=AliasChoices("weight_version", "model_version")
-    )
+    weight_version: str | None = Field(default=None, validation_alias=AliasChoices("weight_version", "model_version"))
     """The version of the last span; ``"default"`` until a trainer set one (UNSET_WEIGHT_VERSION)."""
     weight_versions: list[WeightVersionSpan] | None = None
     """Present when the weights changed while the request was alive."""

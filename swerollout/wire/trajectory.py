@@ -133,7 +133,9 @@ class Trajectory(BaseModel):
             exclude={"prompt_ids", "response_ids", "loss_mask", "logprobs", "weight_versions", "routed_experts"}
         )
         meta["version_table"] = table
-        routed = {} if self.routed_experts is None else {"routed_experts": np.frombuffer(self.routed_experts, dtype="<i4")}
+        routed = (
+            {} if self.routed_experts is None else {"routed_experts": np.frombuffer(self.routed_experts, dtype="<i4")}
+        )
         return encode(
             TRAJECTORY_KIND,
             meta,

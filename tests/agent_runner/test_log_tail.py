@@ -42,4 +42,6 @@ def test_one_huge_line_keeps_its_end() -> None:
     tail = LogTail(limit=100)
     _logger(tail).info("a" * 500 + "END")
     data = tail.value()
-    assert data.endswith(b"END\n") and len(data) <= 100 + len(b"[... earlier log lines dropped: the store keeps the last 100 bytes ...]\n")
+    assert data.endswith(b"END\n") and len(data) <= 100 + len(
+        b"[... earlier log lines dropped: the store keeps the last 100 bytes ...]\n"
+    )

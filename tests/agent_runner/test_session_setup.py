@@ -22,8 +22,12 @@ from swerollout.wire.runner_env import RunnerEnv
 
 SPEC: dict[str, Any] = {
     "instance": {
-        "instanceId": "demo__calc-1", "repo": "demo/calc", "baseCommit": "abcdef0", "image": "registry.example/calc:1",
-        "problemStatement": "add() is wrong", "evaluation": {"failToPass": ["tests/test_calc.py::test_add"]},
+        "instanceId": "demo__calc-1",
+        "repo": "demo/calc",
+        "baseCommit": "abcdef0",
+        "image": "registry.example/calc:1",
+        "problemStatement": "add() is wrong",
+        "evaluation": {"failToPass": ["tests/test_calc.py::test_add"]},
     },
     "inference": {"endpoint": "http://127.0.0.1:9", "tokenizer": "qwen-2.5"},
 }
@@ -53,19 +57,31 @@ async def ingest() -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
 def _runner(url: str, tmp_path: Path) -> Runner:
     token = tmp_path / "token"
     token.write_text("t")
-    env = RunnerEnv(ingest_url=url, namespace="ns", name="r", uid="u-1", ingest_token_file=str(token),
-                    swerex_url="http://127.0.0.1:9", swerex_token_file=str(token))
+    env = RunnerEnv(
+        ingest_url=url,
+        namespace="ns",
+        name="r",
+        uid="u-1",
+        ingest_token_file=str(token),
+        swerex_url="http://127.0.0.1:9",
+        swerex_token_file=str(token),
+    )
     runner = Runner(env)
     # Setup fails before the sandbox is used; the runner only needs to hold one.
     runner.sandbox = Sandbox.__new__(Sandbox)
     return runner
 
 
-@pytest.mark.parametrize("agent, expected", [
-    ({"templates": {"nextStepTemplate": "{{ observaton }}"}},
-     "spec.agent.templates.nextStepTemplate: next_step_template uses unknown variable(s) ['observaton']"),
-    ({"tools": {"enabled": ["bash"]}}, "spec.agent.tools: enabled must include submit"),
-])
+@pytest.mark.parametrize(
+    "agent, expected",
+    [
+        (
+            {"templates": {"nextStepTemplate": "{{ observaton }}"}},
+            "spec.agent.templates.nextStepTemplate: next_step_template uses unknown variable(s) ['observaton']",
+        ),
+        ({"tools": {"enabled": ["bash"]}}, "spec.agent.tools: enabled must include submit"),
+    ],
+)
 async def test_a_bad_agent_config_reports_runner_setup_failed(
     ingest: tuple[str, list[dict[str, Any]]], tmp_path: Path, agent: dict[str, Any], expected: str
 ) -> None:

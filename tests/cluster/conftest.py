@@ -15,7 +15,6 @@ import pytest
 from swerollout_dev.cluster.config import ClusterConfig, ClusterPaths
 from tests.support.realnode import RealNode, base_image_archive, leftovers, swerollout_cli
 
-
 # Not under pytest's tmp dirs: pytest renames old ones before deleting them, and a
 # renamed cluster dir hides its mounts from `cluster down`.
 WORKDIR = Path("/var/tmp/swerollout-realnode-tests")
@@ -46,9 +45,11 @@ def pod_namespace(real_node: RealNode, request: pytest.FixtureRequest) -> Iterat
     name = "t-" + request.node.name.lower().replace("_", "-")[:40].rstrip("-")
     real_node.kubectl_ok("create", "namespace", name)
     # The controller-manager creates the default ServiceAccount; pods need it to exist.
-    real_node.wait_for(f"ServiceAccount {name}/default",
-                       lambda: real_node.kubectl("get", "serviceaccount", "default", "-n", name).returncode == 0,
-                       timeout=120)
+    real_node.wait_for(
+        f"ServiceAccount {name}/default",
+        lambda: real_node.kubectl("get", "serviceaccount", "default", "-n", name).returncode == 0,
+        timeout=120,
+    )
     yield name
     real_node.kubectl("delete", "namespace", name, "--wait=false")
 

@@ -119,5 +119,5 @@ def test_build_image_prints_an_archive_of_our_image_that_containerd_imports(real
     # The Dockerfile's runtime stage: non-root, the operator as its command.
     assert config["config"]["User"] == "10001:10001"
     assert config["config"]["Cmd"] == ["python", "-m", "swerollout_operator"]
-    real_node.import_image(archive)   # the hint it prints: ctr -n k8s.io images import
+    real_node.import_image(archive)  # the hint it prints: ctr -n k8s.io images import
     assert f"ctr -n k8s.io images import {archive}" in done.stdout

@@ -11,25 +11,36 @@ from tests.support.realnode import BASE_IMAGE, RealNode
 
 
 def _pod(name: str, namespace: str, command: str, *, labels: dict[str, str] | None = None) -> str:
-    return json.dumps({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
-        "spec": {
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 1,
-            "volumes": [{"name": "work", "emptyDir": {}}],
-            "initContainers": [{
-                "name": "init", "image": BASE_IMAGE, "imagePullPolicy": "IfNotPresent",
-                "command": ["sh", "-c", "echo from-init > /work/note"],
-                "volumeMounts": [{"name": "work", "mountPath": "/work"}],
-            }],
-            "containers": [{
-                "name": "main", "image": BASE_IMAGE, "imagePullPolicy": "IfNotPresent",
-                "command": ["sh", "-c", command],
-                "volumeMounts": [{"name": "work", "mountPath": "/work"}],
-            }],
-        },
-    })
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+            "spec": {
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 1,
+                "volumes": [{"name": "work", "emptyDir": {}}],
+                "initContainers": [
+                    {
+                        "name": "init",
+                        "image": BASE_IMAGE,
+                        "imagePullPolicy": "IfNotPresent",
+                        "command": ["sh", "-c", "echo from-init > /work/note"],
+                        "volumeMounts": [{"name": "work", "mountPath": "/work"}],
+                    }
+                ],
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": BASE_IMAGE,
+                        "imagePullPolicy": "IfNotPresent",
+                        "command": ["sh", "-c", command],
+                        "volumeMounts": [{"name": "work", "mountPath": "/work"}],
+                    }
+                ],
+            },
+        }
+    )
 
 
 def _running(node: RealNode, namespace: str, name: str) -> dict | None:  # type: ignore[type-arg]
@@ -51,23 +62,30 @@ def test_node_is_ready_with_its_own_identity(real_node: RealNode) -> None:
     secrets = real_node.kubectl("get", "secrets", "-A", kubeconfig=kubelet)
     assert secrets.returncode != 0 and "forbidden" in secrets.stderr.lower()
     # NodeRestriction: it may not label itself into node-restricted keys or touch other nodes.
-    other = real_node.kubectl("label", "node", real_node.config.node_name,
-                              "node-restriction.kubernetes.io/evil=1", kubeconfig=kubelet)
+    other = real_node.kubectl(
+        "label", "node", real_node.config.node_name, "node-restriction.kubernetes.io/evil=1", kubeconfig=kubelet
+    )
     assert other.returncode != 0 and "forbidden" in other.stderr.lower()
 
 
 def test_pod_with_init_container_emptydir_logs_and_exec(real_node: RealNode, pod_namespace: str) -> None:
-    real_node.kubectl_ok("apply", "-f", "-", input=_pod(
-        "hello", pod_namespace, "cat /work/note; python3 -c 'print(6 * 7)'; sleep 600"))
+    real_node.kubectl_ok(
+        "apply", "-f", "-", input=_pod("hello", pod_namespace, "cat /work/note; python3 -c 'print(6 * 7)'; sleep 600")
+    )
     pod = real_node.wait_for("pod hello Running", lambda: _running(real_node, pod_namespace, "hello"))
     assert pod["status"]["podIP"].startswith("10.244.0.")
     logs = real_node.wait_for(
         "the container's output in kubectl logs",
-        lambda: (out := real_node.kubectl("logs", "hello", "-c", "main", "-n", pod_namespace).stdout)
-        and "42" in out and out)
+        lambda: (
+            (out := real_node.kubectl("logs", "hello", "-c", "main", "-n", pod_namespace).stdout)
+            and "42" in out
+            and out
+        ),
+    )
     assert logs.split() == ["from-init", "42"]
-    exec_ = real_node.kubectl("exec", "hello", "-c", "main", "-n", pod_namespace, "--",
-                              "sh", "-c", "cat /work/note && id -u")
+    exec_ = real_node.kubectl(
+        "exec", "hello", "-c", "main", "-n", pod_namespace, "--", "sh", "-c", "cat /work/note && id -u"
+    )
     assert exec_.returncode == 0, exec_.stderr
     assert exec_.stdout.split() == ["from-init", "0"]
 
@@ -94,21 +112,45 @@ def test_pod_network_stays_on_this_machine(real_node: RealNode, pod_namespace: s
 
 
 def test_service_reaches_pod_through_kube_proxy(real_node: RealNode, pod_namespace: str) -> None:
-    real_node.kubectl_ok("apply", "-f", "-", input=_pod(
-        "web", pod_namespace, "cd /work && python3 -m http.server 8000", labels={"app": "web"}))
-    real_node.kubectl_ok("apply", "-f", "-", input=json.dumps({
-        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": pod_namespace},
-        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8000}]},
-    }))
+    real_node.kubectl_ok(
+        "apply",
+        "-f",
+        "-",
+        input=_pod("web", pod_namespace, "cd /work && python3 -m http.server 8000", labels={"app": "web"}),
+    )
+    real_node.kubectl_ok(
+        "apply",
+        "-f",
+        "-",
+        input=json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": "web", "namespace": pod_namespace},
+                "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8000}]},
+            }
+        ),
+    )
     real_node.kubectl_ok("apply", "-f", "-", input=_pod("client", pod_namespace, "sleep 600"))
     for name in ("web", "client"):
         real_node.wait_for(f"pod {name} Running", lambda n=name: _running(real_node, pod_namespace, n))
     cluster_ip = real_node.get("service", "web", "-n", pod_namespace)["spec"]["clusterIP"]
     assert cluster_ip.startswith("10.96.")
-    fetch = f"import urllib.request; print(urllib.request.urlopen('http://{cluster_ip}/note', timeout=5).read().decode())"
+    fetch = (
+        f"import urllib.request; print(urllib.request.urlopen('http://{cluster_ip}/note', timeout=5).read().decode())"
+    )
     body = real_node.wait_for(
         "the Service to answer through kube-proxy",
-        lambda: (p := real_node.kubectl("exec", "client", "-c", "main", "-n", pod_namespace, "--",
-                                        "python3", "-c", fetch)).returncode == 0 and p.stdout,
-        timeout=120, interval=2)
+        lambda: (
+            (
+                p := real_node.kubectl(
+                    "exec", "client", "-c", "main", "-n", pod_namespace, "--", "python3", "-c", fetch
+                )
+            ).returncode
+            == 0
+            and p.stdout
+        ),
+        timeout=120,
+        interval=2,
+    )
     assert body.strip() == "from-init"

@@ -37,16 +37,24 @@ def oracle_url(real_node: RealNode) -> str:
 @pytest.fixture(scope="module")
 def null_policy(real_node: RealNode) -> Iterator[str]:
     # On the node IP: pods reach it there, and nothing outside this machine does.
-    with launch("null", subprocess=True, ready_timeout=POLICY_READY, tokenizer="qwen-2.5",
-                host=real_node.config.node_ip) as server:
+    with launch(
+        "null", subprocess=True, ready_timeout=POLICY_READY, tokenizer="qwen-2.5", host=real_node.config.node_ip
+    ) as server:
         yield server.url
 
 
 @pytest.fixture(scope="module")
 def slow_policy(real_node: RealNode) -> Iterator[str]:
     """tiny-lm (real sampling) slowed down so suspensions land mid-generation."""
-    with launch("tiny-lm", subprocess=True, ready_timeout=POLICY_READY, tokenizer="qwen-2.5", host=real_node.config.node_ip,
-                weight_version="v1", faults={"delay_per_token": 0.08}) as server:
+    with launch(
+        "tiny-lm",
+        subprocess=True,
+        ready_timeout=POLICY_READY,
+        tokenizer="qwen-2.5",
+        host=real_node.config.node_ip,
+        weight_version="v1",
+        faults={"delay_per_token": 0.08},
+    ) as server:
         yield server.url
 
 
@@ -56,8 +64,9 @@ def rollouts(real_node: RealNode, pod_namespace: str) -> Rollouts:
 
 
 def _generating(rollouts: Rollouts, name: str) -> None:
-    rollouts.node.wait_for(f"{name} generating",
-                           lambda: (rollouts.status(name).get("progress") or {}).get("turns", 0) >= 1, timeout=300)
+    rollouts.node.wait_for(
+        f"{name} generating", lambda: (rollouts.status(name).get("progress") or {}).get("turns", 0) >= 1, timeout=300
+    )
 
 
 def test_the_chart_runs_the_operator_from_our_image(real_node: RealNode) -> None:
@@ -75,8 +84,13 @@ def test_the_chart_runs_the_operator_from_our_image(real_node: RealNode) -> None
 
 
 def helm(node: RealNode, *args: str) -> str:
-    proc = subprocess.run([str(find_binaries().helm), f"--kubeconfig={node.paths.kubeconfig}", *args],
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [str(find_binaries().helm), f"--kubeconfig={node.paths.kubeconfig}", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -87,7 +101,7 @@ README_SECTION = "### A real single-node cluster on this machine"
 def readme_steps() -> list[str]:
     """The commands of the README's real-cluster block, comments dropped."""
     text = (ROOT / "README.md").read_text()
-    block = text[text.index(README_SECTION):].split("```bash\n", 1)[1].split("```", 1)[0]
+    block = text[text.index(README_SECTION) :].split("```bash\n", 1)[1].split("```", 1)[0]
     return [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.strip()]
 
 
@@ -109,13 +123,17 @@ def test_the_readme_real_cluster_section_step_by_step(real_node: RealNode) -> No
     # step 3's KUBECONFIG is that workdir's; the repository's files are read from the checkout.
     bins = find_binaries()
     assert bins.helm.parent == bins.kubectl.parent
-    env = {**os.environ, "PATH": f"{bins.kubectl.parent}:{os.environ['PATH']}",
-           "KUBECONFIG": f"{real_node.workdir}/.swerollout/cluster/kubeconfig"}
+    env = {
+        **os.environ,
+        "PATH": f"{bins.kubectl.parent}:{os.environ['PATH']}",
+        "KUBECONFIG": f"{real_node.workdir}/.swerollout/cluster/kubeconfig",
+    }
     assert Path(env["KUBECONFIG"]) == real_node.paths.kubeconfig
 
     def sh(command: str, timeout: float = 180) -> str:
-        done = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True,
-                              timeout=timeout, check=False)
+        done = subprocess.run(
+            ["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False
+        )
         assert done.returncode == 0, f"{command}: {done.stderr}"
         return done.stdout
 
@@ -138,8 +156,9 @@ def test_the_readme_real_cluster_section_step_by_step(real_node: RealNode) -> No
         real_node.kubectl("delete", "-f", str(ROOT / "examples" / "cluster-rollout.yaml"), "--wait=false")
 
 
-def test_every_bundled_task_oracle_gets_1_and_null_gets_0(rollouts: Rollouts, oracle_url: str,
-                                                         null_policy: str) -> None:
+def test_every_bundled_task_oracle_gets_1_and_null_gets_0(
+    rollouts: Rollouts, oracle_url: str, null_policy: str
+) -> None:
     tasks = range(len(rollouts.instances))
     for task in tasks:
         rollouts.create(f"oracle-{task}", oracle_url, task=task)
@@ -163,9 +182,19 @@ def test_runner_logs_and_the_sandbox_cannot_read_the_runner_token(rollouts: Roll
     assert "ingest-token" in runner.split()
     # The sandbox's own mount holds only the swerex token; the runner's files are in
     # another mount namespace and its processes in another PID namespace.
-    sandbox = node.kubectl("exec", pod, "-c", "sandbox", "-n", ns, "--", "sh", "-c",
-                           "ls /var/run/secrets/swerollout; cat /var/run/secrets/swerollout/ingest-token; "
-                           "grep -l 'agent_[r]unner' /proc/[0-9]*/cmdline")   # [r]: the grep must not find itself
+    sandbox = node.kubectl(
+        "exec",
+        pod,
+        "-c",
+        "sandbox",
+        "-n",
+        ns,
+        "--",
+        "sh",
+        "-c",
+        "ls /var/run/secrets/swerollout; cat /var/run/secrets/swerollout/ingest-token; "
+        "grep -l 'agent_[r]unner' /proc/[0-9]*/cmdline",
+    )  # [r]: the grep must not find itself
     assert sandbox.stdout.split() == ["swerex-token"], sandbox.stdout
     assert "No such file" in sandbox.stderr
     rollouts.set_suspend("secrets", True)
@@ -192,8 +221,9 @@ def test_pod_deleted_while_aborted_is_replayed_into_a_fresh_pod(rollouts: Rollou
     aborted = rollouts.wait_phase("lost", {"Aborted"}, timeout=120)
     pod = aborted["sandbox"]["podName"]
     rollouts.node.kubectl_ok("delete", "pod", pod, "-n", rollouts.namespace, "--wait=true", timeout=180)
-    rollouts.node.wait_for("reclaimedAt", lambda: (rollouts.status("lost").get("sandbox") or {}).get("reclaimedAt"),
-                           timeout=120)
+    rollouts.node.wait_for(
+        "reclaimedAt", lambda: (rollouts.status("lost").get("sandbox") or {}).get("reclaimedAt"), timeout=120
+    )
     rollouts.set_suspend("lost", False)
     done = rollouts.wait_phase("lost", TERMINAL, timeout=420)
     assert done["phase"] == "Succeeded", json.dumps(done)[:3000]
@@ -223,14 +253,24 @@ def test_operator_pod_deleted_mid_batch_is_recreated_and_each_rollout_finishes_o
         before = node.get("pods", "-n", RELEASE_NAMESPACE, "-l", "app.kubernetes.io/instance=" + RELEASE)["items"]
         operator_pods = [p["metadata"]["name"] for p in before if p["status"]["phase"] == "Running"]
         assert len(operator_pods) == 1, before
-        node.wait_for("a rollout pod running", lambda: any(
-            (rollouts.status(n).get("sandbox") or {}).get("podName") for n in names), timeout=300)
+        node.wait_for(
+            "a rollout pod running",
+            lambda: any((rollouts.status(n).get("sandbox") or {}).get("podName") for n in names),
+            timeout=300,
+        )
         node.kubectl_ok("delete", "pod", operator_pods[0], "-n", RELEASE_NAMESPACE, "--wait=false")
-        node.wait_for("the Deployment's new operator pod Ready", lambda: [
-            p for p in node.get("pods", "-n", RELEASE_NAMESPACE, "-l", "app.kubernetes.io/instance=" + RELEASE)["items"]
-            if p["metadata"]["name"] != operator_pods[0]
-            and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions") or [])
-        ], timeout=300)
+        node.wait_for(
+            "the Deployment's new operator pod Ready",
+            lambda: [
+                p
+                for p in node.get("pods", "-n", RELEASE_NAMESPACE, "-l", "app.kubernetes.io/instance=" + RELEASE)[
+                    "items"
+                ]
+                if p["metadata"]["name"] != operator_pods[0]
+                and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions") or [])
+            ],
+            timeout=300,
+        )
         finals = {name: rollouts.wait_phase(name, TERMINAL, timeout=900) for name in names}
     finally:
         stop.set()

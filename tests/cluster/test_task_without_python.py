@@ -10,16 +10,23 @@ import subprocess
 import tarfile
 from pathlib import Path
 
+from swerollout.instances import SWEBenchInstance, write_instances
 from swerollout_dev.cluster import images
 from swerollout_dev.cluster.taskimages import MINIMAL_PACKAGES, REGISTRY, repo_image
 from swerollout_dev.policy_server.launch import launch
-from swerollout.instances import SWEBenchInstance, write_instances
 from tests.support.realnode import TERMINAL, RealNode, Rollouts
 
-GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@example.invalid", "GIT_AUTHOR_DATE": "2024-01-01T00:00:00+0000",
-           "GIT_COMMITTER_DATE": "2024-01-01T00:00:00+0000", "GIT_CONFIG_GLOBAL": "/dev/null",
-           "GIT_CONFIG_NOSYSTEM": "1", "PATH": "/usr/bin:/bin"}
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.invalid",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.invalid",
+    "GIT_AUTHOR_DATE": "2024-01-01T00:00:00+0000",
+    "GIT_COMMITTER_DATE": "2024-01-01T00:00:00+0000",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "PATH": "/usr/bin:/bin",
+}
 
 CALC = """#!/bin/sh
 # calc.sh add|sub A B
@@ -72,16 +79,23 @@ def shell_task(work: Path) -> tuple[SWEBenchInstance, Path]:
     name = f"{REGISTRY}/shellcalc:{base[:12]}"
     archive = repo_image(name, repo, MINIMAL_PACKAGES, work / "shellcalc.tar")
     instance = SWEBenchInstance(
-        instance_id="swerollout-examples__shellcalc-1", repo="swerollout-examples/shellcalc", base_commit=base,
-        problem_statement="`calc.sh add 3 2` prints 1; it should print 5.", patch=gold, test_patch=test_patch,
-        FAIL_TO_PASS=["tests/run.sh::test_add"], PASS_TO_PASS=["tests/run.sh::test_sub"], eval_script=EVAL,
+        instance_id="swerollout-examples__shellcalc-1",
+        repo="swerollout-examples/shellcalc",
+        base_commit=base,
+        problem_statement="`calc.sh add 3 2` prints 1; it should print 5.",
+        patch=gold,
+        test_patch=test_patch,
+        FAIL_TO_PASS=["tests/run.sh::test_add"],
+        PASS_TO_PASS=["tests/run.sh::test_sub"],
+        eval_script=EVAL,
         image=name,
     )
     return instance, archive
 
 
-def test_a_task_image_without_python_runs_through_the_bundle(real_node: RealNode, pod_namespace: str,
-                                                              tmp_path: Path) -> None:
+def test_a_task_image_without_python_runs_through_the_bundle(
+    real_node: RealNode, pod_namespace: str, tmp_path: Path
+) -> None:
     instance, archive = shell_task(tmp_path)
     # No Python anywhere in the image: no interpreter, no standard library.
     with tarfile.open(images.base_rootfs(MINIMAL_PACKAGES)) as tar:
@@ -94,8 +108,14 @@ def test_a_task_image_without_python_runs_through_the_bundle(real_node: RealNode
     write_instances([instance], tasks)
     rollouts = Rollouts(real_node, pod_namespace)
     rollouts.instances = [instance]
-    with launch("oracle", subprocess=True, ready_timeout=900, tokenizer="qwen-2.5", host=real_node.config.node_ip,
-                tasks=str(tasks)) as oracle:
+    with launch(
+        "oracle",
+        subprocess=True,
+        ready_timeout=900,
+        tokenizer="qwen-2.5",
+        host=real_node.config.node_ip,
+        tasks=str(tasks),
+    ) as oracle:
         rollouts.create("nopython", oracle.url)
         done = rollouts.wait_phase("nopython", TERMINAL, timeout=600)
     assert done["phase"] == "Succeeded" and done["reward"]["value"] == 1.0, json.dumps(done)[:3000]

@@ -31,13 +31,13 @@ from tests.support.realnode import SWEROLLOUTS, TERMINAL, RealNode, Rollouts
 
 ROOT = Path(__file__).resolve().parents[2]
 README_SECTION = "## Running on a real cluster"
-REGISTRY = "registry.swerollout.invalid"   # `.invalid`: a name that can never resolve (RFC 2606)
+REGISTRY = "registry.swerollout.invalid"  # `.invalid`: a name that can never resolve (RFC 2606)
 
 
 def readme_steps() -> list[str]:
     """The commands of the README's general block (continuations joined, comments dropped)."""
     text = (ROOT / "README.md").read_text()
-    block = text[text.index(README_SECTION):].split("```bash\n", 1)[1].split("```", 1)[0]
+    block = text[text.index(README_SECTION) :].split("```bash\n", 1)[1].split("```", 1)[0]
     lines = [line.split("  #", 1)[0] for line in block.replace("\\\n", " ").splitlines()]
     return [" ".join(line.split()) for line in lines if line.strip()]
 
@@ -47,8 +47,11 @@ def _operator_ready(node: RealNode) -> bool:
     if deployment.returncode != 0:
         return False
     status = json.loads(deployment.stdout).get("status") or {}
-    return bool(status.get("readyReplicas") == 1 and status.get("updatedReplicas") == 1
-                and not status.get("unavailableReplicas"))
+    return bool(
+        status.get("readyReplicas") == 1
+        and status.get("updatedReplicas") == 1
+        and not status.get("unavailableReplicas")
+    )
 
 
 @pytest.fixture
@@ -65,8 +68,13 @@ def readme_release(real_node: RealNode) -> Iterator[None]:
     try:
         yield
     finally:
-        subprocess.run([helm, kubeconfig, "uninstall", RELEASE, "-n", RELEASE_NAMESPACE, "--wait", "--timeout", "5m"],
-                       capture_output=True, text=True, timeout=600, check=False)
+        subprocess.run(
+            [helm, kubeconfig, "uninstall", RELEASE, "-n", RELEASE_NAMESPACE, "--wait", "--timeout", "5m"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
         run_helm(*chart_install_args(), "--wait", "--timeout", "8m")
 
 
@@ -86,12 +94,16 @@ def test_the_readme_general_block_as_written(real_node: RealNode, readme_release
     assert tagged.returncode == 0, tagged.stderr
 
     bins = find_binaries()
-    env = {**os.environ, "PATH": f"{bins.kubectl.parent}:{os.environ['PATH']}",
-           "KUBECONFIG": str(real_node.paths.kubeconfig)}
+    env = {
+        **os.environ,
+        "PATH": f"{bins.kubectl.parent}:{os.environ['PATH']}",
+        "KUBECONFIG": str(real_node.paths.kubeconfig),
+    }
 
     def sh(command: str) -> str:
-        done = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True,
-                              timeout=600, check=False)
+        done = subprocess.run(
+            ["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False
+        )
         assert done.returncode == 0, f"{command}: {done.stderr}"
         return done.stdout
 

@@ -20,13 +20,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from swerollout_dev.policy_server.launch import SubprocessServer, launch
 from swerollout.wire.trajectory import Trajectory
+from swerollout_dev.policy_server.launch import SubprocessServer, launch
 from tests.support.devstack import DevStack, dump
 
 TERMINAL = {"Succeeded", "Failed"}
@@ -50,9 +49,17 @@ class Policy:
         launched: dict[str, SubprocessServer] = {}
 
         def start(role: str) -> None:
-            server = launch("oracle", subprocess=True, tokenizer="qwen-2.5", tasks=tasks, faults=SLOW,
-                            oracle_ledger=LEDGER, admin_api_key=admin_key,
-                            log_file=logs / f"chaos-policy-{role}.log", ready_timeout=900)
+            server = launch(
+                "oracle",
+                subprocess=True,
+                tokenizer="qwen-2.5",
+                tasks=tasks,
+                faults=SLOW,
+                oracle_ledger=LEDGER,
+                admin_api_key=admin_key,
+                log_file=logs / f"chaos-policy-{role}.log",
+                ready_timeout=900,
+            )
             assert isinstance(server, SubprocessServer)
             launched[role] = server
 
@@ -141,8 +148,11 @@ def _port(url: str) -> int:
 
 @pytest.fixture(scope="module")
 def policy(dev_stack: DevStack) -> Iterator[Policy]:
-    server = Policy(dev_stack.workdir / "tasks" / "instances.jsonl", dev_stack.paths.logs,
-                    dev_stack.paths.inference_admin_key.read_text().strip())
+    server = Policy(
+        dev_stack.workdir / "tasks" / "instances.jsonl",
+        dev_stack.paths.logs,
+        dev_stack.paths.inference_admin_key.read_text().strip(),
+    )
     try:
         yield server
     finally:
@@ -241,7 +251,9 @@ def test_policy_server_killed_and_back_within_30s(dev_stack: DevStack, policy: P
         assert again, f"the turn of {rid} ({sent} tokens) was not sent again: {served_after}"
 
 
-def test_suspend_aborts_by_rid_with_the_admin_key_and_runs_each_command_once(dev_stack: DevStack, policy: Policy) -> None:
+def test_suspend_aborts_by_rid_with_the_admin_key_and_runs_each_command_once(
+    dev_stack: DevStack, policy: Policy
+) -> None:
     """The policy server requires its admin key for /abort_request: the runner's exact-rid
     abort carries the key from the Secret its spec names (adminKeySecretRef), the server
     accepts it, and the resumed run finishes with every command run once."""
@@ -257,7 +269,9 @@ def test_suspend_aborts_by_rid_with_the_admin_key_and_runs_each_command_once(dev
     # The fix's turn (after the ledger's) is in flight: slow it down so the abort finds it running.
     dev_stack.wait("the fix in flight", lambda: len(own()) > LEDGER and _in_flight(server.url) >= 1, timeout=600)
     admin = {"Authorization": f"Bearer {policy.admin_key}"}
-    httpx.post(f"{server.url}/_standin/faults", json={"delay_per_token": 1.0}, headers=admin, timeout=10).raise_for_status()
+    httpx.post(
+        f"{server.url}/_standin/faults", json={"delay_per_token": 1.0}, headers=admin, timeout=10
+    ).raise_for_status()
     try:
         in_flight = own()
         dev_stack.set_suspend(name, True)
@@ -306,8 +320,9 @@ def test_api_server_killed_and_restarted(dev_stack: DevStack, policy: Policy) ->
     server = dev_stack.state().components["kube-apiserver"]
     assert server.pid
     os.kill(server.pid, signal.SIGKILL)
-    dev_stack.wait("kube-apiserver restarted", _component_restarted(dev_stack, "kube-apiserver", server.pid),
-                   timeout=300)
+    dev_stack.wait(
+        "kube-apiserver restarted", _component_restarted(dev_stack, "kube-apiserver", server.pid), timeout=300
+    )
     _all_rewarded(dev_stack, names)
 
 
@@ -317,16 +332,25 @@ def test_an_outage_past_its_budget_fails_the_rollout_naming_the_cause(dev_stack:
     from swerollout.client.records import TrainerStatus
 
     name = "chaos-gone-0"
-    dev_stack.rollout(name, endpoint=f"http://127.0.0.1:{_free_port()}", batch="chaos-gone",
-                      inference={"outageBudgetSeconds": 5})
+    dev_stack.rollout(
+        name, endpoint=f"http://127.0.0.1:{_free_port()}", batch="chaos-gone", inference={"outageBudgetSeconds": 5}
+    )
     status = dev_stack.wait_phase(name, TERMINAL, timeout=600)
     assert status["phase"] == "Failed", dump(status)
     assert status["result"]["exitStatus"] == "exit_api", dump(status)
     assert "spec.inference.outageBudgetSeconds (5 s)" in status["message"], dump(status)
     obj = dev_stack.get(name)
     assert obj is not None and member_state(obj).status is TrainerStatus.FAILED
-    events = dev_stack.kubectl("get", "events", "-n", "default", "--field-selector", f"involvedObject.name={name}",
-                               "-o", "jsonpath={range .items[*]}{.reason}{\"\\n\"}{end}")
+    events = dev_stack.kubectl(
+        "get",
+        "events",
+        "-n",
+        "default",
+        "--field-selector",
+        f"involvedObject.name={name}",
+        "-o",
+        'jsonpath={range .items[*]}{.reason}{"\\n"}{end}',
+    )
     assert "InferenceFailed" in events.stdout.split(), events.stdout + events.stderr
 
 

@@ -14,8 +14,8 @@ import random
 import signal
 import threading
 import time
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -26,8 +26,8 @@ from agent_runner.snapshot import Snapshot
 from swerollout.api import v1alpha1 as api
 from swerollout.client import RolloutClient
 from swerollout.kube import PODS, SECRETS, SWEROLLOUTBATCHES, SWEROLLOUTS, KubeClient
-from swerollout_dev.policy_server.launch import launch
 from swerollout.wire.trajectory import Trajectory
+from swerollout_dev.policy_server.launch import launch
 from tests.support.devstack import DevStack, dump, post_json
 
 TERMINAL = {"Succeeded", "Failed"}
@@ -53,8 +53,12 @@ def slow_oracle(dev_stack: DevStack) -> Iterator[str]:
     """The oracle, slowed so a batch abort lands mid-generation; SGLang 0.5.23's semantics
     (exact-rid aborts, the context margin, routed experts over prompt + output)."""
     with launch(
-        "oracle", subprocess=True, tokenizer="qwen-2.5", tasks=dev_stack.workdir / "tasks" / "instances.jsonl",
-        weight_version="v1", faults={"delay_per_token": 0.05},
+        "oracle",
+        subprocess=True,
+        tokenizer="qwen-2.5",
+        tasks=dev_stack.workdir / "tasks" / "instances.jsonl",
+        weight_version="v1",
+        faults={"delay_per_token": 0.05},
     ) as server:
         yield server.url
 
@@ -67,7 +71,9 @@ SLOW_INFERENCE = {"sampling": {"maxNewTokens": 24, "temperature": 1.0}}
 
 def _slow_rollout(stack: DevStack, name: str, endpoint: str) -> None:
     stack.rollout(name, endpoint=endpoint, agent=SLOW_AGENT, inference=SLOW_INFERENCE)
-    stack.wait(f"{name} generating", lambda: (stack.status(name).get("progress") or {}).get("turns", 0) >= 1, timeout=180)
+    stack.wait(
+        f"{name} generating", lambda: (stack.status(name).get("progress") or {}).get("turns", 0) >= 1, timeout=180
+    )
 
 
 def test_oracle_succeeds_with_reward_1_and_null_gets_0(dev_stack: DevStack, null_policy: str) -> None:
@@ -92,10 +98,13 @@ def test_oracle_succeeds_with_reward_1_and_null_gets_0(dev_stack: DevStack, null
     # The policy's pod and the eval pod are gone once the reward is in.
     dev_stack.wait(
         "pods cleaned up",
-        lambda: not [
-            p for p in dev_stack.kube.list(PODS, "default", label_selector=f"{api.LABEL_ROLLOUT}=oracle-1")["items"]
-            if not p["metadata"].get("deletionTimestamp")
-        ],
+        lambda: (
+            not [
+                p
+                for p in dev_stack.kube.list(PODS, "default", label_selector=f"{api.LABEL_ROLLOUT}=oracle-1")["items"]
+                if not p["metadata"].get("deletionTimestamp")
+            ]
+        ),
         timeout=60,
     )
 
@@ -143,8 +152,11 @@ def test_an_inference_side_abort_is_ridden_out_not_a_suspension(dev_stack: DevSt
     post_json(f"{slow_policy}/pause_generation", {"mode": "abort"})
     try:
         # The runner re-sends the aborted turn; the paused server holds it.
-        dev_stack.wait("the re-sampled request waiting at the paused server",
-                       lambda: _load(slow_policy)["num_waiting_reqs"] >= 1, timeout=60)
+        dev_stack.wait(
+            "the re-sampled request waiting at the paused server",
+            lambda: _load(slow_policy)["num_waiting_reqs"] >= 1,
+            timeout=60,
+        )
         assert dev_stack.status("paused")["phase"] == "Running"
         assert not dev_stack.get("paused")["spec"].get("suspend"), "only users write spec.suspend"
     finally:
@@ -188,7 +200,9 @@ def test_abort_resume_and_inference_aborts_in_random_order_converge(dev_stack: D
                 post_json(f"{slow_policy}/continue_generation", {})
             else:
                 version += 1
-                post_json(f"{slow_policy}/update_weight_version", {"new_version": f"v{version}", "abort_all_requests": True})
+                post_json(
+                    f"{slow_policy}/update_weight_version", {"new_version": f"v{version}", "abort_all_requests": True}
+                )
             time.sleep(rng.uniform(0, 2.0))
         client.resume(batch)
     for name in names:
@@ -211,7 +225,9 @@ def test_pod_lost_while_aborted_is_replayed_into_a_fresh_pod(dev_stack: DevStack
     aborted = dev_stack.wait_phase("lost", {"Aborted"}, timeout=60)
     pod = aborted["sandbox"]["podName"]
     dev_stack.kube.delete(PODS, pod, "default")
-    dev_stack.wait("reclaimedAt", lambda: (dev_stack.status("lost").get("sandbox") or {}).get("reclaimedAt"), timeout=60)
+    dev_stack.wait(
+        "reclaimedAt", lambda: (dev_stack.status("lost").get("sandbox") or {}).get("reclaimedAt"), timeout=60
+    )
     dev_stack.set_suspend("lost", False)
     done = dev_stack.wait_phase("lost", TERMINAL, timeout=300)
     assert done["phase"] == "Succeeded", dump(done)
@@ -248,7 +264,9 @@ def test_operator_sigkill_during_a_batch_finishes_each_rollout_exactly_once(
             os.kill(operator.pid, signal.SIGKILL)
             dev_stack.wait(
                 "operator restarted",
-                lambda old=operator.pid: (c := dev_stack.state().components["operator"]).pid not in (None, old) and c.alive(),
+                lambda old=operator.pid: (
+                    (c := dev_stack.state().components["operator"]).pid not in (None, old) and c.alive()
+                ),
                 timeout=60,
             )
         finals = {name: dev_stack.wait_phase(name, TERMINAL, timeout=600) for name in names}
@@ -273,7 +291,9 @@ def test_operator_sigkill_during_a_batch_finishes_each_rollout_exactly_once(
     secrets = {s["metadata"]["name"] for s in dev_stack.kube.list(SECRETS, "default")["items"]}
     assert not {f"{n}-runner" for n in names} & secrets
     for uid in uids.values():
-        assert not (dev_stack.store_dir / "default" / uid).exists() or not any((dev_stack.store_dir / "default" / uid).rglob("*.*"))
+        assert not (dev_stack.store_dir / "default" / uid).exists() or not any(
+            (dev_stack.store_dir / "default" / uid).rglob("*.*")
+        )
 
 
 def test_the_dev_example_runs_as_documented(dev_stack: DevStack) -> None:
@@ -293,14 +313,26 @@ def test_the_dev_example_runs_as_documented(dev_stack: DevStack) -> None:
     assert done["phase"] == "Succeeded" and done["reward"]["value"] == 1.0, dump(done)
 
 
-def test_cli_submit_watch_results_on_the_embedded_default(dev_stack: DevStack, null_policy: str, tmp_path: Path) -> None:
+def test_cli_submit_watch_results_on_the_embedded_default(
+    dev_stack: DevStack, null_policy: str, tmp_path: Path
+) -> None:
     from tests.support.devstack import swerollout_cli
 
     tasks = dev_stack.workdir / "tasks" / "instances.jsonl"
     common = ["--kubeconfig", str(dev_stack.paths.kubeconfig), "--namespace", "default"]
     submit = swerollout_cli(
-        "submit", "-f", str(tasks), "--group-size", "1", "--batch", "cli", "--endpoint", null_policy,
-        "--tokenizer", "qwen-2.5", *common,
+        "submit",
+        "-f",
+        str(tasks),
+        "--group-size",
+        "1",
+        "--batch",
+        "cli",
+        "--endpoint",
+        null_policy,
+        "--tokenizer",
+        "qwen-2.5",
+        *common,
     )
     assert submit.returncode == 0, submit.stdout + submit.stderr
     watch = swerollout_cli("watch", "--batch", "cli", *common, timeout=600)
@@ -357,10 +389,16 @@ def test_batch_abort_keep_routed_experts_and_the_server_context_edge(dev_stack: 
     """
     post_json(f"{slow_oracle}/update_weight_version", {"new_version": "v1"})
     batch = "sglang"
-    members = {"keep": {"onAbort": "Keep", "returnRoutedExperts": True}, "drop": {"returnRoutedExperts": True}, "edge": {}}
+    members = {
+        "keep": {"onAbort": "Keep", "returnRoutedExperts": True},
+        "drop": {"returnRoutedExperts": True},
+        "edge": {},
+    }
     for task, (name, inference) in enumerate(members.items()):
         dev_stack.rollout(name, endpoint=slow_oracle, task=task, batch=batch, inference=inference)
-    dev_stack.wait("every member generating", lambda: _load(slow_oracle)["num_running_reqs"] >= len(members), timeout=300)
+    dev_stack.wait(
+        "every member generating", lambda: _load(slow_oracle)["num_running_reqs"] >= len(members), timeout=300
+    )
     used = _load(slow_oracle)["num_used_tokens"]
     dev_stack.wait("tokens sampled", lambda: _load(slow_oracle)["num_used_tokens"] >= used + 60, timeout=60)
     pods = {name: dev_stack.status(name)["sandbox"]["podUID"] for name in members}
@@ -383,7 +421,10 @@ def test_batch_abort_keep_routed_experts_and_the_server_context_edge(dev_stack: 
         # it started with), running while the batch resumes.
         prompt = aborted["edge"]["partial"]["tokens"]
         with launch(
-            "oracle", subprocess=True, tokenizer="qwen-2.5", tasks=dev_stack.workdir / "tasks" / "instances.jsonl",
+            "oracle",
+            subprocess=True,
+            tokenizer="qwen-2.5",
+            tasks=dev_stack.workdir / "tasks" / "instances.jsonl",
             context_length=prompt + 12,
         ) as edge:
             dev_stack.rollout("ctx-edge", endpoint=edge.url, task=2, batch="sglang-edge")

@@ -56,7 +56,15 @@ def test_chart_crd_is_the_generated_one() -> None:
 def test_default_render_is_namespaced_least_privilege(helm_bin: Callable[..., Any]) -> None:
     docs = render(helm_bin)
     kinds = {d["kind"] for d in docs}
-    assert {"ServiceAccount", "Role", "RoleBinding", "Deployment", "Service", "Secret", "PersistentVolumeClaim"} <= kinds
+    assert {
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "Deployment",
+        "Service",
+        "Secret",
+        "PersistentVolumeClaim",
+    } <= kinds
     assert "ServiceMonitor" not in kinds
     # The only cluster-scoped grant is the TokenReview/SubjectAccessReview delegation.
     (cluster_role,) = by_kind(docs, "ClusterRole")
@@ -89,16 +97,19 @@ def test_default_render_is_namespaced_least_privilege(helm_bin: Callable[..., An
 
 
 def test_rollout_pods_get_a_network_policy_reaching_only_the_operator_sglang_and_dns(
-    helm_bin: Callable[..., Any]
+    helm_bin: Callable[..., Any],
 ) -> None:
     from swerollout_operator import podspec
 
-    docs = render(helm_bin, "--set", "rbac.watchNamespaces={team-a}", "--set", "networkPolicy.sglang.ports={30000,30001}")
+    docs = render(
+        helm_bin, "--set", "rbac.watchNamespaces={team-a}", "--set", "networkPolicy.sglang.ports={30000,30001}"
+    )
     policies = {d["metadata"]["namespace"]: d["spec"] for d in by_kind(docs, "NetworkPolicy")}
     assert set(policies) == {"swer-system", "team-a"}
     spec = policies["team-a"]
     # selects the pods the operator creates (labels from the operator's own pod builder)
     from swerollout.api import v1alpha1 as api
+
     labels = podspec._labels({"name": "r"}, "rollout")
     assert all(labels.get(k) == v for k, v in spec["podSelector"]["matchLabels"].items())
     (expr,) = spec["podSelector"]["matchExpressions"]
@@ -126,9 +137,20 @@ def test_operator_args_parse(helm_bin: Callable[..., Any]) -> None:
         # Flags carry the settings' own names, so every value lands where the chart meant it.
         assert settings.cluster_wide is settings.keep_failed_pods is bool(values)
         assert settings.namespaces == ([] if values else ["swer-system"])
-    (deploy,) = by_kind(render(helm_bin, "--set", "store.type=s3", "--set", "store.s3.bucket=b",
-                               "--set-json", 'operator.podTolerations=[{"key":"gpu","operator":"Exists"}]',
-                               "--set-json", 'operator.podNodeSelector={"pool":"rl"}'), "Deployment")
+    (deploy,) = by_kind(
+        render(
+            helm_bin,
+            "--set",
+            "store.type=s3",
+            "--set",
+            "store.s3.bucket=b",
+            "--set-json",
+            'operator.podTolerations=[{"key":"gpu","operator":"Exists"}]',
+            "--set-json",
+            'operator.podNodeSelector={"pool":"rl"}',
+        ),
+        "Deployment",
+    )
     settings, _, _ = parse_args(deploy["spec"]["template"]["spec"]["containers"][0]["args"])
     assert settings.store_url == "s3://b/swerollout/"
     assert settings.extra_tolerations == [{"key": "gpu", "operator": "Exists"}]
@@ -138,12 +160,18 @@ def test_operator_args_parse(helm_bin: Callable[..., Any]) -> None:
 def test_non_default_values(helm_bin: Callable[..., Any]) -> None:
     docs = render(
         helm_bin,
-        "--set", "rbac.clusterWide=true",
-        "--set", "serviceMonitor.enabled=true",
-        "--set", "store.type=s3",
-        "--set", "store.s3.bucket=rollouts",
-        "--set", "resultsEndpoint.enabled=false",
-        "--set", "grafanaDashboard.enabled=false",
+        "--set",
+        "rbac.clusterWide=true",
+        "--set",
+        "serviceMonitor.enabled=true",
+        "--set",
+        "store.type=s3",
+        "--set",
+        "store.s3.bucket=rollouts",
+        "--set",
+        "resultsEndpoint.enabled=false",
+        "--set",
+        "grafanaDashboard.enabled=false",
     )
     kinds = [d["kind"] for d in docs]
     assert "Role" not in kinds and "PersistentVolumeClaim" not in kinds
@@ -193,12 +221,18 @@ def test_install_into_the_control_plane_and_upgrade_keeps_the_token_key(
         ns_args = [] if kind == "crd" else ["-n", namespace]
         got = control_plane.kubectl("get", kind, name, *ns_args, "-o", "json")
         assert got.returncode == 0, f"{kind}/{name} missing: {got.stderr}"
-    key_before = json.loads(control_plane.kubectl("get", "secret", f"{release}-token-key", "-n", namespace, "-o", "json").stdout)
+    key_before = json.loads(
+        control_plane.kubectl("get", "secret", f"{release}-token-key", "-n", namespace, "-o", "json").stdout
+    )
     assert len(base64.b64decode(key_before["data"]["key"])) >= 32
 
-    result = control_plane.helm("upgrade", release, str(CHART), "-n", namespace, "--set", "operator.logLevel=DEBUG", "--wait=false")
+    result = control_plane.helm(
+        "upgrade", release, str(CHART), "-n", namespace, "--set", "operator.logLevel=DEBUG", "--wait=false"
+    )
     assert result.returncode == 0, result.stderr
-    key_after = json.loads(control_plane.kubectl("get", "secret", f"{release}-token-key", "-n", namespace, "-o", "json").stdout)
+    key_after = json.loads(
+        control_plane.kubectl("get", "secret", f"{release}-token-key", "-n", namespace, "-o", "json").stdout
+    )
     assert key_after["data"]["key"] == key_before["data"]["key"]
     status = control_plane.helm("status", release, "-n", namespace)
     assert "deployed" in status.stdout

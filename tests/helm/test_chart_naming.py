@@ -21,7 +21,9 @@ LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 def render(chart: Path, *values: str) -> list[dict[str, Any]]:
     done = subprocess.run(
         [str(find_binaries().helm), "template", "rel", str(chart), "--namespace", "swer-system", *values],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     return [d for d in yaml.safe_load_all(done.stdout) if d]
@@ -45,7 +47,12 @@ def test_name_overrides() -> None:
 def test_pod_template_has_the_common_labels() -> None:
     dep = deployment(render(CHART))
     pod_labels = dep["spec"]["template"]["metadata"]["labels"]
-    for key in ("app.kubernetes.io/version", "app.kubernetes.io/managed-by", "helm.sh/chart", "app.kubernetes.io/instance"):
+    for key in (
+        "app.kubernetes.io/version",
+        "app.kubernetes.io/managed-by",
+        "helm.sh/chart",
+        "app.kubernetes.io/instance",
+    ):
         assert pod_labels[key] == dep["metadata"]["labels"][key]
     assert dep["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
 

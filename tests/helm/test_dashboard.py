@@ -64,6 +64,6 @@ def test_every_query_is_scoped_to_the_chosen_namespace_and_job() -> None:
         for target in panel.get("targets", []):
             expr = target["expr"]
             selectors = re.findall(r"\bswerollout_[a-z0-9_]+(\{[^}]*\})?", expr)
-            assert selectors and all(
-                'namespace=~"$namespace"' in s and 'job=~"$job"' in s for s in selectors
-            ), f"{panel['title']}: {expr}"
+            assert selectors and all('namespace=~"$namespace"' in s and 'job=~"$job"' in s for s in selectors), (
+                f"{panel['title']}: {expr}"
+            )

@@ -28,26 +28,48 @@ print(json.dumps(heavy))
 def test_library_installs_and_imports_without_role_dependencies(tmp_path: Path) -> None:
     # Build from a copy: setuptools writes build/ and *.egg-info next to the sources.
     source = tmp_path / "src"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
-        ".git", ".venv", ".swerollout", "build", "*.egg-info", "tests", "__pycache__", ".mypy_cache", ".pytest_cache",
-    ))
+    shutil.copytree(
+        ROOT,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git",
+            ".venv",
+            ".swerollout",
+            "build",
+            "*.egg-info",
+            "tests",
+            "__pycache__",
+            ".mypy_cache",
+            ".pytest_cache",
+        ),
+    )
     venv = tmp_path / "trainer-venv"
     subprocess.run([str(UV), "venv", "-q", "--python", sys.executable, str(venv)], check=True)
     python = venv / "bin" / "python"
     # The lock pins versions; `pip install .` without extras decides which packages come in.
     install = subprocess.run(
         [str(UV), "pip", "install", "-q", "--python", str(python), "-c", str(ROOT / "requirements.lock"), str(source)],
-        capture_output=True, text=True, timeout=900,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert install.returncode == 0, install.stderr[-3000:]
     probe = subprocess.run(
-        [str(python), "-c", _PROBE, *HEAVY], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        [str(python), "-c", _PROBE, *HEAVY],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
     )
     assert probe.returncode == 0, probe.stderr[-3000:]
     present = {name for name, found in json.loads(probe.stdout).items() if found}
     assert present == set(), f"a bare install pulled in {sorted(present)}"
     help_text = subprocess.run(
-        [str(venv / "bin" / "swerollout"), "--help"], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        [str(venv / "bin" / "swerollout"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
     )
     assert help_text.returncode == 0, help_text.stderr[-3000:]
     assert "submit" in help_text.stdout
@@ -55,7 +77,10 @@ def test_library_installs_and_imports_without_role_dependencies(tmp_path: Path) 
     # and its commands say where they come from instead of failing on an import.
     files = subprocess.run(
         [str(python), "-c", "import importlib.metadata as m; print('\\n'.join(str(f) for f in m.files('swerollout')))"],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
     )
     assert files.returncode == 0, files.stderr[-3000:]
     shipped = files.stdout.splitlines()
@@ -63,7 +88,11 @@ def test_library_installs_and_imports_without_role_dependencies(tmp_path: Path) 
     assert not [f for f in shipped if f.startswith(("swerollout_dev", "swerollout/dev/"))]
     assert "dev up" not in help_text.stdout and "policy-server" not in help_text.stdout
     dev_up = subprocess.run(
-        [str(venv / "bin" / "swerollout"), "dev", "up"], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        [str(venv / "bin" / "swerollout"), "dev", "up"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
     )
     assert dev_up.returncode == 2
     assert "pip install -e ./dev" in dev_up.stderr and "Traceback" not in dev_up.stderr

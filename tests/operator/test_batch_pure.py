@@ -11,12 +11,25 @@ from swerollout.wire.ingest import AssignmentKind
 from swerollout_operator.assignments import assignment_for
 from swerollout_operator.cache import BatchCache, RolloutCache
 
-PARTIAL = {"snapshot": {"ref": "file:///s", "sha256": "0" * 64, "bytes": 1}, "turns": 1, "tokens": 9,
-           "abortedAt": "2026-01-01T00:00:00Z"}
+PARTIAL = {
+    "snapshot": {"ref": "file:///s", "sha256": "0" * 64, "bytes": 1},
+    "turns": 1,
+    "tokens": 9,
+    "abortedAt": "2026-01-01T00:00:00Z",
+}
 
 
-def body(phase: Phase, *, suspend: bool = False, generation: int = 3, batch: str | None = "b1", uid: str = "u1",
-         name: str = "r1", rv: int = 1, weight_version: str | None = None) -> dict[str, Any]:
+def body(
+    phase: Phase,
+    *,
+    suspend: bool = False,
+    generation: int = 3,
+    batch: str | None = "b1",
+    uid: str = "u1",
+    name: str = "r1",
+    rv: int = 1,
+    weight_version: str | None = None,
+) -> dict[str, Any]:
     labels = {api.LABEL_BATCH: batch} if batch else {}
     inference: dict[str, Any] = {"endpoint": "http://sglang:30000", "tokenizer": "qwen-2.5"}
     if weight_version:
@@ -25,8 +38,14 @@ def body(phase: Phase, *, suspend: bool = False, generation: int = 3, batch: str
     if phase in (Phase.ABORTED, Phase.RESUMING):
         status["partial"] = PARTIAL
     return {
-        "metadata": {"name": name, "namespace": "ns", "uid": uid, "generation": generation,
-                     "resourceVersion": str(rv), "labels": labels},
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": uid,
+            "generation": generation,
+            "resourceVersion": str(rv),
+            "labels": labels,
+        },
         "spec": {"inference": inference, "suspend": suspend},
         "status": status,
     }

@@ -58,8 +58,9 @@ def test_no_flags_give_the_model_defaults_and_cluster_wide_watches_everything() 
 
 
 def test_help_comes_from_the_field_docs() -> None:
-    done = subprocess.run([sys.executable, "-m", "swerollout_operator", "--help"], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "swerollout_operator", "--help"], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     text = " ".join(done.stdout.split())
     assert "--store-url STR Result store: `file:///path`" in text
@@ -67,11 +68,14 @@ def test_help_comes_from_the_field_docs() -> None:
     assert "(default: 8081)" in text
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["--ingest-port", "70000"], "--ingest-port: Input should be less than or equal to 65535"),
-    (["--runner-resources", "{not json"], "argument --runner-resources: not valid JSON"),
-    (["--ingest-port", "many"], "argument --ingest-port: invalid int value: 'many'"),
-])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--ingest-port", "70000"], "--ingest-port: Input should be less than or equal to 65535"),
+        (["--runner-resources", "{not json"], "argument --runner-resources: not valid JSON"),
+        (["--ingest-port", "many"], "argument --ingest-port: invalid int value: 'many'"),
+    ],
+)
 def test_a_bad_flag_is_one_line_naming_it(argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
         parse_args(argv)

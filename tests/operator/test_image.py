@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from swerollout import sandbox_bundle
-from swerollout_dev.cluster.buildinputs import logical_lines
 from swerollout.api import v1alpha1 as api
+from swerollout_dev.cluster.buildinputs import logical_lines
 from swerollout_operator import podspec
 from swerollout_operator.settings import OperatorSettings
 
@@ -55,7 +55,7 @@ def _fake_bundle(tmp_path: Path) -> Path:
     src = tmp_path / "opt-bundle"
     py = src / "python" / "bin" / "python3"
     py.parent.mkdir(parents=True)
-    py.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} \"$@\"\n")
+    py.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
     py.chmod(0o755)
     (src / "python" / "lib").mkdir()
     (src / "python" / "lib" / "marker.txt").write_text("bundled")
@@ -90,7 +90,10 @@ def test_launcher_serves_with_auth_and_refuses_an_empty_token(tmp_path: Path) ->
     token = tmp_path / "token"
     token.write_text("")
     empty = subprocess.run(
-        [str(launcher)], env={"SWEREX_AUTH_TOKEN_FILE": str(token), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True
+        [str(launcher)],
+        env={"SWEREX_AUTH_TOKEN_FILE": str(token), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
     )
     assert empty.returncode != 0 and "refusing" in empty.stderr
 

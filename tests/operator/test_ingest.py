@@ -6,7 +6,6 @@ The tests play the runner's part over real HTTP; no pods run.
 from __future__ import annotations
 
 import hashlib
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -14,10 +13,10 @@ from typing import Any
 
 import httpx
 
-from swerollout_dev.controlplane import ControlPlane
 from swerollout.wire import ingest as wire
+from swerollout_dev.controlplane import ControlPlane
 from tests.support.operator import OperatorProcess
-from tests.support.operator_cluster import get_json, ingest_url, mark_ready, phase, rollout, setup_rollout, wait_for
+from tests.support.operator_cluster import get_json, ingest_url, mark_ready, phase, setup_rollout, wait_for
 
 
 def test_tokens_are_checked_and_bad_requests_write_nothing(
@@ -74,7 +73,10 @@ def test_uploads_are_content_addressed_and_verified(
     stored = [p for p in operator.store_dir.rglob("*") if p.is_file() and digest in p.name]
     assert len(stored) == 1
     # Only objects the status references can be read back.
-    assert httpx.get(ingest_url(operator, namespace, "up", uid, f"/objects/snapshot/{digest}"), headers=auth).status_code == 404
+    assert (
+        httpx.get(ingest_url(operator, namespace, "up", uid, f"/objects/snapshot/{digest}"), headers=auth).status_code
+        == 404
+    )
 
 
 def test_long_poll_returns_when_the_work_changes_and_events_are_idempotent(
@@ -105,19 +107,29 @@ def test_long_poll_returns_when_the_work_changes_and_events_are_idempotent(
     events = ingest_url(operator, namespace, "lp", uid, "/events")
     notice = "spec.inference.maxContextTokens 65536 exceeds the server's context length 32768; using 32768"
     started = wire.RunnerEvent(
-        kind=wire.EventKind.STARTED, assignment_id=answer["id"], reason="InferenceNotice", message=notice,
+        kind=wire.EventKind.STARTED,
+        assignment_id=answer["id"],
+        reason="InferenceNotice",
+        message=notice,
     ).model_dump_json()
     assert httpx.post(events, content=started, headers=auth).status_code == 200
     # The runner's notice reaches `kubectl describe` (a Warning Event) and the status message.
-    wait_for("the notice event", lambda: any(
-        e["reason"] == "InferenceNotice" and e["message"] == notice and e["type"] == "Warning"
-        for e in get_json(kubectl, "events", "-n", namespace)["items"]
-    ), op=operator)
+    wait_for(
+        "the notice event",
+        lambda: any(
+            e["reason"] == "InferenceNotice" and e["message"] == notice and e["type"] == "Warning"
+            for e in get_json(kubectl, "events", "-n", namespace)["items"]
+        ),
+        op=operator,
+    )
     assert get_json(kubectl, "swer", "lp", "-n", namespace)["status"]["message"] == notice
     put = ingest_url(operator, namespace, "lp", uid, "/objects/trajectory")
     traj = httpx.put(put, content=b"trajectory", headers=auth).json()
     finished = wire.RunnerEvent(
-        kind=wire.EventKind.FINISHED, assignment_id=answer["id"], exit_status="exit_format", turns=4,
+        kind=wire.EventKind.FINISHED,
+        assignment_id=answer["id"],
+        exit_status="exit_format",
+        turns=4,
         trajectory=wire.StoredObjectRef.model_validate(traj),
     ).model_dump_json()
     ack1 = httpx.post(events, content=finished, headers=auth).json()
@@ -128,8 +140,16 @@ def test_long_poll_returns_when_the_work_changes_and_events_are_idempotent(
     status = get_json(kubectl, "swer", "lp", "-n", namespace)["status"]
     assert status["result"]["exitStatus"] == "exit_format"
     assert status["result"]["trajectory"]["sha256"] == traj["sha256"]
-    assert status["reward"] == {"value": 0.0, "resolved": False, "graded": False, "message": status["reward"]["message"],
-                                "failToPassPassed": 0, "failToPassTotal": 0, "passToPassPassed": 0, "passToPassTotal": 0}
+    assert status["reward"] == {
+        "value": 0.0,
+        "resolved": False,
+        "graded": False,
+        "message": status["reward"]["message"],
+        "failToPassPassed": 0,
+        "failToPassTotal": 0,
+        "passToPassPassed": 0,
+        "passToPassTotal": 0,
+    }
     stop = httpx.get(url, headers=auth, params={"wait": "0"}).json()
     assert stop["kind"] == "stop"
 
@@ -141,13 +161,22 @@ def test_results_endpoint_checks_the_callers_identity(
     auth = {"Authorization": f"Bearer {token}"}
     mark_ready(kubectl, namespace, "res-a1")
     wait_for("Running", lambda: phase(kubectl, namespace, "res") == "Running", op=operator)
-    traj = httpx.put(ingest_url(operator, namespace, "res", uid, "/objects/trajectory"), content=b"the-trajectory", headers=auth).json()
+    traj = httpx.put(
+        ingest_url(operator, namespace, "res", uid, "/objects/trajectory"), content=b"the-trajectory", headers=auth
+    ).json()
     assignment = httpx.get(ingest_url(operator, namespace, "res", uid, "/assignment"), headers=auth).json()
     event = wire.RunnerEvent(
-        kind=wire.EventKind.FINISHED, assignment_id=assignment["id"], exit_status="exit_max_iter_out",
+        kind=wire.EventKind.FINISHED,
+        assignment_id=assignment["id"],
+        exit_status="exit_max_iter_out",
         trajectory=wire.StoredObjectRef.model_validate(traj),
     )
-    assert httpx.post(ingest_url(operator, namespace, "res", uid, "/events"), content=event.model_dump_json(), headers=auth).status_code == 200
+    assert (
+        httpx.post(
+            ingest_url(operator, namespace, "res", uid, "/events"), content=event.model_dump_json(), headers=auth
+        ).status_code
+        == 200
+    )
     wait_for("Succeeded", lambda: phase(kubectl, namespace, "res") == "Succeeded", op=operator)
 
     results = f"{operator.ingest_url}/v1/results/{namespace}/res/trajectory"
@@ -180,8 +209,10 @@ def test_an_infrastructure_exit_fails_the_rollout_naming_the_cause(
     mark_ready(kubectl, namespace, "down-a1")
     run = httpx.get(url, headers=auth, params={"wait": "60", "after": first["id"]}, timeout=90).json()
     assert run["kind"] == "run"
-    cause = ("ModelUnavailableError: the inference server stayed unavailable for 601 s, past "
-             "spec.inference.outageBudgetSeconds (600 s); last error: cannot connect")
+    cause = (
+        "ModelUnavailableError: the inference server stayed unavailable for 601 s, past "
+        "spec.inference.outageBudgetSeconds (600 s); last error: cannot connect"
+    )
     # The runner's own log goes to the store (bounded), and status.logs points at it.
     logs_url = ingest_url(operator, namespace, "down", uid, "/objects/log")
     too_big = httpx.put(logs_url, content=b"x" * (wire.MAX_LOG_BYTES + 1), headers=auth)
@@ -189,10 +220,17 @@ def test_an_infrastructure_exit_fails_the_rollout_naming_the_cause(
     runner_log = b"2026-01-01 WARNING agent_runner.session: inference server unavailable\n"
     log_ref = wire.StoredObjectRef.model_validate(httpx.put(logs_url, content=runner_log, headers=auth).json())
     finished = wire.RunnerEvent(
-        kind=wire.EventKind.FINISHED, assignment_id=run["id"], exit_status="exit_api", turns=2, message=cause,
+        kind=wire.EventKind.FINISHED,
+        assignment_id=run["id"],
+        exit_status="exit_api",
+        turns=2,
+        message=cause,
         log=log_ref,
     ).model_dump_json()
-    assert httpx.post(ingest_url(operator, namespace, "down", uid, "/events"), content=finished, headers=auth).status_code == 200
+    assert (
+        httpx.post(ingest_url(operator, namespace, "down", uid, "/events"), content=finished, headers=auth).status_code
+        == 200
+    )
     wait_for("Failed", lambda: phase(kubectl, namespace, "down") == "Failed", op=operator)
     obj = get_json(kubectl, "swer", "down", "-n", namespace)
     status = obj["status"]
@@ -206,23 +244,59 @@ def test_an_infrastructure_exit_fails_the_rollout_naming_the_cause(
     import sys
 
     logs = subprocess.run(
-        [sys.executable, "-m", "swerollout.cli.main", "logs", "down-a1", "-c", "runner", "-n", namespace,
-         "--kubeconfig", str(operator.kubeconfig), "--store-url", operator.store_dir.as_uri(),
-         "--node-root", str(operator.store_dir / "no-node")],
-        capture_output=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "swerollout.cli.main",
+            "logs",
+            "down-a1",
+            "-c",
+            "runner",
+            "-n",
+            namespace,
+            "--kubeconfig",
+            str(operator.kubeconfig),
+            "--store-url",
+            operator.store_dir.as_uri(),
+            "--node-root",
+            str(operator.store_dir / "no-node"),
+        ],
+        capture_output=True,
+        timeout=120,
     )
     assert logs.returncode == 0 and logs.stdout == runner_log, logs.stderr
     sandbox = subprocess.run(
-        [sys.executable, "-m", "swerollout.cli.main", "logs", "down-a1", "-c", "sandbox", "-n", namespace,
-         "--kubeconfig", str(operator.kubeconfig), "--node-root", str(operator.store_dir / "no-node")],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "swerollout.cli.main",
+            "logs",
+            "down-a1",
+            "-c",
+            "sandbox",
+            "-n",
+            namespace,
+            "--kubeconfig",
+            str(operator.kubeconfig),
+            "--node-root",
+            str(operator.store_dir / "no-node"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert sandbox.returncode == 1 and "only its runner's log is kept" in sandbox.stderr
-    wait_for("the failure event", lambda: any(
-        e["reason"] == "InferenceFailed" and "outageBudgetSeconds" in e["message"] and e["type"] == "Warning"
-        and e["involvedObject"]["name"] == "down"
-        for e in get_json(kubectl, "events", "-n", namespace)["items"]
-    ), op=operator)
+    wait_for(
+        "the failure event",
+        lambda: any(
+            e["reason"] == "InferenceFailed"
+            and "outageBudgetSeconds" in e["message"]
+            and e["type"] == "Warning"
+            and e["involvedObject"]["name"] == "down"
+            for e in get_json(kubectl, "events", "-n", namespace)["items"]
+        ),
+        op=operator,
+    )
     progress = BatchProgress.from_objects("b", [obj])
     assert progress.failed == 1 and progress.statuses == {TrainerStatus.FAILED.value: 1}
     printed = kubectl("get", "swer", "down", "-n", namespace, "--no-headers")

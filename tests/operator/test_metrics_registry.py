@@ -23,5 +23,10 @@ def test_abort_reasons_are_a_closed_set() -> None:
 
 def test_process_platform_and_gc_collectors_are_on_our_registry() -> None:
     text = generate_latest(OperatorMetrics().registry).decode()
-    for name in ("process_resident_memory_bytes", "process_cpu_seconds_total", "python_info", "python_gc_objects_collected_total"):
+    for name in (
+        "process_resident_memory_bytes",
+        "process_cpu_seconds_total",
+        "python_info",
+        "python_gc_objects_collected_total",
+    ):
         assert f"\n{name}" in text or text.startswith(name), name

@@ -18,7 +18,7 @@ from swerollout.api import v1alpha1 as api
 from swerollout.wire import ingest as wire
 from swerollout_operator.tokens import TokenKey, TokenKind
 from tests.support.operator import OperatorProcess
-from tests.support.operator_cluster import ingest_url, mark_ready, phase, rollout, wait_for, get_json
+from tests.support.operator_cluster import get_json, ingest_url, mark_ready, phase, rollout, wait_for
 
 
 def _patches(operator: OperatorProcess) -> float:
@@ -52,12 +52,22 @@ class Runner:
 
     def report_aborted(self, assignment_id: str) -> None:
         blob = f"snapshot of {self.name}".encode()
-        put = httpx.put(self.url("/objects/snapshot"), content=blob, timeout=60,
-                        headers={**self.auth, wire.SHA256_HEADER: hashlib.sha256(blob).hexdigest()})
+        put = httpx.put(
+            self.url("/objects/snapshot"),
+            content=blob,
+            timeout=60,
+            headers={**self.auth, wire.SHA256_HEADER: hashlib.sha256(blob).hexdigest()},
+        )
         assert put.status_code == 200, put.text
         ref = wire.StoredObjectRef.model_validate_json(put.content)
-        event = wire.RunnerEvent(kind=wire.EventKind.ABORTED, assignment_id=assignment_id, reason="Suspended",
-                                 snapshot=ref, turns=1, context_tokens=10)
+        event = wire.RunnerEvent(
+            kind=wire.EventKind.ABORTED,
+            assignment_id=assignment_id,
+            reason="Suspended",
+            snapshot=ref,
+            turns=1,
+            context_tokens=10,
+        )
         answer = httpx.post(self.url("/events"), content=event.model_dump_json(), headers=self.auth, timeout=60)
         assert answer.status_code == 200 and answer.json()["ok"], answer.text
 
@@ -94,8 +104,9 @@ def test_one_batch_write_suspends_and_resumes_every_member(
     # Every runner parks in its long poll; then the trainer writes the batch object once.
     patches_before = _patches(operator)
     with ThreadPoolExecutor(3) as pool:
-        polls = {name: pool.submit(r.assignment, first[name]["id"], 60 if name != "bc" else 8)
-                 for name, r in runners.items()}
+        polls = {
+            name: pool.submit(r.assignment, first[name]["id"], 60 if name != "bc" else 8) for name, r in runners.items()
+        }
         _batch(kubectl, namespace, "b1", suspend=True)
         got = {name: poll.result(timeout=120) for name, poll in polls.items()}
     assert got["ba"]["kind"] == got["bb"]["kind"] == "abort", got
@@ -131,17 +142,35 @@ def test_one_batch_write_suspends_and_resumes_every_member(
     _batch(kubectl, namespace, "b1", suspend=False, weightVersion="v9")
     # ba's runner is told at once, in memory; its start report is the one transition
     # (Aborted -> Running): its pass waits for that report, so no Resuming write first.
-    resume = wait_for("ba told to resume", lambda: (a := runners["ba"].assignment())["kind"] == "resume" and a,
-                      op=operator)
+    resume = wait_for(
+        "ba told to resume", lambda: (a := runners["ba"].assignment())["kind"] == "resume" and a, op=operator
+    )
     assert resume["spec"]["inference"]["weightVersion"] == "v9", resume
     # A pass that comes for another reason before the report (here a user's label; in a
     # batch, the pass its abort report queued) waits for the report too.
-    labelled = kubectl("patch", "swer", "ba", "-n", namespace, "--type=merge", "-o", "json",
-                       "-p", json.dumps({"metadata": {"labels": {"marker": "1"}}}))
+    labelled = kubectl(
+        "patch",
+        "swer",
+        "ba",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-o",
+        "json",
+        "-p",
+        json.dumps({"metadata": {"labels": {"marker": "1"}}}),
+    )
     marker_rv = int(json.loads(labelled.stdout)["metadata"]["resourceVersion"])
-    wait_for("the marker's pass", lambda: any(
-        int(rv) >= marker_rv for rv in re.findall(rf"pass over {namespace}/ba at resourceVersion (\d+)",
-                                                  operator.log_path.read_text(errors="replace"))), op=operator)
+    wait_for(
+        "the marker's pass",
+        lambda: any(
+            int(rv) >= marker_rv
+            for rv in re.findall(
+                rf"pass over {namespace}/ba at resourceVersion (\d+)", operator.log_path.read_text(errors="replace")
+            )
+        ),
+        op=operator,
+    )
     assert phase(kubectl, namespace, "ba") == "Aborted", "a pass within the grace wrote Resuming"
     assert phase(kubectl, namespace, "bb") == "Aborted"
     assert runners["bb"].assignment()["kind"] == "wait"
@@ -150,8 +179,9 @@ def test_one_batch_write_suspends_and_resumes_every_member(
     assert _resumings(operator) == resumings, "a resumed batch's live runner cost a Resuming write"
     kubectl("patch", "swer", "bb", "-n", namespace, "--type=merge", "-p", '{"spec": {"suspend": false}}')
     # The runner is told at once; its start report counts whether or not Resuming was written.
-    resumed = wait_for("bb told to resume", lambda: (a := runners["bb"].assignment())["kind"] == "resume" and a,
-                       op=operator)
+    resumed = wait_for(
+        "bb told to resume", lambda: (a := runners["bb"].assignment())["kind"] == "resume" and a, op=operator
+    )
     assert runners["bb"].report_started(resumed["id"])
     wait_for("bb Running", lambda: phase(kubectl, namespace, "bb") == "Running", op=operator)
 

@@ -17,7 +17,9 @@ from tests.support.operator import OperatorProcess
 from tests.support.operator_cluster import get_json, mark_ready, phase, pods_of, rollout, wait_for
 
 
-def test_rollout_gets_one_owned_pod_and_status(operator: OperatorProcess, kubectl: Callable[..., Any], namespace: str) -> None:
+def test_rollout_gets_one_owned_pod_and_status(
+    operator: OperatorProcess, kubectl: Callable[..., Any], namespace: str
+) -> None:
     kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(rollout("r1")))
     wait_for("phase Starting", lambda: phase(kubectl, namespace, "r1") == "Starting", op=operator)
     obj = get_json(kubectl, "swer", "r1", "-n", namespace)
@@ -43,6 +45,7 @@ def test_rollout_gets_one_owned_pod_and_status(operator: OperatorProcess, kubect
     status = get_json(kubectl, "swer", "r1", "-n", namespace)["status"]
     assert status["sandbox"]["podIP"] == "10.1.2.3"
     assert status["sandbox"]["podUID"] == pod["metadata"]["uid"]
+
     # Where it runs is an Event; the routine steps before it are only in the status
     # (a batch of 500 would otherwise post 500 Events for each).
     def reasons() -> set[str]:
@@ -76,7 +79,9 @@ def test_image_pull_failure_is_reported_with_the_image(
             ],
         }
     }
-    kubectl("patch", "pod", "pull-a1", "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps(status))
+    kubectl(
+        "patch", "pod", "pull-a1", "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps(status)
+    )
     wait_for("phase Failed", lambda: phase(kubectl, namespace, "pull") == "Failed", op=operator)
     obj = get_json(kubectl, "swer", "pull", "-n", namespace)
     assert "registry.example/calc:1" in obj["status"]["message"]
@@ -85,8 +90,12 @@ def test_image_pull_failure_is_reported_with_the_image(
     assert complete["reason"] == "ErrImagePull"
 
 
-def test_startup_timeout_fails_with_a_reason(operator: OperatorProcess, kubectl: Callable[..., Any], namespace: str) -> None:
-    kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(rollout("slow", sandbox={"startupTimeoutSeconds": 10})))
+def test_startup_timeout_fails_with_a_reason(
+    operator: OperatorProcess, kubectl: Callable[..., Any], namespace: str
+) -> None:
+    kubectl(
+        "apply", "-n", namespace, "-f", "-", input=json.dumps(rollout("slow", sandbox={"startupTimeoutSeconds": 10}))
+    )
     wait_for("phase Failed", lambda: phase(kubectl, namespace, "slow") == "Failed", timeout=60, op=operator)
     obj = get_json(kubectl, "swer", "slow", "-n", namespace)
     assert "startupTimeoutSeconds" in obj["status"]["message"]
@@ -115,7 +124,9 @@ def test_restarts_at_any_point_create_no_second_pod(
         assert get_json(kubectl, "swer", name, "-n", namespace)["status"]["attempts"] == 1
 
 
-def test_delete_removes_everything_it_made(operator: OperatorProcess, kubectl: Callable[..., Any], namespace: str) -> None:
+def test_delete_removes_everything_it_made(
+    operator: OperatorProcess, kubectl: Callable[..., Any], namespace: str
+) -> None:
     kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(rollout("gone")))
     wait_for("pod", lambda: pods_of(kubectl, namespace, "gone"), op=operator)
     obj = get_json(kubectl, "swer", "gone", "-n", namespace)
@@ -176,7 +187,9 @@ def test_a_template_typo_fails_as_invalid_spec_before_any_pod(
     wait_for("phase Failed", lambda: phase(kubectl, namespace, "typo") == "Failed", op=operator)
     obj = get_json(kubectl, "swer", "typo", "-n", namespace)
     message = obj["status"]["message"]
-    assert message.startswith("spec.agent.templates.nextStepTemplate: next_step_template uses unknown variable(s) ['observaton']")
+    assert message.startswith(
+        "spec.agent.templates.nextStepTemplate: next_step_template uses unknown variable(s) ['observaton']"
+    )
     complete = next(c for c in obj["status"]["conditions"] if c["type"] == "Complete")
     assert complete["reason"] == "InvalidSpec"
     assert pods_of(kubectl, namespace, "typo") == []

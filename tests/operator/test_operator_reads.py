@@ -43,25 +43,43 @@ def test_own_status_write_causes_no_reads_and_no_pass(
 
     # The runner reports progress: the operator writes it into status (its own write).
     progress = wire.ProgressReport(turns=3, context_tokens=100, generated_tokens=50).model_dump_json()
-    answer = httpx.post(ingest_url(operator, namespace, "quiet", uid, "/progress"), content=progress,
-                        headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    answer = httpx.post(
+        ingest_url(operator, namespace, "quiet", uid, "/progress"),
+        content=progress,
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+    )
     assert answer.status_code == 200
     written = wait_for(
         "progress in status",
-        lambda: (obj := get_json(kubectl, "swer", "quiet", "-n", namespace))
-        and (obj["status"].get("progress") or {}).get("turns") == 3 and obj,
+        lambda: (
+            (obj := get_json(kubectl, "swer", "quiet", "-n", namespace))
+            and (obj["status"].get("progress") or {}).get("turns") == 3
+            and obj
+        ),
         op=operator,
     )
     own_rv = int(written["metadata"]["resourceVersion"])
 
     # A user's change after it: the watch delivers events in order, so once the pass
     # for this change is logged, the echo of the status write has been handled too.
-    labelled = kubectl("patch", "swer", "quiet", "-n", namespace, "--type=merge", "-o", "json",
-                       "-p", json.dumps({"metadata": {"labels": {"marker": "1"}}}))
+    labelled = kubectl(
+        "patch",
+        "swer",
+        "quiet",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-o",
+        "json",
+        "-p",
+        json.dumps({"metadata": {"labels": {"marker": "1"}}}),
+    )
     marker_rv = int(json.loads(labelled.stdout)["metadata"]["resourceVersion"])
     assert marker_rv > own_rv
-    wait_for("the marker's pass", lambda: any(rv >= marker_rv for rv in _passes(operator, namespace, "quiet")),
-             op=operator)
+    wait_for(
+        "the marker's pass", lambda: any(rv >= marker_rv for rv in _passes(operator, namespace, "quiet")), op=operator
+    )
 
     new_passes = _passes(operator, namespace, "quiet")[passes_before:]
     assert own_rv not in new_passes, f"the echo of our own write started a pass: {new_passes}"

@@ -68,21 +68,31 @@ def refusing_policy(control_plane: ControlPlane, kubectl: Callable[..., Any], na
     policy, binding = _policy(namespace)
     kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [policy, binding]}))
     probe = {
-        "apiVersion": "v1", "kind": "Pod",
+        "apiVersion": "v1",
+        "kind": "Pod",
         "metadata": {"name": "probe", "labels": {api.LABEL_ROLLOUT: "rejectme-probe"}},
         "spec": {"containers": [{"name": "c", "image": "x"}]},
     }
     # The policy takes effect a moment after it is stored: wait until a dry run is refused.
     wait_for(
         "the admission policy in force",
-        lambda: "refused by the site policy"
-        in kubectl("create", "--dry-run=server", "-n", namespace, "-f", "-", input=json.dumps(probe), check=False).stderr,
+        lambda: (
+            "refused by the site policy"
+            in kubectl(
+                "create", "--dry-run=server", "-n", namespace, "-f", "-", input=json.dumps(probe), check=False
+            ).stderr
+        ),
     )
     try:
         yield
     finally:
-        kubectl("delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", policy["metadata"]["name"],
-                "--ignore-not-found", check=False)
+        kubectl(
+            "delete",
+            "validatingadmissionpolicybinding,validatingadmissionpolicy",
+            policy["metadata"]["name"],
+            "--ignore-not-found",
+            check=False,
+        )
 
 
 def test_a_refused_pod_fails_the_rollout_with_the_servers_reason(
@@ -106,7 +116,9 @@ def test_startup_deadline_counts_from_creation_while_pending(
 ) -> None:
     # The pod is never created (403, retried with backoff), so the rollout never leaves
     # Pending; the deadline still ends it, naming the error.
-    kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(rollout("held", sandbox={"startupTimeoutSeconds": 10})))
+    kubectl(
+        "apply", "-n", namespace, "-f", "-", input=json.dumps(rollout("held", sandbox={"startupTimeoutSeconds": 10}))
+    )
     wait_for("phase Failed", lambda: phase(kubectl, namespace, "held") == "Failed", timeout=90, op=operator)
     status = get_json(kubectl, "swer", "held", "-n", namespace)["status"]
     assert "startupTimeoutSeconds" in status["message"] and "forbidden for now" in status["message"], status
@@ -124,10 +136,15 @@ def test_a_name_longer_than_a_label_value_starts_and_deletes(
     (pod,) = get_json(kubectl, "pods", "-n", namespace, "-l", f"{api.LABEL_ROLLOUT}={label}")["items"]
     assert len(pod["metadata"]["name"]) <= 63
     kubectl("delete", "swer", name, "-n", namespace, "--wait=false")
-    wait_for("rollout gone (the finalizer completed)", lambda: get_json(kubectl, "swer", name, "-n", namespace) is None,
-             op=operator)
+    wait_for(
+        "rollout gone (the finalizer completed)",
+        lambda: get_json(kubectl, "swer", name, "-n", namespace) is None,
+        op=operator,
+    )
     wait_for(
         "pod deleted",
-        lambda: all(p["metadata"].get("deletionTimestamp") for p in get_json(kubectl, "pods", "-n", namespace)["items"]),
+        lambda: all(
+            p["metadata"].get("deletionTimestamp") for p in get_json(kubectl, "pods", "-n", namespace)["items"]
+        ),
         op=operator,
     )

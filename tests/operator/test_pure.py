@@ -11,7 +11,7 @@ from swerollout.api import v1alpha1 as api
 from swerollout.api.v1alpha1 import ConditionType, Phase
 from swerollout_operator import phases, podspec
 from swerollout_operator.cache import PodCache, RolloutCache
-from swerollout_operator.phases import Trigger, IllegalTransition
+from swerollout_operator.phases import IllegalTransition, Trigger
 from swerollout_operator.podstatus import read_pod
 from swerollout_operator.settings import OperatorSettings
 from swerollout_operator.tokens import TokenKey, TokenKind
@@ -85,15 +85,23 @@ def test_inference_keys_reach_only_the_rollout_runner() -> None:
     runner's environment names; the sandbox, the init container and the eval pod get none."""
     from swerollout.wire.runner_env import RunnerEnv
 
-    inference = {"endpoint": "http://sglang:30000", "tokenizer": "qwen-2.5",
-                 "apiKeySecretRef": {"name": "sglang-keys", "key": "api-key"},
-                 "adminKeySecretRef": {"name": "sglang-admin", "key": "admin.key"}}
+    inference = {
+        "endpoint": "http://sglang:30000",
+        "tokenizer": "qwen-2.5",
+        "apiKeySecretRef": {"name": "sglang-keys", "key": "api-key"},
+        "adminKeySecretRef": {"name": "sglang-admin", "key": "admin.key"},
+    }
     pod = podspec.rollout_pod(rollout(inference=inference), META, OperatorSettings(), attempt=1)
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
-    user_secrets = {n: v["secret"] for n, v in volumes.items() if v.get("secret", {}).get("secretName") in
-                    ("sglang-keys", "sglang-admin")}
+    user_secrets = {
+        n: v["secret"]
+        for n, v in volumes.items()
+        if v.get("secret", {}).get("secretName") in ("sglang-keys", "sglang-admin")
+    }
     assert sorted((s["secretName"], s["items"][0]["key"]) for s in user_secrets.values()) == [
-        ("sglang-admin", "admin.key"), ("sglang-keys", "api-key")]
+        ("sglang-admin", "admin.key"),
+        ("sglang-keys", "api-key"),
+    ]
     containers = {c["name"]: c for c in pod["spec"]["initContainers"] + pod["spec"]["containers"]}
     mounted = {n: {m["name"] for m in c.get("volumeMounts", [])} & set(user_secrets) for n, c in containers.items()}
     assert mounted == {"swerex-bundle": set(), "sandbox": set(), "runner": set(user_secrets)}
@@ -104,8 +112,11 @@ def test_inference_keys_reach_only_the_rollout_runner() -> None:
         wanted = env.inference_admin_key_file if secret["secretName"] == "sglang-admin" else env.inference_api_key_file
         assert wanted == f"{paths[name]}/{secret['items'][0]['path']}"
     eval_pod = podspec.rollout_pod(rollout(inference=inference), META, OperatorSettings(), attempt=1, role="eval")
-    assert not [v for v in eval_pod["spec"]["volumes"] if v.get("secret", {}).get("secretName") in
-                ("sglang-keys", "sglang-admin")]
+    assert not [
+        v
+        for v in eval_pod["spec"]["volumes"]
+        if v.get("secret", {}).get("secretName") in ("sglang-keys", "sglang-admin")
+    ]
     # Without references the runner's environment names no key file.
     plain = podspec.rollout_pod(rollout(), META, OperatorSettings(), attempt=1)
     runner_env = {e["name"] for e in plain["spec"]["containers"][1]["env"]}
@@ -123,6 +134,7 @@ def test_sandbox_container_is_restricted_and_declares_its_port() -> None:
     assert sandbox["ports"] == [{"name": "swerex", "containerPort": settings.sandbox_port, "protocol": "TCP"}]
     # the runner's egress: the ingest API and the policy server of the spec; an eval pod needs no policy server
     from swerollout.api import v1alpha1 as api
+
     ingest = settings.ingest_url.split("//")[1].split("/")[0]
     wanted = pod["metadata"]["annotations"][api.ANNOTATION_EGRESS].split(",")
     assert wanted[0] == (ingest if ":" in ingest else ingest + ":80") and len(wanted) == 2
@@ -219,14 +231,30 @@ def test_read_pod_names_image_pull_failures() -> None:
 
 
 def test_read_pod_ready_and_unschedulable() -> None:
-    ready = read_pod(_pod({"phase": "Running", "podIP": "10.0.0.5", "conditions": [{"type": "Ready", "status": "True"}]}))
+    ready = read_pod(
+        _pod({"phase": "Running", "podIP": "10.0.0.5", "conditions": [{"type": "Ready", "status": "True"}]})
+    )
     assert ready.ready and not ready.failed and ready.pod_ip == "10.0.0.5" and ready.node_name == "n1"
     pending = read_pod(
-        _pod({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes"}]})
+        _pod(
+            {
+                "phase": "Pending",
+                "conditions": [
+                    {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes"}
+                ],
+            }
+        )
     )
     assert not pending.ready and not pending.failed and pending.reason == "Unschedulable"
     failed = read_pod(
-        _pod({"phase": "Failed", "containerStatuses": [{"name": "sandbox", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]})
+        _pod(
+            {
+                "phase": "Failed",
+                "containerStatuses": [
+                    {"name": "sandbox", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}
+                ],
+            }
+        )
     )
     assert failed.failed and "137" in failed.message
 
@@ -283,12 +311,26 @@ def test_status_message_is_cut_to_the_crd_bound() -> None:
 def _kubelet_pod(status: dict[str, Any]) -> dict[str, Any]:
     """A pod as the API server sends it: the fields podstatus reads among everything it does not."""
     pod = _pod(status)
-    pod["metadata"].update(uid="pod-uid", resourceVersion="7", namespace="ns", managedFields=[{"manager": "kubelet"}],
-                           ownerReferences=[{"kind": api.KIND, "uid": "uid-1", "controller": True}])
-    pod["spec"]["containers"].append({"name": "runner", "image": "swerollout:dev", "env": [{"name": "A", "value": "1"}]})
+    pod["metadata"].update(
+        uid="pod-uid",
+        resourceVersion="7",
+        namespace="ns",
+        managedFields=[{"manager": "kubelet"}],
+        ownerReferences=[{"kind": api.KIND, "uid": "uid-1", "controller": True}],
+    )
+    pod["spec"]["containers"].append(
+        {"name": "runner", "image": "swerollout:dev", "env": [{"name": "A", "value": "1"}]}
+    )
     pod["spec"]["initContainers"] = [{"name": "bundle", "image": "swerollout:dev", "command": ["cp"]}]
-    noise = {"imageID": "sha256:" + "a" * 64, "containerID": "containerd://" + "b" * 64, "restartCount": 3,
-             "ready": False, "started": True, "lastState": {"terminated": {"exitCode": 2}}, "volumeMounts": [{"name": "v"}]}
+    noise = {
+        "imageID": "sha256:" + "a" * 64,
+        "containerID": "containerd://" + "b" * 64,
+        "restartCount": 3,
+        "ready": False,
+        "started": True,
+        "lastState": {"terminated": {"exitCode": 2}},
+        "volumeMounts": [{"name": "v"}],
+    }
     for key in ("containerStatuses", "initContainerStatuses"):
         for cs in status.get(key) or []:
             cs.update({k: v for k, v in noise.items() if k not in cs})
@@ -296,27 +338,59 @@ def _kubelet_pod(status: dict[str, Any]) -> dict[str, Any]:
         {"type": t, "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z", "lastProbeTime": None}
         for t in ("Initialized", "ContainersReady", "PodReadyToStartContainers")
     )
-    status.update(hostIP="10.0.0.2", podIPs=[{"ip": "10.0.0.5"}], qosClass="Burstable", startTime="2026-01-01T00:00:00Z")
+    status.update(
+        hostIP="10.0.0.2", podIPs=[{"ip": "10.0.0.5"}], qosClass="Burstable", startTime="2026-01-01T00:00:00Z"
+    )
     return pod
 
 
 @pytest.mark.parametrize(
     "status",
     [
-        {"phase": "Running", "podIP": "10.0.0.5", "conditions": [{"type": "Ready", "status": "True"}],
-         "containerStatuses": [{"name": "sandbox", "state": {"running": {"startedAt": "t"}}}]},
-        {"phase": "Pending", "containerStatuses": [
-            {"name": "sandbox", "image": "registry.example/missing:1",
-             "state": {"waiting": {"reason": "ImagePullBackOff", "message": "back-off pulling"}}}]},
-        {"phase": "Pending", "initContainerStatuses": [
-            {"name": "bundle", "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "exited 1"}}}]},
-        {"phase": "Pending", "conditions": [
-            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes"}]},
-        {"phase": "Failed", "reason": "Evicted", "message": "low on memory", "containerStatuses": [
-            {"name": "sandbox", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]},
-        {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}], "containerStatuses": [
-            {"name": "sandbox", "state": {"running": {}}},
-            {"name": "runner", "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]},
+        {
+            "phase": "Running",
+            "podIP": "10.0.0.5",
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [{"name": "sandbox", "state": {"running": {"startedAt": "t"}}}],
+        },
+        {
+            "phase": "Pending",
+            "containerStatuses": [
+                {
+                    "name": "sandbox",
+                    "image": "registry.example/missing:1",
+                    "state": {"waiting": {"reason": "ImagePullBackOff", "message": "back-off pulling"}},
+                }
+            ],
+        },
+        {
+            "phase": "Pending",
+            "initContainerStatuses": [
+                {"name": "bundle", "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "exited 1"}}}
+            ],
+        },
+        {
+            "phase": "Pending",
+            "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes"}
+            ],
+        },
+        {
+            "phase": "Failed",
+            "reason": "Evicted",
+            "message": "low on memory",
+            "containerStatuses": [
+                {"name": "sandbox", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}
+            ],
+        },
+        {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "False"}],
+            "containerStatuses": [
+                {"name": "sandbox", "state": {"running": {}}},
+                {"name": "runner", "state": {"terminated": {"exitCode": 1, "reason": "Error"}}},
+            ],
+        },
     ],
     ids=["ready", "image-pull", "init-crash", "unschedulable", "evicted", "runner-exited"],
 )
@@ -361,8 +435,11 @@ def test_phase_counts_follow_every_way_a_cached_body_changes() -> None:
     cache = RolloutCache()
 
     def body(uid: str, phase: str, rv: int) -> dict[str, Any]:
-        return {**_cached_rollout(uid), "status": {"phase": phase}, "metadata": {
-            **_cached_rollout(uid)["metadata"], "resourceVersion": str(rv)}}
+        return {
+            **_cached_rollout(uid),
+            "status": {"phase": phase},
+            "metadata": {**_cached_rollout(uid)["metadata"], "resourceVersion": str(rv)},
+        }
 
     def counted() -> dict[Phase, int]:
         expected = {p: 0 for p in Phase}

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from swerollout.client import AsyncRolloutClient
+from swerollout.store import ResultStore, open_store
 from swerollout_dev.controlplane import ControlPlane
 from swerollout_dev.policy_server.engine import Engine
 from swerollout_dev.policy_server.launch import PolicyServerHandle, launch
-from swerollout.store import ResultStore, open_store
 from tests.support.cluster import install_crd
 
 

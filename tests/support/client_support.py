@@ -57,7 +57,9 @@ async def set_status(kube: AsyncKubeClient, namespace: str, name: str, status: d
 
 async def run(kube: AsyncKubeClient, namespace: str, name: str, *, generated: int = 10) -> None:
     await set_status(
-        kube, namespace, name,
+        kube,
+        namespace,
+        name,
         {"phase": "Running", "progress": {"turns": 1, "tokens": generated + 20, "generatedTokens": generated}},
     )
 
@@ -85,7 +87,9 @@ async def finish(
         saved = await store.put(owner, "report", json.dumps(report).encode())
         reward_status["report"] = {"ref": saved.ref, "sha256": saved.sha256, "bytes": saved.bytes}
     await set_status(
-        kube, namespace, name,
+        kube,
+        namespace,
+        name,
         {
             "phase": phase,
             "result": {
@@ -102,14 +106,17 @@ async def finish(
     )
 
 
-def record_of(trajectory: Trajectory | None, phase: str = "Succeeded", reward: float | None = 1.0,
-              name: str = "b-0-1") -> RolloutRecord:
+def record_of(
+    trajectory: Trajectory | None, phase: str = "Succeeded", reward: float | None = 1.0, name: str = "b-0-1"
+) -> RolloutRecord:
     """A record as the client builds it from an API object and its trajectory."""
     status: dict[str, Any] = {"phase": phase}
     if trajectory is not None:
         status["result"] = {
-            "exitStatus": trajectory.exit_status, "turns": trajectory.turns,
-            "promptTokens": len(trajectory.prompt_ids), "responseTokens": len(trajectory.response_ids),
+            "exitStatus": trajectory.exit_status,
+            "turns": trajectory.turns,
+            "promptTokens": len(trajectory.prompt_ids),
+            "responseTokens": len(trajectory.response_ids),
         }
     if reward is not None:
         status["reward"] = {"value": reward, "resolved": reward > 0, "graded": True}

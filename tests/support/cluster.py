@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from swerollout_dev.controlplane import ControlPlane
 
@@ -43,10 +44,12 @@ def install_crd(plane: ControlPlane) -> None:
             time.sleep(0.2)
 
 
-def checked(run: Callable[..., "subprocess.CompletedProcess[str]"]) -> Callable[..., "subprocess.CompletedProcess[str]"]:
+def checked(
+    run: Callable[..., subprocess.CompletedProcess[str]],
+) -> Callable[..., subprocess.CompletedProcess[str]]:
     """Wrap a kubectl/helm runner: raise on failure unless check=False."""
 
-    def call(*args: str, check: bool = True, **kwargs: Any) -> "subprocess.CompletedProcess[str]":
+    def call(*args: str, check: bool = True, **kwargs: Any) -> subprocess.CompletedProcess[str]:
         result = run(*args, **kwargs)
         if check and result.returncode != 0:
             raise AssertionError(f"{' '.join(args)} failed ({result.returncode}):\n{result.stderr}")

@@ -18,14 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from swerollout.api import v1alpha1 as api
+from swerollout.instances import SWEBenchInstance, to_api_instance
+from swerollout.kube import SWEROLLOUTS, KubeClient, NotFound
 from swerollout_dev.stack.paths import DevPaths
 from swerollout_dev.stack.state import DevState
-from swerollout.kube import SWEROLLOUTS, KubeClient, NotFound
 from swerollout_dev.tasks import load_instances, materialize_tasks
-from swerollout.instances import SWEBenchInstance, to_api_instance
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,7 +31,10 @@ ROOT = Path(__file__).resolve().parents[2]
 def swerollout_cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "swerollout.cli.main", *args],
-        cwd=cwd, capture_output=True, text=True, timeout=timeout,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         env={k: v for k, v in os.environ.items() if k != "KUBECONFIG"},
     )
 
@@ -99,7 +100,8 @@ class DevStack:
                 return value
             if time.monotonic() > deadline:
                 logs = "\n".join(
-                    f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in sorted(self.paths.logs.glob("*.log"))
+                    f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
+                    for p in sorted(self.paths.logs.glob("*.log"))
                 )
                 raise AssertionError(f"timed out waiting for {what}\n{logs}")
             time.sleep(0.5)
@@ -119,13 +121,16 @@ class DevStack:
 
         return subprocess.run(
             [str(find_binaries().kubectl), f"--kubeconfig={self.paths.kubeconfig}", *args],
-            input=input, capture_output=True, text=True, timeout=120,
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
 
     def read_object(self, ref: dict[str, Any]) -> bytes:
         uri = ref["ref"]
         assert uri.startswith("file://"), uri
-        return Path(uri[len("file://"):]).read_bytes()
+        return Path(uri[len("file://") :]).read_bytes()
 
 
 def post_json(url: str, body: dict[str, Any]) -> Any:
@@ -149,7 +154,14 @@ def running_dev_stack(workdir: Path) -> Iterator[DevStack]:
     try:
         # Inside the try: a run interrupted while the stack comes up still brings it down.
         up = swerollout_cli(
-            "dev", "up", "--policy", "oracle", "--tasks", str(tasks / "instances.jsonl"), "--workdir", str(workdir),
+            "dev",
+            "up",
+            "--policy",
+            "oracle",
+            "--tasks",
+            str(tasks / "instances.jsonl"),
+            "--workdir",
+            str(workdir),
         )
         assert up.returncode == 0, up.stdout + up.stderr
         state = DevState.read(paths.state)

@@ -18,9 +18,10 @@ import struct
 import sys
 
 libc = ctypes.CDLL(None, use_errno=True)
-NR = {"x86_64": {"open_by_handle_at": 304, "name_to_handle_at": 303, "keyctl": 250, "bpf": 321, "ptrace": 101},
-      "aarch64": {"open_by_handle_at": 265, "name_to_handle_at": 264, "keyctl": 219, "bpf": 280, "ptrace": 117}}[
-    os.uname().machine]
+NR = {
+    "x86_64": {"open_by_handle_at": 304, "name_to_handle_at": 303, "keyctl": 250, "bpf": 321, "ptrace": 101},
+    "aarch64": {"open_by_handle_at": 265, "name_to_handle_at": 264, "keyctl": 219, "bpf": 280, "ptrace": 117},
+}[os.uname().machine]
 
 
 def failed(rc: int) -> str:
@@ -134,9 +135,15 @@ def reach_unix(path: str) -> str:
 def main() -> None:
     secrets, targets = sys.argv[1][::-1].split(","), sys.argv[2:]
     report = {}
-    for name, attempt in (("open_by_handle_at", open_by_handle), ("proc_secret", lambda: proc_secret(secrets)),
-                          ("mount", mount), ("mknod", mknod), ("syscalls", syscalls), ("capabilities", capabilities),
-                          *((f"reach {t}", lambda t=t: reach(t)) for t in targets)):
+    for name, attempt in (
+        ("open_by_handle_at", open_by_handle),
+        ("proc_secret", lambda: proc_secret(secrets)),
+        ("mount", mount),
+        ("mknod", mknod),
+        ("syscalls", syscalls),
+        ("capabilities", capabilities),
+        *((f"reach {t}", lambda t=t: reach(t)) for t in targets),
+    ):
         try:
             report[name] = attempt()
         except Exception as exc:  # an attempt that cannot even be made counts as blocked only if it is a denial

@@ -8,7 +8,6 @@ from pathlib import Path
 
 from agent_runner.sandbox import Sandbox
 from swerollout.api.v1alpha1 import Instance
-
 from tests.support.swerex_fixture import start_swerex
 
 WRONG_PATCHES = Path(__file__).resolve().parents[1] / "agent_runner" / "eval" / "wrong_patches"

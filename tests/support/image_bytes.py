@@ -9,6 +9,7 @@ import zlib
 
 def png(width: int, height: int) -> bytes:
     """A grey 8-bit PNG."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 

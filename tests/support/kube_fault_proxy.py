@@ -58,9 +58,15 @@ class FaultProxy:
                 if fault == "drop":
                     return self._reset()
                 if fault == 429:
-                    status = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "TooManyRequests",
-                              "message": "too many requests, please try again later", "code": 429,
-                              "details": {"retryAfterSeconds": 1}}
+                    status = {
+                        "kind": "Status",
+                        "apiVersion": "v1",
+                        "status": "Failure",
+                        "reason": "TooManyRequests",
+                        "message": "too many requests, please try again later",
+                        "code": 429,
+                        "details": {"retryAfterSeconds": 1},
+                    }
                     return self._answer(429, json.dumps(status).encode(), "application/json", {"Retry-After": "1"})
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_HEADERS}
                 answer = proxy._upstream.request(method, path, content=body, headers=headers)
@@ -123,7 +129,9 @@ class FaultProxy:
     def write_kubeconfig(self, path: Path, namespace: str) -> Path:
         """A kubeconfig that reaches the API server through this proxy (which adds the credentials)."""
         document = {
-            "apiVersion": "v1", "kind": "Config", "current-context": "proxy",
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "proxy",
             "clusters": [{"name": "proxy", "cluster": {"server": self.url}}],
             "users": [{"name": "proxy", "user": {}}],
             "contexts": [{"name": "proxy", "context": {"cluster": "proxy", "user": "proxy", "namespace": namespace}}],

@@ -26,9 +26,20 @@ class AgentProcess:
         served_before = self._served()
         log = open(self.log_path, "ab")
         self.popen = subprocess.Popen(
-            [sys.executable, "-m", "swerollout_dev.nodeagent", "--kubeconfig", str(self.kubeconfig), "--root", str(self.root),
-             "--node-name", self.node, *self.extra],
-            stdout=log, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "swerollout_dev.nodeagent",
+                "--kubeconfig",
+                str(self.kubeconfig),
+                "--root",
+                str(self.root),
+                "--node-name",
+                self.node,
+                *self.extra,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         log.close()
         # Generous: a cold Python start on a loaded 2-core machine takes tens of seconds.
@@ -36,7 +47,9 @@ class AgentProcess:
         while time.monotonic() < deadline:
             try:
                 node = kube.get(NODES, self.node)
-                ready = any(c["type"] == "Ready" and c["status"] == "True" for c in node.get("status", {}).get("conditions", []))
+                ready = any(
+                    c["type"] == "Ready" and c["status"] == "True" for c in node.get("status", {}).get("conditions", [])
+                )
                 # the Node may be Ready from a previous agent: wait for this one's own announcement
                 if ready and self._served() > served_before:
                     return self
@@ -64,7 +77,9 @@ class AgentProcess:
 
 def pod_manifest(name: str, node: str, containers: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
     return {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
         "spec": {
             "nodeSelector": {"kubernetes.io/hostname": node},
             "tolerations": [{"key": "swerollout.io/local", "operator": "Exists", "effect": "NoSchedule"}],
@@ -75,7 +90,9 @@ def pod_manifest(name: str, node: str, containers: list[dict[str, Any]], **spec:
     }
 
 
-def wait_pod(kube: KubeClient, namespace: str, name: str, check: Callable[[dict[str, Any]], bool], timeout: float = 30) -> dict[str, Any]:
+def wait_pod(
+    kube: KubeClient, namespace: str, name: str, check: Callable[[dict[str, Any]], bool], timeout: float = 30
+) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     pod: dict[str, Any] = {}
     while time.monotonic() < deadline:

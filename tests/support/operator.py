@@ -23,8 +23,8 @@ from typing import Any
 import httpx
 import pytest
 
-from swerollout_dev.controlplane import ControlPlane
 from swerollout.kube import SECRETS, KubeClient
+from swerollout_dev.controlplane import ControlPlane
 from tests.support.cluster import ROOT, checked, install_crd
 
 
@@ -67,7 +67,9 @@ class OperatorProcess:
     def start(self) -> None:
         log = open(self.log_path, "ab")
         self._logs.append(log)
-        self.proc = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         self.starts += 1
         # Generous: make test runs three pytest processes and an image build side by side on
         # two cores, and the operator's imports alone took over 60 s there once.
@@ -141,22 +143,39 @@ def operator(control_plane: ControlPlane, crd: None, namespace: str, tmp_path: P
     port = _free_port()
     ingest_port = _free_port()
     argv = [
-        sys.executable, "-m", "swerollout_operator",
-        "--service-account-dir", str(identity),
-        "--namespaces", namespace,
-        "--bind-host", "127.0.0.1",
-        "--metrics-port", str(port),
-        "--ingest-port", str(ingest_port),
-        "--token-key-file", str(key_file),
-        "--store-url", f"file://{tmp_path / 'store'}",
-        "--log-level", "DEBUG",
+        sys.executable,
+        "-m",
+        "swerollout_operator",
+        "--service-account-dir",
+        str(identity),
+        "--namespaces",
+        namespace,
+        "--bind-host",
+        "127.0.0.1",
+        "--metrics-port",
+        str(port),
+        "--ingest-port",
+        str(ingest_port),
+        "--token-key-file",
+        str(key_file),
+        "--store-url",
+        f"file://{tmp_path / 'store'}",
+        "--log-level",
+        "DEBUG",
     ]
     host, api_port = control_plane.server_url.removeprefix("https://").rsplit(":", 1)
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
     env.update(KUBERNETES_SERVICE_HOST=host, KUBERNETES_SERVICE_PORT=api_port)
     handle = OperatorProcess(
-        argv, env, tmp_path / "operator.log", f"http://127.0.0.1:{port}", release, kubeconfig,
-        ingest_url=f"http://127.0.0.1:{ingest_port}", key_file=key_file, store_dir=tmp_path / "store",
+        argv,
+        env,
+        tmp_path / "operator.log",
+        f"http://127.0.0.1:{port}",
+        release,
+        kubeconfig,
+        ingest_url=f"http://127.0.0.1:{ingest_port}",
+        key_file=key_file,
+        store_dir=tmp_path / "store",
     )
     handle.start()
     try:

@@ -25,4 +25,3 @@ def once_rbac_allows(call: Callable[[], T], timeout: float = 15.0) -> T:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
-

@@ -18,18 +18,20 @@ from pathlib import Path
 from typing import Any
 
 from swerollout.api import v1alpha1 as api
+from swerollout.instances import SWEBenchInstance, to_api_instance
 from swerollout_dev.binaries import find_binaries
 from swerollout_dev.cluster import containerd
-from swerollout_dev.cluster.buildimage import BASE_IMAGE, base_image_archive
 from swerollout_dev.cluster.config import ClusterConfig, ClusterPaths
 from swerollout_dev.cluster.state import ClusterState
 from swerollout_dev.tasks import INDEX_FILE, load_instances
-from swerollout.instances import SWEBenchInstance, to_api_instance
+
 
 def swerollout_cli(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "swerollout.cli.main", *args],
-        capture_output=True, text=True, timeout=timeout,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         env={k: v for k, v in os.environ.items() if k != "KUBECONFIG"},
     )
 
@@ -45,12 +47,17 @@ class RealNode:
         assert state is not None, "the cluster is not running"
         return state
 
-    def kubectl(self, *args: str, input: str | None = None, kubeconfig: Path | None = None,
-                timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    def kubectl(
+        self, *args: str, input: str | None = None, kubeconfig: Path | None = None, timeout: float = 180
+    ) -> subprocess.CompletedProcess[str]:
         config = kubeconfig or self.paths.kubeconfig
         return subprocess.run(
             [str(find_binaries().kubectl), f"--kubeconfig={config}", *args],
-            input=input, capture_output=True, text=True, timeout=timeout, check=False,
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
             env=dict(os.environ, KUBECACHEDIR=str(self.paths.root / "kube-cache")),
         )
 
@@ -129,8 +136,9 @@ TERMINAL = {"Succeeded", "Failed"}
 SWEROLLOUTS = "swerollouts.swerollout.io"
 
 
-def rollout_body(name: str, instance: SWEBenchInstance, endpoint: str, namespace: str,
-                 batch: str = "realnode", **spec: Any) -> dict[str, Any]:
+def rollout_body(
+    name: str, instance: SWEBenchInstance, endpoint: str, namespace: str, batch: str = "realnode", **spec: Any
+) -> dict[str, Any]:
     body: dict[str, Any] = {
         "apiVersion": api.API_VERSION,
         "kind": api.KIND,
@@ -142,8 +150,10 @@ def rollout_body(name: str, instance: SWEBenchInstance, endpoint: str, namespace
             # rollouts fit beside the operator, the rest wait Unschedulable, and on a loaded
             # machine their wait outran the startup deadline. A small request lets a whole test
             # batch schedule at once; the deadline still bounds a pod that never starts.
-            "sandbox": {"startupTimeoutSeconds": 600,
-                        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "4Gi"}}},
+            "sandbox": {
+                "startupTimeoutSeconds": 600,
+                "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "4Gi"}},
+            },
         },
     }
     for key, value in spec.items():
@@ -170,11 +180,23 @@ class Rollouts:
         return dict(json.loads(proc.stdout).get("status") or {}) if proc.returncode == 0 else {}
 
     def wait_phase(self, name: str, phases: set[str], timeout: float = 420) -> dict[str, Any]:
-        return dict(self.node.wait_for(
-            f"{name} in {phases}", lambda: (s := self.status(name)) and s.get("phase") in phases and s,
-            timeout=timeout, interval=1.0,
-        ))
+        return dict(
+            self.node.wait_for(
+                f"{name} in {phases}",
+                lambda: (s := self.status(name)) and s.get("phase") in phases and s,
+                timeout=timeout,
+                interval=1.0,
+            )
+        )
 
     def set_suspend(self, name: str, value: bool) -> None:
-        self.node.kubectl_ok("patch", SWEROLLOUTS, name, "-n", self.namespace, "--type=merge",
-                             "-p", json.dumps({"spec": {"suspend": value}}))
+        self.node.kubectl_ok(
+            "patch",
+            SWEROLLOUTS,
+            name,
+            "-n",
+            self.namespace,
+            "--type=merge",
+            "-p",
+            json.dumps({"spec": {"suspend": value}}),
+        )

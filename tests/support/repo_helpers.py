@@ -6,9 +6,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.swerex_fixture import SwerexHandle
-
 from agent_runner.sandbox import Sandbox
+from tests.support.swerex_fixture import SwerexHandle
 
 
 def git(repo: Path, *args: str) -> str:

@@ -12,7 +12,6 @@ import base64
 from dataclasses import dataclass, field
 from typing import Any
 
-
 # One SWE-bench-shaped instance for the policy server's oracle policy.
 ORACLE_INSTANCE = {
     "instance_id": "demo__greet-1",
@@ -74,5 +73,3 @@ class FakeSGLang:
         values = [p * 10 + k for p in range(start, seqlen - 1) for k in range(self.routed_width)]
         raw = b"".join(v.to_bytes(4, "little", signed=True) for v in values)
         return {"routed_experts": base64.b64encode(raw).decode("ascii")}
-
-

@@ -11,8 +11,9 @@ Step = ModelTurn | Exception | Callable[[list[dict[str, Any]]], ModelTurn]
 
 
 def call(name: str, call_id: str = "call_1", **arguments: Any) -> ModelTurn:
-    return ModelTurn(text="", tool_calls=[ToolCall(id=call_id, name=name, arguments=arguments)],
-                     finish_reason=FinishReason.STOP)
+    return ModelTurn(
+        text="", tool_calls=[ToolCall(id=call_id, name=name, arguments=arguments)], finish_reason=FinishReason.STOP
+    )
 
 
 def bash(command: str) -> ModelTurn:

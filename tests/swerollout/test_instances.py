@@ -13,9 +13,18 @@ from swerollout import instances, testids
 
 def _row(f2p: list[str], p2p: list[str]) -> dict[str, object]:
     return {
-        "instance_id": "demo__calc-1", "repo": "demo/calc", "version": "1.0", "base_commit": "0" * 40,
-        "problem_statement": "add() is wrong", "created_at": "2026-01-01", "patch": "", "test_patch": "",
-        "FAIL_TO_PASS": json.dumps(f2p), "PASS_TO_PASS": p2p, "eval_script": "pytest -rA", "image": "file:calc",
+        "instance_id": "demo__calc-1",
+        "repo": "demo/calc",
+        "version": "1.0",
+        "base_commit": "0" * 40,
+        "problem_statement": "add() is wrong",
+        "created_at": "2026-01-01",
+        "patch": "",
+        "test_patch": "",
+        "FAIL_TO_PASS": json.dumps(f2p),
+        "PASS_TO_PASS": p2p,
+        "eval_script": "pytest -rA",
+        "image": "file:calc",
     }
 
 

@@ -18,8 +18,12 @@ from tests.support.image_bytes import data_url, png
 
 @pytest.mark.parametrize(
     ("name", "pad"),
-    [("glm-4.5v", "<|image|>"), ("qwen2.5-vl-3b-instruct-awq", "<|image_pad|>"), ("qwen-3.5", "<|image_pad|>"),
-     ("minimax-m3", "]<]image[>[")],
+    [
+        ("glm-4.5v", "<|image|>"),
+        ("qwen2.5-vl-3b-instruct-awq", "<|image_pad|>"),
+        ("qwen-3.5", "<|image_pad|>"),
+        ("minimax-m3", "]<]image[>["),
+    ],
 )
 def test_vision_templates_render_their_placeholder_as_added_tokens(name: str, pad: str) -> None:
     tokenizer = load_tokenizer(name)

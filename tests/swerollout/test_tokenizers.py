@@ -65,7 +65,9 @@ def test_parallel_processes_extract_safely(tmp_path: Path) -> None:
 
     code = "from swerollout.tokenizers import resolve_tokenizer_dir; print(resolve_tokenizer_dir('glm-4'))"
     env = {"SWEROLLOUT_CACHE": str(tmp_path), "PATH": "/usr/bin:/bin"}
-    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env) for _ in range(4)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env) for _ in range(4)
+    ]
     outputs = [p.communicate(timeout=120)[0].strip() for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0, 0]
     target = tmp_path / "tokenizers" / "glm-4"

@@ -12,12 +12,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from swerollout_dev.policy_server.launch import SubprocessServer, launch
 from swerollout.tokenizers import load_tokenizer
+from swerollout_dev.policy_server.launch import SubprocessServer, launch
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = "def add(a, b):\n    return a - b  # ünïcode<|im_end|>\n"
-MESSAGES = [{"role": "system", "content": "You fix bugs."}, {"role": "user", "content": "fix `calc.add`\n<tool>x</tool>"}]
+MESSAGES = [
+    {"role": "system", "content": "You fix bugs."},
+    {"role": "user", "content": "fix `calc.add`\n<tool>x</tool>"},
+]
 TOKENIZE = """
 import json, sys
 from swerollout.tokenizers import keep_torch_out, load_tokenizer
@@ -53,10 +56,12 @@ def test_without_torch_the_tokens_and_the_chat_text_are_the_same() -> None:
 def test_the_runner_entry_point_keeps_torch_out_before_it_imports_anything_else() -> None:
     # Without its pod environment the runner stops at its settings: far enough to see the block.
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWEROLLOUT_")}
-    probe = ("import runpy, sys\n"
-             "try:\n    runpy.run_module('agent_runner', run_name='__main__', alter_sys=True)\n"
-             "except SystemExit as stop:\n    print(stop.code)\n"
-             "print(sys.modules.get('torch', 'absent') is None)\n")
+    probe = (
+        "import runpy, sys\n"
+        "try:\n    runpy.run_module('agent_runner', run_name='__main__', alter_sys=True)\n"
+        "except SystemExit as stop:\n    print(stop.code)\n"
+        "print(sys.modules.get('torch', 'absent') is None)\n"
+    )
     result = _python("-c", probe, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     stopped, torch_blocked = result.stdout.strip().splitlines()[-2:]

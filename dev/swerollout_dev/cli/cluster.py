@@ -20,14 +20,14 @@ from pathlib import Path
 
 from swerollout_dev.cluster import teardown
 from swerollout_dev.cluster.buildimage import IMAGE, build_image
-from swerollout_dev.cluster.images import ImageBuildError
-from swerollout_dev.cluster.supervisor import repo_root
-from swerollout_dev.cluster.taskimages import build_task_images
-from swerollout_dev.tasks import INDEX_FILE, write_instances
 from swerollout_dev.cluster.config import ClusterConfig, ClusterPaths
+from swerollout_dev.cluster.images import ImageBuildError
 from swerollout_dev.cluster.nodebins import find_node_binaries, missing_host_tools
 from swerollout_dev.cluster.state import ClusterState
+from swerollout_dev.cluster.supervisor import repo_root
+from swerollout_dev.cluster.taskimages import build_task_images
 from swerollout_dev.stack.stop import stop_supervisor
+from swerollout_dev.tasks import INDEX_FILE, write_instances
 
 EXIT_NOT_RUNNING = 3
 
@@ -36,12 +36,19 @@ def register(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="cluster_command", metavar="ACTION", required=True)
     up = sub.add_parser("up", help="start etcd, the API server, controllers, containerd, kubelet and kube-proxy")
     up.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for readiness (default 900)")
-    up.add_argument("--no-operator", action="store_true",
-                    help="do not build the image from the Dockerfile nor install the chart")
-    up.add_argument("--policy", choices=["oracle", "null", "tiny-lm"],
-                    help="start the bundled policy server on the node IP, port 30000")
-    up.add_argument("--tasks", help="JSONL of tasks for the policy server (default: the bundled tasks, whose "
-                    "images are then built and loaded, and listed in .swerollout/cluster/tasks/instances.jsonl)")
+    up.add_argument(
+        "--no-operator", action="store_true", help="do not build the image from the Dockerfile nor install the chart"
+    )
+    up.add_argument(
+        "--policy",
+        choices=["oracle", "null", "tiny-lm"],
+        help="start the bundled policy server on the node IP, port 30000",
+    )
+    up.add_argument(
+        "--tasks",
+        help="JSONL of tasks for the policy server (default: the bundled tasks, whose "
+        "images are then built and loaded, and listed in .swerollout/cluster/tasks/instances.jsonl)",
+    )
     up.set_defaults(func=up_command)
     status = sub.add_parser("status", help="report each component")
     status.set_defaults(func=status_command)
@@ -52,7 +59,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     image = sub.add_parser(
         "build-image",
         help="build the swerollout image from this checkout's Dockerfile with buildah, offline (root), "
-             "and print the docker-archive to load or push",
+        "and print the docker-archive to load or push",
     )
     image.set_defaults(func=build_image_command)
 
@@ -71,27 +78,37 @@ def _print_state(state: ClusterState) -> None:
 def up_command(args: argparse.Namespace) -> int:
     paths = ClusterPaths.under(args.workdir)
     if os.geteuid() != 0:
-        print("error: `cluster up` needs root (containerd, the kubelet and kube-proxy manage mounts, "
-              "interfaces and iptables); use `swerollout dev up` without root", file=sys.stderr)
+        print(
+            "error: `cluster up` needs root (containerd, the kubelet and kube-proxy manage mounts, "
+            "interfaces and iptables); use `swerollout dev up` without root",
+            file=sys.stderr,
+        )
         return 1
     missing = missing_host_tools()
     if missing:
-        print(f"error: missing {', '.join(missing)}; install them with `hack/install-cluster-deps.sh` "
-              "(Debian: containerd runc containernetworking-plugins iptables conntrack)", file=sys.stderr)
+        print(
+            f"error: missing {', '.join(missing)}; install them with `hack/install-cluster-deps.sh` "
+            "(Debian: containerd runc containernetworking-plugins iptables conntrack)",
+            file=sys.stderr,
+        )
         return 1
     state = ClusterState.read(paths.state)
     if state is not None and state.supervisor.alive():
-        print(f"error: a cluster already runs from {paths.root}; `swerollout cluster status` or "
-              "`swerollout cluster down` first", file=sys.stderr)
+        print(
+            f"error: a cluster already runs from {paths.root}; `swerollout cluster status` or "
+            "`swerollout cluster down` first",
+            file=sys.stderr,
+        )
         return 1
-    find_node_binaries()   # builds them (minutes, once) with its output on our terminal
+    find_node_binaries()  # builds them (minutes, once) with its output on our terminal
     paths.root.mkdir(parents=True, exist_ok=True)
     paths.state.unlink(missing_ok=True)
     paths.logs.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "swerollout_dev.cluster.supervisor", "--cluster-dir", str(paths.root)]
     if not args.no_operator:
-        print("building the swerollout image from the Dockerfile with buildah (minutes the first time)",
-              file=sys.stderr)
+        print(
+            "building the swerollout image from the Dockerfile with buildah (minutes the first time)", file=sys.stderr
+        )
         try:
             archive = build_image(repo_root())
         except ImageBuildError as exc:
@@ -109,8 +126,7 @@ def up_command(args: argparse.Namespace) -> int:
             for archive in archives:
                 argv += ["--load-image", str(archive)]
     with open(paths.logs / "supervisor.log", "ab") as log, open(os.devnull, "rb") as devnull:
-        supervisor = subprocess.Popen(argv, stdin=devnull, stdout=log, stderr=subprocess.STDOUT,
-                                      start_new_session=True)
+        supervisor = subprocess.Popen(argv, stdin=devnull, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + args.timeout
     state = None
     while time.monotonic() < deadline:
@@ -141,8 +157,11 @@ def build_image_command(args: argparse.Namespace) -> int:
     """The image `cluster up` runs, for a cluster that is not this machine's: the same
     offline build (reused when nothing it copies changed), as a docker-archive file."""
     if os.geteuid() != 0:
-        print("error: building with buildah here needs root (its chroot isolation mounts); "
-              "elsewhere build the Dockerfile with `docker build` (see docs/real-node.md)", file=sys.stderr)
+        print(
+            "error: building with buildah here needs root (its chroot isolation mounts); "
+            "elsewhere build the Dockerfile with `docker build` (see docs/real-node.md)",
+            file=sys.stderr,
+        )
         return 1
     try:
         archive = build_image(repo_root())
@@ -193,8 +212,10 @@ def down_command(args: argparse.Namespace) -> int:
             except BlockingIOError:
                 if time.monotonic() > deadline:
                     lock.seek(0)
-                    print(f"error: another cluster holds this machine ({lock.read().strip()}); not touching it",
-                          file=sys.stderr)
+                    print(
+                        f"error: another cluster holds this machine ({lock.read().strip()}); not touching it",
+                        file=sys.stderr,
+                    )
                     return 1
                 time.sleep(0.5)
         teardown.stop_recorded(state)

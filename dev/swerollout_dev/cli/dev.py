@@ -13,10 +13,10 @@ import subprocess
 import sys
 import time
 
-from swerollout_dev.stack.paths import DevPaths
-from swerollout_dev.stack.state import DevState
 from swerollout_dev.nodeagent.agent import reap_all
 from swerollout_dev.nodeagent.process import kill_tree
+from swerollout_dev.stack.paths import DevPaths
+from swerollout_dev.stack.state import DevState
 from swerollout_dev.stack.stop import stop_supervisor
 
 EXIT_NOT_RUNNING = 3
@@ -59,16 +59,21 @@ def _print_state(state: DevState) -> None:
     if state.sglang_url:
         print(f"sglang: {state.sglang_url}")
     if state.inference_admin_key_secret:
-        print(f"sglang admin key: Secret default/{state.inference_admin_key_secret.replace('/', ' key ')} "
-              "(spec.inference.adminKeySecretRef)")
+        print(
+            f"sglang admin key: Secret default/{state.inference_admin_key_secret.replace('/', ' key ')} "
+            "(spec.inference.adminKeySecretRef)"
+        )
 
 
 def up_command(args: argparse.Namespace) -> int:
     paths = DevPaths.under(args.workdir)
     running = _running_state(paths)
     if running is not None:
-        print(f"error: a dev environment is already running in {paths.root} (supervisor pid {running.supervisor.pid}); "
-              "use `swerollout dev status`, or `swerollout dev down` first", file=sys.stderr)
+        print(
+            f"error: a dev environment is already running in {paths.root} (supervisor pid {running.supervisor.pid}); "
+            "use `swerollout dev status`, or `swerollout dev down` first",
+            file=sys.stderr,
+        )
         return 1
     paths.root.mkdir(parents=True, exist_ok=True)
     paths.state.unlink(missing_ok=True)
@@ -94,7 +99,10 @@ def up_command(args: argparse.Namespace) -> int:
             if code == 3:
                 print(f"error: a dev environment is already running in {paths.root}", file=sys.stderr)
             else:
-                print(f"error: the dev supervisor exited with code {code}; see {paths.logs / 'supervisor.log'}", file=sys.stderr)
+                print(
+                    f"error: the dev supervisor exited with code {code}; see {paths.logs / 'supervisor.log'}",
+                    file=sys.stderr,
+                )
             return 1
         time.sleep(0.2)
     else:
@@ -135,6 +143,8 @@ def down_command(args: argparse.Namespace) -> int:
     killed = reap_all(paths.node) if paths.node.exists() else 0
     paths.state.unlink(missing_ok=True)
     if state is not None:
-        extra = f" (killed {len(leftovers)} leftover component(s), {killed} pod process(es))" if leftovers or killed else ""
+        extra = (
+            f" (killed {len(leftovers)} leftover component(s), {killed} pod process(es))" if leftovers or killed else ""
+        )
         print(f"dev environment in {paths.root} stopped{extra}")
     return 0

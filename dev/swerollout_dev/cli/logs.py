@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from swerollout_dev.stack.paths import DevPaths
 from swerollout_dev.nodeagent.layout import container_logs, find_pod_dirs
+from swerollout_dev.stack.paths import DevPaths
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -29,12 +29,19 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-c", "--container", help="container name (needed when the pod has several)")
     parser.add_argument("-n", "--namespace", default="default")
     parser.add_argument("-f", "--follow", action="store_true", help="keep printing new output until the container ends")
-    parser.add_argument("-p", "--previous", action="store_true", help="output of the previous run of a restarted container")
+    parser.add_argument(
+        "-p", "--previous", action="store_true", help="output of the previous run of a restarted container"
+    )
     parser.add_argument("--workdir", help="directory holding .swerollout/dev (default: the current directory)")
     parser.add_argument("--node-root", type=Path, help="node agent root directory (default: the dev environment's)")
-    parser.add_argument("--kubeconfig", help="for a finished rollout: kubeconfig (default: the dev environment's, else $KUBECONFIG)")
-    parser.add_argument("--store-url", default=os.environ.get("SWEROLLOUT_STORE_URL"),
-                        help="for a finished rollout: the result store (default: the dev environment's)")
+    parser.add_argument(
+        "--kubeconfig", help="for a finished rollout: kubeconfig (default: the dev environment's, else $KUBECONFIG)"
+    )
+    parser.add_argument(
+        "--store-url",
+        default=os.environ.get("SWEROLLOUT_STORE_URL"),
+        help="for a finished rollout: the result store (default: the dev environment's)",
+    )
     parser.set_defaults(func=run)
 
 

@@ -20,7 +20,9 @@ from swerollout_dev.policy_server.wire import FaultSettings
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", default="oracle", help="tiny-lm | oracle | null (default: oracle)")
     parser.add_argument("--tasks", type=Path, help="JSONL of SWE-bench instances with gold `patch` (oracle)")
-    parser.add_argument("--tokenizer", default=DEFAULT_TOKENIZER, help=f"bundled name or directory (default: {DEFAULT_TOKENIZER})")
+    parser.add_argument(
+        "--tokenizer", default=DEFAULT_TOKENIZER, help=f"bundled name or directory (default: {DEFAULT_TOKENIZER})"
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"0 picks a free port (default: {DEFAULT_PORT})")
     parser.add_argument("--weight-version", default="default", help="initial meta_info.weight_version")
@@ -28,18 +30,37 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--context-length", type=int, default=32768, help="max prompt + new tokens")
     parser.add_argument("--delay-per-token", type=float, default=0.0, metavar="S", help="fault: sleep after each token")
     parser.add_argument("--abort-after-tokens", type=int, metavar="N", help="fault: abort each request after N tokens")
-    parser.add_argument("--error-rate", type=float, default=0.0, metavar="R", help="fault: fraction of requests failing with 500")
-    parser.add_argument("--fail-next", type=int, default=0, metavar="N", help="fault: fail the next N requests with 503")
-    parser.add_argument("--oracle-ledger", type=int, default=0, metavar="N",
-                        help="oracle: N turns appending 'step i' to .swerollout-ledger before the fix, so the final "
-                             "patch shows how many times each command ran (default: 0)")
-    parser.add_argument("--api-key", default=os.environ.get("SGLANG_API_KEY") or None,
-                        help="as SGLang's: every route but /health* needs 'Authorization: Bearer KEY' (env SGLANG_API_KEY)")
-    parser.add_argument("--admin-api-key", default=os.environ.get("SGLANG_ADMIN_API_KEY") or None,
-                        help="as SGLang's: admin routes (aborts, pause/continue, weight updates, flush_cache, faults) "
-                             "need 'Authorization: Bearer KEY' (env SGLANG_ADMIN_API_KEY)")
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-                        help="one line per finished request, abort, pause and version change at INFO")
+    parser.add_argument(
+        "--error-rate", type=float, default=0.0, metavar="R", help="fault: fraction of requests failing with 500"
+    )
+    parser.add_argument(
+        "--fail-next", type=int, default=0, metavar="N", help="fault: fail the next N requests with 503"
+    )
+    parser.add_argument(
+        "--oracle-ledger",
+        type=int,
+        default=0,
+        metavar="N",
+        help="oracle: N turns appending 'step i' to .swerollout-ledger before the fix, so the final "
+        "patch shows how many times each command ran (default: 0)",
+    )
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("SGLANG_API_KEY") or None,
+        help="as SGLang's: every route but /health* needs 'Authorization: Bearer KEY' (env SGLANG_API_KEY)",
+    )
+    parser.add_argument(
+        "--admin-api-key",
+        default=os.environ.get("SGLANG_ADMIN_API_KEY") or None,
+        help="as SGLang's: admin routes (aborts, pause/continue, weight updates, flush_cache, faults) "
+        "need 'Authorization: Bearer KEY' (env SGLANG_ADMIN_API_KEY)",
+    )
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="one line per finished request, abort, pause and version change at INFO",
+    )
     parser.set_defaults(func=run)
 
 
@@ -81,8 +102,9 @@ def run(args: argparse.Namespace) -> int:
     from swerollout.tokenizers import keep_torch_out
 
     keep_torch_out()
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -1,9 +1,9 @@
 """`swerollout tasks`: list the bundled SWE tasks and materialize their repositories.
 
-    swerollout tasks list                       # id, repo, base commit, test counts
-    swerollout tasks materialize --dest DIR     # DIR/<task>/ git repos + DIR/instances.jsonl
-    swerollout tasks index [--check]            # regenerate (or verify) the committed index
-    swerollout tasks build-images [--dest F]    # one container image per task (real node; root)
+swerollout tasks list                       # id, repo, base commit, test counts
+swerollout tasks materialize --dest DIR     # DIR/<task>/ git repos + DIR/instances.jsonl
+swerollout tasks index [--check]            # regenerate (or verify) the committed index
+swerollout tasks build-images [--dest F]    # one container image per task (real node; root)
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from swerollout_dev import tasks
 from swerollout.instances import InstanceError
+from swerollout_dev import tasks
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -82,9 +82,10 @@ def _index(args: argparse.Namespace) -> int:
         if args.check:
             current = tasks.load_instances(index_path)
             if current != fresh:
-                stale = sorted({i.instance_id for i in fresh} ^ {i.instance_id for i in current} | {
-                    f.instance_id for f, c in zip(fresh, current) if f != c
-                })
+                stale = sorted(
+                    {i.instance_id for i in fresh} ^ {i.instance_id for i in current}
+                    | {f.instance_id for f, c in zip(fresh, current) if f != c}
+                )
                 print(f"{index_path} is stale ({', '.join(stale)}); run `swerollout tasks index`", file=sys.stderr)
                 return 1
             print(f"{index_path} is up to date ({len(fresh)} instances)")
@@ -119,6 +120,9 @@ def _build_images(args: argparse.Namespace) -> int:
     if args.dest:
         tasks.write_instances([i.instance for i in built], args.dest / tasks.INDEX_FILE)
         print(f"wrote {len(built)} instances to {args.dest.resolve() / tasks.INDEX_FILE}")
-    print(f"loaded into the cluster in {paths.root}" if running else
-          "no cluster running: `swerollout cluster up`, then run this again to load them")
+    print(
+        f"loaded into the cluster in {paths.root}"
+        if running
+        else "no cluster running: `swerollout cluster up`, then run this again to load them"
+    )
     return 0

@@ -53,8 +53,9 @@ def base_image_archive() -> Path:
         env = images.ImageConfig().env
         with images.scratch_dir() as scratch:
             if ca:
-                layers.append(images.bytes_layer({str(HOST_CA_BUNDLE).lstrip("/"): (ca, 0o644)},
-                                                 Path(scratch) / "ca.tar"))
+                layers.append(
+                    images.bytes_layer({str(HOST_CA_BUNDLE).lstrip("/"): (ca, 0o644)}, Path(scratch) / "ca.tar")
+                )
                 env += tuple(f"{name}={HOST_CA_BUNDLE}" for name in CA_ENV)
             images.docker_archive(BASE_IMAGE, layers, images.ImageConfig(env=env), archive)
     return archive
@@ -62,12 +63,28 @@ def base_image_archive() -> Path:
 
 def _buildah(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess[str]:
     cache = images.image_cache_dir() / "buildah"
-    argv = ["buildah", "--root", str(cache / "storage"), "--runroot", str(cache / "run"),
-            "--storage-driver", "overlay", *args]
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=timeout,
-                          env=dict(os.environ, BUILDAH_ISOLATION="chroot"))
+    argv = [
+        "buildah",
+        "--root",
+        str(cache / "storage"),
+        "--runroot",
+        str(cache / "run"),
+        "--storage-driver",
+        "overlay",
+        *args,
+    ]
+    proc = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=timeout,
+        env=dict(os.environ, BUILDAH_ISOLATION="chroot"),
+    )
     if proc.returncode != 0:
-        raise images.ImageBuildError(f"`buildah {' '.join(args)}` failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        raise images.ImageBuildError(
+            f"`buildah {' '.join(args)}` failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
     return proc
 
 
@@ -77,7 +94,7 @@ def reclaim_storage_if_low() -> bool:
     cache.mkdir(parents=True, exist_ok=True)
     if shutil.disk_usage(cache).free >= MIN_FREE_BYTES:
         return False
-    _buildah("rm", "--all")   # working containers a failed build left, with their mounts
+    _buildah("rm", "--all")  # working containers a failed build left, with their mounts
     _buildah("rmi", "--all", "--force")
     return True
 
@@ -98,8 +115,9 @@ def build_image(repo: Path, *, tag: str = IMAGE, extra_args: Sequence[str] = ())
         return archive
     reclaim_storage_if_low()
     _buildah("pull", f"docker-archive:{base}")
-    _buildah("bud", "--network=host", "--pull-never", "--layers", *args,
-             "-t", tag, "-f", str(repo / "Dockerfile"), str(repo))
+    _buildah(
+        "bud", "--network=host", "--pull-never", "--layers", *args, "-t", tag, "-f", str(repo / "Dockerfile"), str(repo)
+    )
     partial = archive.with_suffix(".partial")
     partial.unlink(missing_ok=True)
     _buildah("push", tag, f"docker-archive:{partial}:{tag}")

@@ -64,12 +64,15 @@ def copy_sources(dockerfile: str) -> list[str]:
             continue
         paths = [w for w in words[1:] if not w.startswith("--")]
         if paths[:1] and paths[0].startswith("["):
-            raise BuildInputsError(f"Dockerfile: `{' '.join(words)}`: the JSON form of COPY is not read here; "
-                                   "write it as `COPY src... dest`")
+            raise BuildInputsError(
+                f"Dockerfile: `{' '.join(words)}`: the JSON form of COPY is not read here; "
+                "write it as `COPY src... dest`"
+            )
         for source in paths[:-1]:
             if any(ch in source for ch in "*?[") or "://" in source:
-                raise BuildInputsError(f"Dockerfile: COPY source {source!r}: globs and URLs are not hashed; "
-                                       "name the files or directories")
+                raise BuildInputsError(
+                    f"Dockerfile: COPY source {source!r}: globs and URLs are not hashed; name the files or directories"
+                )
             sources.append(source)
     return sources
 
@@ -85,8 +88,9 @@ def ignore_patterns(context: Path) -> list[str]:
         if not pattern or pattern.startswith("#"):
             continue
         if pattern.startswith("!"):
-            raise BuildInputsError(f".dockerignore: {pattern!r}: exceptions are not read here; "
-                                   "exclude with plain patterns only")
+            raise BuildInputsError(
+                f".dockerignore: {pattern!r}: exceptions are not read here; exclude with plain patterns only"
+            )
         patterns.append(pattern.strip("/"))
     return patterns
 
@@ -128,8 +132,9 @@ def _files(context: Path, source: str, patterns: Sequence[str]) -> Iterator[Path
         return
     for directory, subdirs, files in os.walk(root):
         here = Path(directory)
-        subdirs[:] = sorted(d for d in subdirs
-                            if not ignored((here / d).relative_to(context.resolve()).as_posix(), patterns))
+        subdirs[:] = sorted(
+            d for d in subdirs if not ignored((here / d).relative_to(context.resolve()).as_posix(), patterns)
+        )
         for name in sorted(files):
             path = here / name
             if not ignored(path.relative_to(context.resolve()).as_posix(), patterns):

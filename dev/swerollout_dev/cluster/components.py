@@ -23,8 +23,11 @@ from .pki import CertPair, NodePki
 
 def component_kubeconfig(path: Path, server_url: str, ca_cert: Path, pair: CertPair, user: str) -> Path:
     document = kubeconfig_document(
-        server_url, ca_cert.read_bytes(), user=user,
-        client_cert_pem=pair.cert.read_bytes(), client_key_pem=pair.key.read_bytes(),
+        server_url,
+        ca_cert.read_bytes(),
+        user=user,
+        client_cert_pem=pair.cert.read_bytes(),
+        client_key_pem=pair.key.read_bytes(),
     )
     return write_kubeconfig(path, document)
 
@@ -56,8 +59,12 @@ def kubelet_config(config: ClusterConfig, paths: ClusterPaths, pki: NodePki, por
         "resolvConf": str(paths.configs / "resolv.conf"),
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
-        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%",
-                         "nodefs.inodesFree": "1%"},
+        "evictionHard": {
+            "memory.available": "100Mi",
+            "nodefs.available": "1%",
+            "imagefs.available": "1%",
+            "nodefs.inodesFree": "1%",
+        },
         "serializeImagePulls": False,
         "rotateCertificates": False,
         "serverTLSBootstrap": False,

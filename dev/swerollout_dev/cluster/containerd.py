@@ -20,8 +20,8 @@ from . import images
 from .config import ClusterConfig, ClusterPaths
 
 PAUSE_IMAGE = "swerollout.local/pause:1"
-K8S_NAMESPACE = "k8s.io"   # the containerd namespace the CRI plugin uses
-CNI_BIN_DIR = "/usr/lib/cni"   # where Debian's containernetworking-plugins installs
+K8S_NAMESPACE = "k8s.io"  # the containerd namespace the CRI plugin uses
+CNI_BIN_DIR = "/usr/lib/cni"  # where Debian's containernetworking-plugins installs
 
 
 def config_toml(paths: ClusterPaths) -> str:
@@ -29,7 +29,7 @@ def config_toml(paths: ClusterPaths) -> str:
     # lower a container's oom_score_adj and every sandbox failed with "can't get
     # final child's PID from pipe". With it, containerd never asks for a lower value.
     return f'''version = 2
-root = "{paths.containerd_root / 'root'}"
+root = "{paths.containerd_root / "root"}"
 state = "{paths.containerd_state}"
 disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
   "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.devmapper",
@@ -42,7 +42,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   address = "{paths.containerd_socket}.ttrpc"
 
 [plugins."io.containerd.internal.v1.opt"]
-  path = "{paths.containerd_root / 'opt'}"
+  path = "{paths.containerd_root / "opt"}"
 
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "{PAUSE_IMAGE}"
@@ -57,7 +57,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
         # runc's own state, which would default to /run/containerd/runc: with ours, removed with it.
-        Root = "{paths.containerd_state / 'runc'}"
+        Root = "{paths.containerd_state / "runc"}"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{CNI_BIN_DIR}"
     conf_dir = "{paths.cni_conf_dir}"
@@ -66,23 +66,28 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 
 def cni_conflist(config: ClusterConfig, paths: ClusterPaths) -> str:
     """The bridge network: no masquerade, and routes only to the service and node ranges."""
-    return json.dumps({
-        "cniVersion": "1.0.0",
-        "name": "swerollout",
-        "plugins": [{
-            "type": "bridge",
-            "bridge": config.bridge,
-            "isGateway": True,
-            "ipMasq": False,
-            "hairpinMode": True,
-            "ipam": {
-                "type": "host-local",
-                "ranges": [[{"subnet": config.bridge_subnet, "gateway": config.bridge_gateway}]],
-                "routes": [{"dst": config.service_range}, {"dst": config.node_range}],
-                "dataDir": str(paths.cni_ipam_dir),
-            },
-        }],
-    }, indent=2)
+    return json.dumps(
+        {
+            "cniVersion": "1.0.0",
+            "name": "swerollout",
+            "plugins": [
+                {
+                    "type": "bridge",
+                    "bridge": config.bridge,
+                    "isGateway": True,
+                    "ipMasq": False,
+                    "hairpinMode": True,
+                    "ipam": {
+                        "type": "host-local",
+                        "ranges": [[{"subnet": config.bridge_subnet, "gateway": config.bridge_gateway}]],
+                        "routes": [{"dst": config.service_range}, {"dst": config.node_range}],
+                        "dataDir": str(paths.cni_ipam_dir),
+                    },
+                }
+            ],
+        },
+        indent=2,
+    )
 
 
 def write_configs(config: ClusterConfig, paths: ClusterPaths) -> Path:
@@ -97,7 +102,10 @@ def write_configs(config: ClusterConfig, paths: ClusterPaths) -> Path:
 def ctr(paths: ClusterPaths, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["ctr", "--address", str(paths.containerd_socket), "--namespace", K8S_NAMESPACE, *args],
-        capture_output=True, text=True, check=False, timeout=timeout,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=timeout,
     )
 
 
@@ -138,7 +146,7 @@ def shim_sockets(paths: ClusterPaths) -> list[Path]:
     from the task ids in its state dir: never another containerd's."""
     tasks = paths.containerd_state / "io.containerd.runtime.v2.task"
     found = []
-    for namespace in (tasks.iterdir() if tasks.is_dir() else ()):
+    for namespace in tasks.iterdir() if tasks.is_dir() else ():
         for task in namespace.iterdir():
             key = f"{paths.containerd_socket}/{namespace.name}/{task.name}"
             socket = SHIM_SOCKET_DIR / hashlib.sha256(key.encode()).hexdigest()
@@ -187,7 +195,7 @@ def mounts_under(*roots: Path) -> list[str]:
 
 def unmount_all(*roots: Path) -> list[str]:
     problems = []
-    for _ in range(3):   # stacked mounts (the kubelet bind-mounts its own root) need passes
+    for _ in range(3):  # stacked mounts (the kubelet bind-mounts its own root) need passes
         points = mounts_under(*roots)
         if not points:
             return []

@@ -37,12 +37,12 @@ def _parse_question(packet: bytes) -> tuple[list[str], int, int, int] | None:
         if length == 0:
             break
         if length & 0xC0 or offset + length > len(packet):
-            return None   # compression in a question is not something resolvers send
-        labels.append(packet[offset:offset + length].decode("ascii", errors="replace").lower())
+            return None  # compression in a question is not something resolvers send
+        labels.append(packet[offset : offset + length].decode("ascii", errors="replace").lower())
         offset += length
     if offset + 4 > len(packet):
         return None
-    qtype, qclass = struct.unpack("!HH", packet[offset:offset + 4])
+    qtype, qclass = struct.unpack("!HH", packet[offset : offset + 4])
     return labels, qtype, qclass, offset + 4
 
 
@@ -52,7 +52,7 @@ def answer(packet: bytes, domain: str, lookup: ServiceLookup) -> bytes | None:
         return None
     ident, flags, qdcount = struct.unpack("!HHH", packet[:6])
     if flags & 0x8000:
-        return None   # a response, not a query
+        return None  # a response, not a query
     recursion_desired = flags & 0x0100
     question = _parse_question(packet) if qdcount == 1 else None
     if question is None:
@@ -60,14 +60,14 @@ def answer(packet: bytes, domain: str, lookup: ServiceLookup) -> bytes | None:
     labels, qtype, qclass, end = question
     domain_labels = domain.lower().split(".")
     address: str | None = None
-    if labels[-len(domain_labels):] != domain_labels:
+    if labels[-len(domain_labels) :] != domain_labels:
         rcode = REFUSED
     else:
-        rest = labels[:-len(domain_labels)]
+        rest = labels[: -len(domain_labels)]
         if len(rest) == 3 and rest[2] == "svc":
             address = lookup(rest[1], rest[0])
         rcode = NOERROR if address is not None else NXDOMAIN
-    header_flags = 0x8000 | 0x0400 | recursion_desired | rcode   # QR, AA
+    header_flags = 0x8000 | 0x0400 | recursion_desired | rcode  # QR, AA
     answers = b""
     if address is not None and qtype == TYPE_A and qclass == CLASS_IN:
         answers = struct.pack("!HHHIH", 0xC00C, TYPE_A, CLASS_IN, TTL, 4) + ipaddress.IPv4Address(address).packed
@@ -93,7 +93,7 @@ class DnsServer:
             try:
                 packet, peer = self.sock.recvfrom(4096)
             except OSError:
-                return   # closed
+                return  # closed
             try:
                 reply = answer(packet, self.domain, self.lookup)
             except Exception:  # noqa: BLE001 - one bad lookup must not stop DNS

@@ -95,6 +95,7 @@ def _sha256_file(path: Path) -> str:
 def tree_layer(source: Path, prefix: str, dest: Path) -> Path:
     """A layer tarball holding ``source``'s files under ``/prefix``, owned by root, with
     fixed timestamps (so the same tree makes the same layer)."""
+
     def reset(info: tarfile.TarInfo) -> tarfile.TarInfo:
         info.uid = info.gid = 0
         info.uname = info.gname = "root"
@@ -128,19 +129,26 @@ def symlink_layer(links: dict[str, str], dest: Path) -> Path:
 def docker_archive(tag: str, layers: Sequence[Path], config: ImageConfig, dest: Path) -> Path:
     """Write ``dest``: an image of ``layers`` (uncompressed tarballs, base first) named ``tag``."""
     diff_ids = [f"sha256:{_sha256_file(layer)}" for layer in layers]
-    image_config = json.dumps({
-        "architecture": "amd64",
-        "os": "linux",
-        "config": {
-            "Env": list(config.env), "Entrypoint": list(config.entrypoint) or None, "Cmd": list(config.cmd) or None,
-            "WorkingDir": config.working_dir, "User": config.user,
+    image_config = json.dumps(
+        {
+            "architecture": "amd64",
+            "os": "linux",
+            "config": {
+                "Env": list(config.env),
+                "Entrypoint": list(config.entrypoint) or None,
+                "Cmd": list(config.cmd) or None,
+                "WorkingDir": config.working_dir,
+                "User": config.user,
+            },
+            "rootfs": {"type": "layers", "diff_ids": diff_ids},
+            # One history entry per layer: buildah refuses a base whose history and layers disagree.
+            "created": "1970-01-01T00:00:00Z",
+            "history": [
+                {"created": "1970-01-01T00:00:00Z", "created_by": f"swerollout: {layer.name}"} for layer in layers
+            ],
         },
-        "rootfs": {"type": "layers", "diff_ids": diff_ids},
-        # One history entry per layer: buildah refuses a base whose history and layers disagree.
-        "created": "1970-01-01T00:00:00Z",
-        "history": [{"created": "1970-01-01T00:00:00Z", "created_by": f"swerollout: {layer.name}"}
-                    for layer in layers],
-    }, sort_keys=True).encode()
+        sort_keys=True,
+    ).encode()
     config_name = hashlib.sha256(image_config).hexdigest() + ".json"
     layer_names = [f"{d.split(':', 1)[1]}/layer.tar" for d in diff_ids]
     manifest = json.dumps([{"Config": config_name, "RepoTags": [tag], "Layers": layer_names}]).encode()

@@ -126,8 +126,11 @@ def tear_down(config: ClusterConfig, saved_sysctls: Path) -> list[str]:
 
 def owned_chains(tool: str, table: str) -> list[str]:
     dump = _run(f"{tool}-save", "-t", table, check=False).stdout
-    return [line[1:].split()[0] for line in dump.splitlines()
-            if line.startswith(":") and line[1:].startswith(OWNED_CHAIN_PREFIXES)]
+    return [
+        line[1:].split()[0]
+        for line in dump.splitlines()
+        if line.startswith(":") and line[1:].startswith(OWNED_CHAIN_PREFIXES)
+    ]
 
 
 def remove_owned_chains() -> list[str]:

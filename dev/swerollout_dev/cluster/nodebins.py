@@ -17,8 +17,18 @@ from swerollout_dev.binaries import BUILD_SCRIPT, BinariesNotFound, bin_dir, bin
 from .containerd import CNI_BIN_DIR
 
 NODE_BINARIES = ("kubelet", "kube-proxy", "kube-scheduler", "kube-controller-manager", "pause")
-HOST_TOOLS = ("containerd", "containerd-shim-runc-v2", "runc", "ctr", "iptables", "ip6tables", "iptables-save",
-              "ip", "conntrack", "umount")
+HOST_TOOLS = (
+    "containerd",
+    "containerd-shim-runc-v2",
+    "runc",
+    "ctr",
+    "iptables",
+    "ip6tables",
+    "iptables-save",
+    "ip",
+    "conntrack",
+    "umount",
+)
 
 
 class NodeBinaries(BaseModel):
@@ -40,8 +50,12 @@ def find_node_binaries(*, build_if_missing: bool = True) -> NodeBinaries:
     directory = bin_dir(versions)
 
     def bad() -> list[str]:
-        return [n for n in NODE_BINARIES if not (directory / n).is_file()
-                or _expected(n, versions.kubernetes) not in binary_version_output(directory / n, ["--version"])]
+        return [
+            n
+            for n in NODE_BINARIES
+            if not (directory / n).is_file()
+            or _expected(n, versions.kubernetes) not in binary_version_output(directory / n, ["--version"])
+        ]
 
     missing = bad()
     if missing and build_if_missing and BUILD_SCRIPT.is_file():

@@ -59,12 +59,19 @@ def _name(common_name: str, organization: str | None) -> x509.Name:
 
 
 def _issue(
-    ca: tuple[x509.Certificate, ec.EllipticCurvePrivateKey], directory: Path, stem: str, common_name: str,
-    organization: str | None, *, server: bool, ips: tuple[str, ...] = (), dns: tuple[str, ...] = (),
+    ca: tuple[x509.Certificate, ec.EllipticCurvePrivateKey],
+    directory: Path,
+    stem: str,
+    common_name: str,
+    organization: str | None,
+    *,
+    server: bool,
+    ips: tuple[str, ...] = (),
+    dns: tuple[str, ...] = (),
 ) -> CertPair:
     ca_cert, ca_key = ca
     key = ec.generate_private_key(ec.SECP256R1())
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     builder = (
         x509.CertificateBuilder()
         .subject_name(_name(common_name, organization))
@@ -76,8 +83,15 @@ def _issue(
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=True, data_encipherment=False,
-                key_agreement=False, key_cert_sign=False, crl_sign=False, encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=True,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )
@@ -94,9 +108,11 @@ def _issue(
     pair = CertPair(cert=directory / f"{stem}.crt", key=directory / f"{stem}.key")
     fd = os.open(pair.key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as fh:
-        fh.write(key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        ))
+        fh.write(
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
+        )
     pair.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     return pair
 
@@ -112,19 +128,40 @@ def issue_node_pki(ca: Pki, directory: Path, config: ClusterConfig) -> NodePki:
     return NodePki(
         ca_cert=ca.ca_cert,
         apiserver=_issue(
-            signer, directory, "apiserver", "kube-apiserver", None, server=True,
+            signer,
+            directory,
+            "apiserver",
+            "kube-apiserver",
+            None,
+            server=True,
             ips=("127.0.0.1", config.node_ip, config.api_service_ip),
-            dns=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-                 f"kubernetes.default.svc.{domain}"),
+            dns=(
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                f"kubernetes.default.svc.{domain}",
+            ),
         ),
-        apiserver_kubelet_client=_issue(signer, directory, "apiserver-kubelet-client", APISERVER_KUBELET_CLIENT, None,
-                                        server=False),
-        kubelet_client=_issue(signer, directory, "kubelet-client", f"system:node:{config.node_name}", "system:nodes",
-                              server=False),
-        kubelet_serving=_issue(signer, directory, "kubelet-serving", f"system:node:{config.node_name}", "system:nodes",
-                               server=True, ips=(config.node_ip, "127.0.0.1"), dns=(config.node_name,)),
+        apiserver_kubelet_client=_issue(
+            signer, directory, "apiserver-kubelet-client", APISERVER_KUBELET_CLIENT, None, server=False
+        ),
+        kubelet_client=_issue(
+            signer, directory, "kubelet-client", f"system:node:{config.node_name}", "system:nodes", server=False
+        ),
+        kubelet_serving=_issue(
+            signer,
+            directory,
+            "kubelet-serving",
+            f"system:node:{config.node_name}",
+            "system:nodes",
+            server=True,
+            ips=(config.node_ip, "127.0.0.1"),
+            dns=(config.node_name,),
+        ),
         kube_proxy=_issue(signer, directory, "kube-proxy", "system:kube-proxy", None, server=False),
         scheduler=_issue(signer, directory, "kube-scheduler", "system:kube-scheduler", None, server=False),
-        controller_manager=_issue(signer, directory, "kube-controller-manager", "system:kube-controller-manager", None,
-                                  server=False),
+        controller_manager=_issue(
+            signer, directory, "kube-controller-manager", "system:kube-controller-manager", None, server=False
+        ),
     )

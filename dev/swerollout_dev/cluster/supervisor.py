@@ -30,19 +30,19 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
+from swerollout.kube import NODES, SERVICES, KubeClient, NotFound
 from swerollout_dev.binaries import find_binaries
 from swerollout_dev.controlplane import ControlPlane, ControlPlaneConfig, free_port
 from swerollout_dev.controlplane.certs import ensure_pki
 from swerollout_dev.controlplane.processes import spawn, terminate_group
-from swerollout_dev.stack.state import ComponentState
-from swerollout.kube import NODES, SERVICES, KubeClient, NotFound
 from swerollout_dev.nodeagent.process import start_ticks
+from swerollout_dev.stack.state import ComponentState
 
 from . import containerd, network, teardown
 from .buildimage import IMAGE
-from .dns import DnsServer
 from .components import component_kubeconfig, kube_proxy_config, kubelet_config
 from .config import ClusterConfig, ClusterPaths
+from .dns import DnsServer
 from .nodebins import NodeBinaries, find_node_binaries
 from .pki import APISERVER_KUBELET_CLIENT, NodePki, issue_node_pki
 from .state import ClusterState
@@ -51,8 +51,8 @@ log = logging.getLogger("swerollout.cluster")
 NODE_READY_TIMEOUT = 240.0
 RELEASE = "swerollout"
 RELEASE_NAMESPACE = "swerollout-system"
-OPERATOR_UID = 10001   # the image's user (Dockerfile); the data volume must be writable by it
-POLICY_PORT = 30000    # SGLang's default port, on the node IP
+OPERATOR_UID = 10001  # the image's user (Dockerfile); the data volume must be writable by it
+POLICY_PORT = 30000  # SGLang's default port, on the node IP
 
 
 def chart_install_args() -> list[str]:
@@ -60,10 +60,21 @@ def chart_install_args() -> list[str]:
     our image by name, never pulled; every namespace watched (tests use their own)."""
     repository, tag = IMAGE.rsplit(":", 1)
     return [
-        "upgrade", "--install", RELEASE, str(repo_root() / "helm" / "swerollout"),
-        "--namespace", RELEASE_NAMESPACE, "--create-namespace",
-        "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
-        "--set", "image.pullPolicy=IfNotPresent", "--set", "rbac.clusterWide=true",
+        "upgrade",
+        "--install",
+        RELEASE,
+        str(repo_root() / "helm" / "swerollout"),
+        "--namespace",
+        RELEASE_NAMESPACE,
+        "--create-namespace",
+        "--set",
+        f"image.repository={repository}",
+        "--set",
+        f"image.tag={tag}",
+        "--set",
+        "image.pullPolicy=IfNotPresent",
+        "--set",
+        "rbac.clusterWide=true",
     ]
 
 
@@ -78,15 +89,16 @@ class ClusterStartFailed(RuntimeError):
 class Supervisor:
     def __init__(self, paths: ClusterPaths, config: ClusterConfig, args: argparse.Namespace | None = None) -> None:
         self.paths, self.config = paths, config
-        self.args = args or argparse.Namespace(
-            operator_image=None, policy=None, tasks=None, load_image=[])
+        self.args = args or argparse.Namespace(operator_image=None, policy=None, tasks=None, load_image=[])
         self.stop_requested = threading.Event()
         self.plane: ControlPlane | None = None
         self.children: dict[str, tuple[subprocess.Popen[bytes], IO[bytes]]] = {}
         me = os.getpid()
         self.state = ClusterState(
             supervisor=ComponentState(status="running", pid=me, start_ticks=start_ticks(me)),
-            kubeconfig=str(paths.kubeconfig), node_name=config.node_name, node_ip=config.node_ip,
+            kubeconfig=str(paths.kubeconfig),
+            node_name=config.node_name,
+            node_ip=config.node_ip,
         )
         self._lock_file: IO[str] | None = None
         self.dns: DnsServer | None = None
@@ -124,7 +136,7 @@ class Supervisor:
         leftovers = teardown.clean_node(self.config, self.paths)
         if leftovers:
             log.warning("an earlier cluster left things that could not be removed: %s", leftovers)
-        binaries = find_binaries()
+        find_binaries()  # the control plane's binaries: fail here, before the node is touched
         node_bins = find_node_binaries()
         self.paths.logs.mkdir(parents=True, exist_ok=True)
         network.set_up(self.config, 0, self.paths.saved_sysctls)
@@ -134,7 +146,7 @@ class Supervisor:
         self._start_control_plane(pki)
         assert self.plane is not None
         api_port = int(self.plane.server_url.rsplit(":", 1)[1])
-        network.set_up(self.config, api_port, self.paths.saved_sysctls)   # now the guard knows the port
+        network.set_up(self.config, api_port, self.paths.saved_sysctls)  # now the guard knows the port
         shutil.copyfile(self.plane.kubeconfig_path, self.paths.kubeconfig)
         os.chmod(self.paths.kubeconfig, 0o600)
         self.state.server_url = self.plane.server_url
@@ -145,26 +157,50 @@ class Supervisor:
         self._start_containerd(node_bins)
         server = self.plane.server_url
         kubeconfigs = self.paths.configs
-        cm_kc = component_kubeconfig(kubeconfigs / "controller-manager.kubeconfig", server, pki.ca_cert,
-                                     pki.controller_manager, "system:kube-controller-manager")
-        self._spawn("kube-controller-manager", [
-            str(node_bins.kube_controller_manager), f"--kubeconfig={cm_kc}",
-            f"--authentication-kubeconfig={cm_kc}", f"--authorization-kubeconfig={cm_kc}",
-            "--bind-address=127.0.0.1", f"--secure-port={free_port()}", "--leader-elect=false",
-            "--use-service-account-credentials=true", f"--root-ca-file={pki.ca_cert}",
-            f"--service-account-private-key-file={ca.sa_private_key}", "--cluster-name=swerollout",
-            f"--cluster-cidr={self.config.pod_range}", f"--service-cluster-ip-range={self.config.service_range}",
-        ])
-        sched_kc = component_kubeconfig(kubeconfigs / "scheduler.kubeconfig", server, pki.ca_cert, pki.scheduler,
-                                        "system:kube-scheduler")
-        self._spawn("kube-scheduler", [
-            str(node_bins.kube_scheduler), f"--kubeconfig={sched_kc}",
-            f"--authentication-kubeconfig={sched_kc}", f"--authorization-kubeconfig={sched_kc}",
-            "--bind-address=127.0.0.1", f"--secure-port={free_port()}", "--leader-elect=false",
-        ])
+        cm_kc = component_kubeconfig(
+            kubeconfigs / "controller-manager.kubeconfig",
+            server,
+            pki.ca_cert,
+            pki.controller_manager,
+            "system:kube-controller-manager",
+        )
+        self._spawn(
+            "kube-controller-manager",
+            [
+                str(node_bins.kube_controller_manager),
+                f"--kubeconfig={cm_kc}",
+                f"--authentication-kubeconfig={cm_kc}",
+                f"--authorization-kubeconfig={cm_kc}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={free_port()}",
+                "--leader-elect=false",
+                "--use-service-account-credentials=true",
+                f"--root-ca-file={pki.ca_cert}",
+                f"--service-account-private-key-file={ca.sa_private_key}",
+                "--cluster-name=swerollout",
+                f"--cluster-cidr={self.config.pod_range}",
+                f"--service-cluster-ip-range={self.config.service_range}",
+            ],
+        )
+        sched_kc = component_kubeconfig(
+            kubeconfigs / "scheduler.kubeconfig", server, pki.ca_cert, pki.scheduler, "system:kube-scheduler"
+        )
+        self._spawn(
+            "kube-scheduler",
+            [
+                str(node_bins.kube_scheduler),
+                f"--kubeconfig={sched_kc}",
+                f"--authentication-kubeconfig={sched_kc}",
+                f"--authorization-kubeconfig={sched_kc}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={free_port()}",
+                "--leader-elect=false",
+            ],
+        )
         self._start_kubelet(node_bins, pki, server)
-        proxy_kc = component_kubeconfig(kubeconfigs / "kube-proxy.kubeconfig", server, pki.ca_cert, pki.kube_proxy,
-                                        "system:kube-proxy")
+        proxy_kc = component_kubeconfig(
+            kubeconfigs / "kube-proxy.kubeconfig", server, pki.ca_cert, pki.kube_proxy, "system:kube-proxy"
+        )
         proxy_conf = kubeconfigs / "kube-proxy.json"
         proxy_conf.write_text(kube_proxy_config(self.config, proxy_kc, free_port(), free_port()))
         self._spawn("kube-proxy", [str(node_bins.kube_proxy), f"--config={proxy_conf}"])
@@ -191,7 +227,7 @@ class Supervisor:
                 f"--advertise-address={self.config.node_ip}",
                 f"--tls-cert-file={pki.apiserver.cert}",
                 f"--tls-private-key-file={pki.apiserver.key}",
-                "--authorization-mode=Node",            # appended: RBAC,Node
+                "--authorization-mode=Node",  # appended: RBAC,Node
                 "--enable-admission-plugins=NodeRestriction",
                 f"--kubelet-client-certificate={pki.apiserver_kubelet_client.cert}",
                 f"--kubelet-client-key={pki.apiserver_kubelet_client.key}",
@@ -222,7 +258,9 @@ class Supervisor:
 
         self.dns = DnsServer(self.config.node_ip, 53, self.config.cluster_domain, cluster_ip).start()
         self.state.components["dns"] = ComponentState(
-            status="running", pid=os.getpid(), start_ticks=start_ticks(os.getpid()),
+            status="running",
+            pid=os.getpid(),
+            start_ticks=start_ticks(os.getpid()),
             detail=f"{self.config.node_ip}:53 (in the supervisor)",
         )
 
@@ -256,22 +294,44 @@ subjects:
     def _start_kubelet(self, node_bins: NodeBinaries, pki: NodePki, server: str) -> None:
         conf_dir = self.paths.configs
         (conf_dir / "resolv.conf").write_text(f"nameserver {self.config.dns_service_ip}\n")
-        kc = component_kubeconfig(conf_dir / "kubelet.kubeconfig", server, pki.ca_cert, pki.kubelet_client,
-                                  f"system:node:{self.config.node_name}")
+        kc = component_kubeconfig(
+            conf_dir / "kubelet.kubeconfig",
+            server,
+            pki.ca_cert,
+            pki.kubelet_client,
+            f"system:node:{self.config.node_name}",
+        )
         port, healthz = free_port(), free_port()
         conf = conf_dir / "kubelet.json"
         conf.write_text(kubelet_config(self.config, self.paths, pki, port, healthz))
         self.paths.kubelet_root.mkdir(parents=True, exist_ok=True)
-        self._spawn("kubelet", [
-            str(node_bins.kubelet), f"--config={conf}", f"--kubeconfig={kc}",
-            f"--node-ip={self.config.node_ip}", f"--hostname-override={self.config.node_name}",
-            f"--root-dir={self.paths.kubelet_root}", "--v=1",
-        ])
+        self._spawn(
+            "kubelet",
+            [
+                str(node_bins.kubelet),
+                f"--config={conf}",
+                f"--kubeconfig={kc}",
+                f"--node-ip={self.config.node_ip}",
+                f"--hostname-override={self.config.node_name}",
+                f"--root-dir={self.paths.kubelet_root}",
+                "--v=1",
+            ],
+        )
         self.state.components["kubelet"].detail = f"https://{self.config.node_ip}:{port}"
 
     def _start_policy_server(self) -> None:
-        argv = [sys.executable, "-m", "swerollout.cli.main", "policy-server", "--policy", self.args.policy,
-                "--host", self.config.node_ip, "--port", str(POLICY_PORT)]
+        argv = [
+            sys.executable,
+            "-m",
+            "swerollout.cli.main",
+            "policy-server",
+            "--policy",
+            self.args.policy,
+            "--host",
+            self.config.node_ip,
+            "--port",
+            str(POLICY_PORT),
+        ]
         if self.args.tasks:
             argv += ["--tasks", self.args.tasks]
         popen = self._spawn("policy-server", argv)
@@ -319,8 +379,9 @@ spec:
             pods = self.plane.kubectl("get", "pods", "-n", RELEASE_NAMESPACE, "-o", "wide").stdout
             raise ClusterStartFailed(f"helm install failed: {installed.stderr.strip()[-1500:]}\n{pods}")
         self.state.components["operator"] = ComponentState(
-            status="ready", detail=f"Deployment {RELEASE_NAMESPACE}/{RELEASE} from {IMAGE} "
-                                   f"(Ready in {time.monotonic() - started:.0f}s)",
+            status="ready",
+            detail=f"Deployment {RELEASE_NAMESPACE}/{RELEASE} from {IMAGE} "
+            f"(Ready in {time.monotonic() - started:.0f}s)",
         )
         self.save()
 
@@ -330,7 +391,10 @@ spec:
         popen = spawn(argv, out, die_with_parent=True)
         self.children[name] = (popen, out)
         self.state.components[name] = ComponentState(
-            status="running", pid=popen.pid, start_ticks=start_ticks(popen.pid), log=str(log_path),
+            status="running",
+            pid=popen.pid,
+            start_ticks=start_ticks(popen.pid),
+            log=str(log_path),
         )
         self.save()
         return popen
@@ -414,7 +478,8 @@ def main(argv: list[str] | None = None) -> int:
     paths.root.mkdir(parents=True, exist_ok=True)
     paths.logs.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(message)s",
         handlers=[logging.StreamHandler(sys.stderr)],
     )
     sup = Supervisor(paths, ClusterConfig(), args)
@@ -434,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
         sup.save()
         failed_state = sup.state.model_copy()
         sup.stop()
-        failed_state.write(paths.state)   # keep the reason for `cluster up` to print
+        failed_state.write(paths.state)  # keep the reason for `cluster up` to print
         return 1
     sup.run()
     sup.stop()

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from swerollout_dev import tasks
 from swerollout.instances import SWEBenchInstance
+from swerollout_dev import tasks
 
 from . import images
 from .buildimage import BASE_PACKAGES

@@ -20,8 +20,16 @@ from .config import ClusterConfig, ClusterPaths
 from .state import ClusterState
 
 # Reverse start order: nothing recreates what was just removed.
-STOP_ORDER = ("policy-server", "kube-proxy", "kubelet", "containerd", "kube-scheduler", "kube-controller-manager",
-              "kube-apiserver", "etcd")
+STOP_ORDER = (
+    "policy-server",
+    "kube-proxy",
+    "kubelet",
+    "containerd",
+    "kube-scheduler",
+    "kube-controller-manager",
+    "kube-apiserver",
+    "etcd",
+)
 
 
 def stop_recorded(state: ClusterState | None, grace: float = 10.0) -> None:
@@ -43,13 +51,13 @@ def stop_recorded(state: ClusterState | None, grace: float = 10.0) -> None:
 def clean_node(config: ClusterConfig, paths: ClusterPaths) -> list[str]:
     """Everything but the control-plane processes; returns what could not be removed."""
     problems: list[str] = []
-    problems += cgroups.kill_and_remove()          # the containers themselves
+    problems += cgroups.kill_and_remove()  # the containers themselves
     containerd.kill_pids(containerd.shim_pids(paths))
     containerd.remove_shim_sockets(paths)
     problems += containerd.remove_netns()
     problems += containerd.unmount_all(paths.kubelet_root, paths.containerd_root, paths.containerd_state)
     problems += network.tear_down(config, paths.saved_sysctls)
-    problems += cgroups.kill_and_remove()          # a shim may have started one more
+    problems += cgroups.kill_and_remove()  # a shim may have started one more
     for directory in (paths.containerd_state, paths.containerd_root, paths.kubelet_root, paths.cni_ipam_dir):
         shutil.rmtree(directory, ignore_errors=True)
         if directory.exists():

@@ -64,8 +64,14 @@ class Pki(BaseModel):
 
     def files(self) -> list[Path]:
         return [
-            self.ca_cert, self.ca_key, self.serving_cert, self.serving_key, self.admin_cert, self.admin_key,
-            self.sa_private_key, self.sa_public_key,
+            self.ca_cert,
+            self.ca_key,
+            self.serving_cert,
+            self.serving_key,
+            self.admin_cert,
+            self.admin_key,
+            self.sa_private_key,
+            self.sa_public_key,
         ]
 
     def complete(self) -> bool:
@@ -102,7 +108,7 @@ def _issue(
     sans: list[x509.GeneralName],
     validity: dt.timedelta,
 ) -> x509.Certificate:
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     builder = (
         x509.CertificateBuilder()
         .subject_name(subject)
@@ -115,9 +121,15 @@ def _issue(
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=not ca,
-                data_encipherment=False, key_agreement=False, key_cert_sign=ca, crl_sign=ca,
-                encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=not ca,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=ca,
+                crl_sign=ca,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )
@@ -131,7 +143,7 @@ def _issue(
 
 
 def _expires_soon(pki: Pki, margin: dt.timedelta) -> bool:
-    horizon = dt.datetime.now(dt.timezone.utc) + margin
+    horizon = dt.datetime.now(dt.UTC) + margin
     for path in (pki.ca_cert, pki.serving_cert, pki.admin_cert):
         try:
             cert = x509.load_pem_x509_certificate(path.read_bytes())
@@ -172,15 +184,27 @@ def ensure_pki(
         x509.DNSName("kubernetes.default.svc.cluster.local"),
     ]
     serving_cert = _issue(
-        _name("kube-apiserver"), serving_key, ca_name, ca_key, ca=False,
-        usages=[ExtendedKeyUsageOID.SERVER_AUTH], sans=serving_sans, validity=validity,
+        _name("kube-apiserver"),
+        serving_key,
+        ca_name,
+        ca_key,
+        ca=False,
+        usages=[ExtendedKeyUsageOID.SERVER_AUTH],
+        sans=serving_sans,
+        validity=validity,
     )
 
     # O=system:masters makes the admin a cluster superuser under RBAC.
     admin_key = ec.generate_private_key(ec.SECP256R1())
     admin_cert = _issue(
-        _name("admin", "system:masters"), admin_key, ca_name, ca_key, ca=False,
-        usages=[ExtendedKeyUsageOID.CLIENT_AUTH], sans=[], validity=validity,
+        _name("admin", "system:masters"),
+        admin_key,
+        ca_name,
+        ca_key,
+        ca=False,
+        usages=[ExtendedKeyUsageOID.CLIENT_AUTH],
+        sans=[],
+        validity=validity,
     )
 
     sa_key = ec.generate_private_key(ec.SECP256R1())

@@ -15,6 +15,7 @@ from swerollout.kube import (
     DEPLOYMENTS,
     EVENTS,
     LEASES,
+    NAMESPACES,
     PERSISTENTVOLUMECLAIMS,
     PODS,
     ROLEBINDINGS,
@@ -24,13 +25,20 @@ from swerollout.kube import (
     SERVICES,
     KubeClient,
     KubeError,
-    NAMESPACES,
     NotFound,
     ResourceType,
 )
 
 COMMON_NAMESPACED_TYPES = (
-    PODS, SECRETS, CONFIGMAPS, SERVICEACCOUNTS, EVENTS, ROLES, ROLEBINDINGS, LEASES, PERSISTENTVOLUMECLAIMS,
+    PODS,
+    SECRETS,
+    CONFIGMAPS,
+    SERVICEACCOUNTS,
+    EVENTS,
+    ROLES,
+    ROLEBINDINGS,
+    LEASES,
+    PERSISTENTVOLUMECLAIMS,
     DEPLOYMENTS,
 )
 

@@ -45,9 +45,6 @@ from typing import IO, Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from swerollout_dev.binaries import Binaries, find_binaries
-from swerollout_dev.controlplane.certs import Pki, ensure_pki
-from swerollout_dev.controlplane.processes import PidFile, PidFileStore, ProcessRecord, spawn, terminate_group
 from swerollout.kube import (
     AlreadyExists,
     AsyncKubeClient,
@@ -58,6 +55,9 @@ from swerollout.kube import (
     write_kubeconfig,
 )
 from swerollout.kube.resources import NAMESPACES, SERVICEACCOUNTS
+from swerollout_dev.binaries import Binaries, find_binaries
+from swerollout_dev.controlplane.certs import Pki, ensure_pki
+from swerollout_dev.controlplane.processes import PidFile, PidFileStore, ProcessRecord, spawn, terminate_group
 
 DEFAULT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
@@ -188,7 +188,9 @@ class ControlPlane:
     """etcd + kube-apiserver rooted in ``workdir`` (PKI, data, logs, kubeconfig, pidfile)."""
 
     def __init__(
-        self, workdir: str | os.PathLike[str], config: ControlPlaneConfig | None = None,
+        self,
+        workdir: str | os.PathLike[str],
+        config: ControlPlaneConfig | None = None,
         binaries: Binaries | None = None,
     ) -> None:
         self.workdir = Path(workdir).resolve()
@@ -337,7 +339,9 @@ class ControlPlane:
             self._write_pidfile()
             deadline = time.monotonic() + self.config.startup_timeout_seconds
             if name == "etcd":
-                self._wait_ready(child, f"{self.etcd_url}/health", None, deadline, lambda body: '"health":"true"' in body)
+                self._wait_ready(
+                    child, f"{self.etcd_url}/health", None, deadline, lambda body: '"health":"true"' in body
+                )
             else:
                 self._wait_ready(
                     child, f"{self.server_url}/readyz", self.pki, deadline, lambda body: body.strip() == "ok"
@@ -389,9 +393,7 @@ class ControlPlane:
         if self.config.disabled_admission_plugins:
             api_args.append(f"--disable-admission-plugins={','.join(self.config.disabled_admission_plugins)}")
         api = self._spawn("kube-apiserver", api_args + self.config.extra_apiserver_args)
-        self._wait_ready(
-            api, f"{self.server_url}/readyz", pki, deadline, lambda body: body.strip() == "ok"
-        )
+        self._wait_ready(api, f"{self.server_url}/readyz", pki, deadline, lambda body: body.strip() == "ok")
 
     @property
     def _etcd_member_name(self) -> str:
@@ -412,9 +414,7 @@ class ControlPlane:
                 f"{etcd.log_tail()}"
             )
 
-    def _wait_ready(
-        self, child: _Child, url: str, pki: Pki | None, deadline: float, ok: Callable[[str], bool]
-    ) -> None:
+    def _wait_ready(self, child: _Child, url: str, pki: Pki | None, deadline: float, ok: Callable[[str], bool]) -> None:
         verify: ssl.SSLContext | bool = False
         if pki is not None:
             ctx = ssl.create_default_context(cafile=str(pki.ca_cert))
@@ -511,9 +511,7 @@ class ControlPlane:
                 ) from exc
         return result.token
 
-    def write_kubeconfig_for_token(
-        self, path: str | os.PathLike[str], token: str, namespace: str = "default"
-    ) -> Path:
+    def write_kubeconfig_for_token(self, path: str | os.PathLike[str], token: str, namespace: str = "default") -> Path:
         """A kubeconfig that authenticates with ``token`` against this control plane."""
         self._require_started()
         document = kubeconfig_document(
@@ -533,14 +531,22 @@ class ControlPlane:
         return dict(os.environ, KUBECONFIG=str(self.kubeconfig_path), KUBECACHEDIR=str(self.workdir / "kube-cache"))
 
     def kubectl(
-        self, *args: str, input: str | None = None, kubeconfig: str | os.PathLike[str] | None = None,
+        self,
+        *args: str,
+        input: str | None = None,
+        kubeconfig: str | os.PathLike[str] | None = None,
         timeout: float = 120.0,
     ) -> subprocess.CompletedProcess[str]:
         """Run the real kubectl against this control plane (admin unless ``kubeconfig``)."""
         config = str(kubeconfig or self.kubeconfig_path)
         return subprocess.run(
             [str(self.binaries.kubectl), f"--kubeconfig={config}", *args],
-            input=input, capture_output=True, text=True, timeout=timeout, check=False, env=self.env(),
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            env=self.env(),
         )
 
     def helm(
@@ -557,5 +563,9 @@ class ControlPlane:
         config = str(kubeconfig or self.kubeconfig_path)
         return subprocess.run(
             [str(self.binaries.helm), f"--kubeconfig={config}", *args],
-            capture_output=True, text=True, timeout=timeout, check=False, env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            env=env,
         )

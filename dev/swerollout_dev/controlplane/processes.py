@@ -155,9 +155,7 @@ class PidFileStore:
         content = self.read()
         if content is None:
             return []
-        return [
-            r for r in content.processes if is_alive(r.pid) and cmdline_mentions(r.pid, str(self.workdir))
-        ]
+        return [r for r in content.processes if is_alive(r.pid) and cmdline_mentions(r.pid, str(self.workdir))]
 
     def owner_alive_elsewhere(self) -> int | None:
         """The pid of another live process whose control plane still runs in this workdir."""

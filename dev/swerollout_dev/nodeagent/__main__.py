@@ -28,16 +28,41 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--node-name", default="local")
     p.add_argument("--isolation", choices=["auto", "bwrap", "none"], default="auto")
     p.add_argument("--no-taint", action="store_true", help="accept pods that do not tolerate swerollout.io/local")
-    p.add_argument("--runner-image", action="append", default=None,
-                   help=f"glob of images that map to this Python environment (default: {', '.join(DEFAULT_RUNNER_IMAGES)})")
-    p.add_argument("--hide", action="append", type=Path, default=[], metavar="PATH",
-                   help="a host path no container may see (repeatable; the node root is always hidden)")
-    p.add_argument("--runner-path", action="append", type=Path, default=[], metavar="PATH",
-                   help="a host path runner-image containers may also read, e.g. a tokenizer directory (repeatable)")
-    p.add_argument("--network", choices=["auto", "isolated", "host"], default="auto",
-                   help="own network namespaces per pod (auto: when running as root)")
-    p.add_argument("--egress", action="append", default=[], metavar="HOST:PORT",
-                   help="a host address pods' runner containers may reach (repeatable); nothing else is reachable")
+    p.add_argument(
+        "--runner-image",
+        action="append",
+        default=None,
+        help=f"glob of images that map to this Python environment (default: {', '.join(DEFAULT_RUNNER_IMAGES)})",
+    )
+    p.add_argument(
+        "--hide",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="PATH",
+        help="a host path no container may see (repeatable; the node root is always hidden)",
+    )
+    p.add_argument(
+        "--runner-path",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="PATH",
+        help="a host path runner-image containers may also read, e.g. a tokenizer directory (repeatable)",
+    )
+    p.add_argument(
+        "--network",
+        choices=["auto", "isolated", "host"],
+        default="auto",
+        help="own network namespaces per pod (auto: when running as root)",
+    )
+    p.add_argument(
+        "--egress",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="a host address pods' runner containers may reach (repeatable); nothing else is reachable",
+    )
     p.add_argument("--stop-pods-on-exit", action="store_true")
     p.add_argument("--log-level", default="INFO")
     return p.parse_args(argv)
@@ -45,10 +70,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 async def serve(args: argparse.Namespace) -> None:
     config = NodeAgentConfig(
-        node_name=args.node_name, root_dir=args.root.resolve(), isolation=args.isolation, taint=not args.no_taint,
+        node_name=args.node_name,
+        root_dir=args.root.resolve(),
+        isolation=args.isolation,
+        taint=not args.no_taint,
         runner_images=tuple(args.runner_image or DEFAULT_RUNNER_IMAGES),
-        hidden_paths=tuple(p.resolve() for p in args.hide), runner_paths=tuple(p.resolve() for p in args.runner_path),
-        network=args.network, egress=tuple(args.egress),
+        hidden_paths=tuple(p.resolve() for p in args.hide),
+        runner_paths=tuple(p.resolve() for p in args.runner_path),
+        network=args.network,
+        egress=tuple(args.egress),
     )
     async with AsyncKubeClient.from_kubeconfig(args.kubeconfig) as kube:
         agent = NodeAgent(config, kube)

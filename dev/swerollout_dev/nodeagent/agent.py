@@ -30,11 +30,23 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from swerollout.kube import CONFIGMAPS, EVENTS, NODES, PODS, SECRETS, AlreadyExists, AsyncKubeClient, Conflict, Gone, KubeError, NotFound
+from swerollout.kube import (
+    CONFIGMAPS,
+    EVENTS,
+    NODES,
+    PODS,
+    SECRETS,
+    AlreadyExists,
+    AsyncKubeClient,
+    Conflict,
+    Gone,
+    KubeError,
+    NotFound,
+)
 
+from . import netns, podnet
 from .config import NodeAgentConfig
 from .errors import NodeAgentError
-from . import netns, podnet
 from .isolation import bwrap_works, find_bwrap
 from .layout import PodDir
 from .network import allocate_loopback
@@ -123,8 +135,12 @@ class NodeAgent:
             asyncio.create_task(self._watch_pods(f"spec.nodeName={self.config.node_name}", self._on_pod)),
         ]
         self.ready.set()
-        log.info("node agent serving Node %s (isolation: %s, network: %s)", self.config.node_name,
-                 "bubblewrap" if self.bwrap else "none", "per pod" if self.network else "host")
+        log.info(
+            "node agent serving Node %s (isolation: %s, network: %s)",
+            self.config.node_name,
+            "bubblewrap" if self.bwrap else "none",
+            "per pod" if self.network else "host",
+        )
         try:
             await asyncio.gather(*loops)
         finally:
@@ -153,16 +169,30 @@ class NodeAgent:
         return {
             "capacity": resources,
             "allocatable": resources,
-            "conditions": [{
-                "type": "Ready", "status": "True", "reason": "KubeletReady",
-                "message": "swerollout local node agent is posting ready status",
-                "lastHeartbeatTime": now, "lastTransitionTime": now,
-            }],
-            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": socket.gethostname()}],
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "swerollout local node agent is posting ready status",
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": now,
+                }
+            ],
+            "addresses": [
+                {"type": "InternalIP", "address": "127.0.0.1"},
+                {"type": "Hostname", "address": socket.gethostname()},
+            ],
             "nodeInfo": {
-                "machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": platform.release(),
-                "osImage": platform.platform(), "containerRuntimeVersion": "swerollout-local://0.1",
-                "kubeletVersion": "swerollout-node-agent", "kubeProxyVersion": "", "operatingSystem": "linux",
+                "machineID": "",
+                "systemUUID": "",
+                "bootID": "",
+                "kernelVersion": platform.release(),
+                "osImage": platform.platform(),
+                "containerRuntimeVersion": "swerollout-local://0.1",
+                "kubeletVersion": "swerollout-node-agent",
+                "kubeProxyVersion": "",
+                "operatingSystem": "linux",
                 "architecture": {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine()),
             },
         }
@@ -171,7 +201,8 @@ class NodeAgent:
         labels = {**self.config.labels, "kubernetes.io/hostname": self.config.node_name, "kubernetes.io/os": "linux"}
         taints = [{"key": TAINT_KEY, "value": TAINT_VALUE, "effect": TAINT_EFFECT}] if self.config.taint else []
         body = {
-            "apiVersion": "v1", "kind": "Node",
+            "apiVersion": "v1",
+            "kind": "Node",
             "metadata": {"name": self.config.node_name, "labels": labels},
             "spec": {"taints": taints},
         }
@@ -182,7 +213,9 @@ class NodeAgent:
         await self.kube.patch_status(NODES, self.config.node_name, {"status": self._node_status()})
         # The API server's TaintNodesByCondition admission adds node.kubernetes.io/not-ready to a new
         # Node; the node lifecycle controller (absent here) would drop it once Ready is posted.
-        await self.kube.patch(NODES, self.config.node_name, {"metadata": {"labels": labels}, "spec": {"taints": taints}})
+        await self.kube.patch(
+            NODES, self.config.node_name, {"metadata": {"labels": labels}, "spec": {"taints": taints}}
+        )
 
     async def _heartbeat(self) -> None:
         while True:
@@ -268,7 +301,11 @@ class NodeAgent:
         known: set[str] = set()
         for item in listing.get("items") or []:
             meta = item.get("metadata") or {}
-            known.add(PodDir.of(self.config.root_dir, meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", "")).path.name)
+            known.add(
+                PodDir.of(
+                    self.config.root_dir, meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", "")
+                ).path.name
+            )
             await self._on_pod("ADDED", item)
         pods_dir = self.config.root_dir / "pods"
         if pods_dir.is_dir():
@@ -312,9 +349,14 @@ class NodeAgent:
 
     def _start(self, pod: Pod, *, run: bool) -> _Worker:
         taken = {w.runtime.pod_ip for w in self.workers.values()}
-        runtime = PodRuntime(pod, self.config, _Host(self), bwrap=self.bwrap,
-                             pod_ip=allocate_loopback(pod.metadata.uid, taken),
-                             egress=self.egress if self.network else None)
+        runtime = PodRuntime(
+            pod,
+            self.config,
+            _Host(self),
+            bwrap=self.bwrap,
+            pod_ip=allocate_loopback(pod.metadata.uid, taken),
+            egress=self.egress if self.network else None,
+        )
         restored = runtime.restore()
         if not restored and pod.status.get("phase") == "Running":
             runtime.failure = (
@@ -339,13 +381,15 @@ class NodeAgent:
             await worker.runtime.stop(grace)
             try:
                 await asyncio.wait_for(worker.task, timeout=max(grace, 0) + 10)
-            except (asyncio.TimeoutError, asyncio.CancelledError):
+            except (TimeoutError, asyncio.CancelledError):
                 pass
             worker.runtime.kill_leftovers()
             worker.runtime.remove_files()  # before the object goes: nothing of the pod outlives it
             if delete_object:
                 try:
-                    await self.kube.delete(PODS, pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0, uid=pod.metadata.uid)
+                    await self.kube.delete(
+                        PODS, pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0, uid=pod.metadata.uid
+                    )
                 except (NotFound, Conflict):
                     pass
         finally:
@@ -390,14 +434,25 @@ class NodeAgent:
     async def _post_event(self, pod: Pod, type_: str, reason: str, message: str) -> None:
         now = now_rfc3339()
         body = {
-            "apiVersion": "v1", "kind": "Event",
+            "apiVersion": "v1",
+            "kind": "Event",
             "metadata": {"generateName": f"{pod.metadata.name}.", "namespace": pod.metadata.namespace},
-            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": pod.metadata.name,
-                               "namespace": pod.metadata.namespace, "uid": pod.metadata.uid},
-            "reason": reason, "message": message, "type": type_, "count": 1,
-            "firstTimestamp": now, "lastTimestamp": now,
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": pod.metadata.name,
+                "namespace": pod.metadata.namespace,
+                "uid": pod.metadata.uid,
+            },
+            "reason": reason,
+            "message": message,
+            "type": type_,
+            "count": 1,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
             "source": {"component": COMPONENT, "host": self.config.node_name},
-            "reportingComponent": COMPONENT, "reportingInstance": self.config.node_name,
+            "reportingComponent": COMPONENT,
+            "reportingInstance": self.config.node_name,
         }
         try:
             async with self._event_slots:

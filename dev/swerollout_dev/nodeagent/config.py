@@ -10,7 +10,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-DEFAULT_RUNNER_IMAGES = ("ghcr.io/swerollout/swerollout:*", "swerollout:*", "ghcr.io/swerollout/swerollout", "swerollout")
+DEFAULT_RUNNER_IMAGES = (
+    "ghcr.io/swerollout/swerollout:*",
+    "swerollout:*",
+    "ghcr.io/swerollout/swerollout",
+    "swerollout",
+)
 
 
 class NodeAgentConfig(BaseModel):

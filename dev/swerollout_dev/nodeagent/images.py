@@ -39,7 +39,7 @@ def resolve_image(image: str, config: NodeAgentConfig) -> Image:
     if not image:
         raise ImageError("container has no image; set spec.containers[].image", reason="InvalidImageName")
     if image.startswith("file://"):
-        path = Path(image[len("file://"):])
+        path = Path(image[len("file://") :])
         if not path.is_absolute():
             raise ImageError(
                 f"image {image!r}: a file:// image must name an absolute path, e.g. file:///srv/repos/astropy",

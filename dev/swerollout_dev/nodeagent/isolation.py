@@ -62,8 +62,7 @@ def find_bwrap() -> str | None:
 # Every container: its own user, pid, ipc and uts namespaces; no capabilities (bwrap also
 # sets no_new_privs); the seccomp filter of seccomp.py read from fd 9, which the shell
 # in front of bwrap opens from the filter file (so a persisted argv stays valid).
-_CONFINE = ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--cap-drop", "ALL",
-            "--seccomp", "9"]
+_CONFINE = ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--cap-drop", "ALL", "--seccomp", "9"]
 _OPEN_FILTER = 'exec "$@" 9<"$0"'
 
 
@@ -90,7 +89,10 @@ def bwrap_works(bwrap: str, seccomp_file: Path) -> str | None:
         write_seccomp_filter(seccomp_file)
         result = subprocess.run(
             [*confined(bwrap, seccomp_file), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--", "true"],
-            capture_output=True, text=True, timeout=30, check=False,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired, seccomp.UnsupportedArch) as exc:
         return str(exc)

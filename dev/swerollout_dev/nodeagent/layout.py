@@ -1,21 +1,21 @@
 """Where a pod's files live on the node (one module so the agent and `swerollout logs` agree).
 
-    <root>/pods/<namespace>_<name>_<uid>/
-        state.json                      runtime state, for re-adoption after a restart
-        volumes/<volume>/               secret / configMap files, emptyDir contents
-        checkouts/<container>/          file:// task image checkouts
-        containers/<container>/
-            <restartCount>.log          stdout+stderr of each run
-            process.json                pid + start time of the running shim
-            exit                        exit code written by the shim
-            tmp/                        the container's private /tmp (bubblewrap)
-            root/                       mapped mountPaths when unisolated
-        network/
-            namespaces.json             the pod's network namespaces (deleted with the pod)
-            links.json, portal.log      the portal's links and output
-            process.json, exit          the portal process, as for a container
-    <root>/seccomp.bpf                  the compiled seccomp filter (config.seccomp_file)
-    <root>/mask/{file,dir}              mode 000, bound over private host entries (config.mask_dir)
+<root>/pods/<namespace>_<name>_<uid>/
+    state.json                      runtime state, for re-adoption after a restart
+    volumes/<volume>/               secret / configMap files, emptyDir contents
+    checkouts/<container>/          file:// task image checkouts
+    containers/<container>/
+        <restartCount>.log          stdout+stderr of each run
+        process.json                pid + start time of the running shim
+        exit                        exit code written by the shim
+        tmp/                        the container's private /tmp (bubblewrap)
+        root/                       mapped mountPaths when unisolated
+    network/
+        namespaces.json             the pod's network namespaces (deleted with the pod)
+        links.json, portal.log      the portal's links and output
+        process.json, exit          the portal process, as for a container
+<root>/seccomp.bpf                  the compiled seccomp filter (config.seccomp_file)
+<root>/mask/{file,dir}              mode 000, bound over private host entries (config.mask_dir)
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def find_pod_dirs(root: Path, namespace: str, name: str) -> list[Path]:
     if not base.is_dir():
         return []
     prefix = f"{namespace}_{name}_"
-    found = [p for p in base.iterdir() if p.name.startswith(prefix) and "_" not in p.name[len(prefix):]]
+    found = [p for p in base.iterdir() if p.name.startswith(prefix) and "_" not in p.name[len(prefix) :]]
     return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
 
 

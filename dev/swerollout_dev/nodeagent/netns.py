@@ -50,8 +50,13 @@ def create(name: str, extra_addresses: tuple[str, ...] = ()) -> Path:
     _ip("-n", name, "link", "set", "lo", "up")
     for address in extra_addresses:
         if not address.startswith("127."):
-            result = subprocess.run(["ip", "-n", name, "addr", "replace", f"{address}/32", "dev", "lo"],
-                                    capture_output=True, text=True, timeout=30, check=False)
+            result = subprocess.run(
+                ["ip", "-n", name, "addr", "replace", f"{address}/32", "dev", "lo"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            )
             if result.returncode != 0:
                 raise OSError(f"address {address} in {name}: {result.stderr.strip()}")
     return path_of(name)

@@ -15,7 +15,6 @@ import asyncio
 import json
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 from . import netns
 from .layout import PodDir
@@ -46,8 +45,10 @@ def links(pod: Pod, net: PodNetwork, pod_ip: str, egress: list[tuple[str, int]])
     def path(name: str) -> str:
         return str(netns.path_of(name))
 
-    out = [Link(listen_netns=path(net.pod), listen=(host, port), connect_netns=None, connect=(host, port))
-           for host, port in egress]
+    out = [
+        Link(listen_netns=path(net.pod), listen=(host, port), connect_netns=None, connect=(host, port))
+        for host, port in egress
+    ]
     for c in [*pod.spec.init_containers, *pod.spec.containers]:
         for p in c.ports:
             target = (pod_ip, p.container_port)
@@ -86,7 +87,9 @@ class Portal:
         self.ready_file.unlink(missing_ok=True)
         proc = ContainerProcess.spawn(
             [sys.executable, "-m", "swerollout_dev.nodeagent.portal", str(links_file)],
-            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}, cwd=self.dir, log_path=self.dir / "portal.log",
+            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+            cwd=self.dir,
+            log_path=self.dir / "portal.log",
             exit_file=self.dir / "exit",
         )
         proc.record.dump(self.record_file)

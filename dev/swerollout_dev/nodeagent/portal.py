@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import json
 import logging
 import socket
 import sys
@@ -87,6 +86,7 @@ async def serve(links: Links, ready_file: Path | None = None) -> None:
     loop = asyncio.get_running_loop()
     servers = []
     for link in links.links:
+
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, link: Link = link) -> None:
             try:
                 upstream = await spaces.socket(link.connect_netns)
@@ -96,7 +96,7 @@ async def serve(links: Links, ready_file: Path | None = None) -> None:
                     upstream.close()
                     raise
                 up_reader, up_writer = await asyncio.open_connection(sock=upstream)
-            except (OSError, asyncio.TimeoutError):
+            except (TimeoutError, OSError):
                 writer.close()  # the peer sees the connection closed, as if refused
                 return
             try:

@@ -39,8 +39,9 @@ async def _socket_in(netns: Path) -> socket.socket:
     return await made
 
 
-async def _dial(host: str, port: int, netns: Path | None, *, tls: bool = False
-                ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def _dial(
+    host: str, port: int, netns: Path | None, *, tls: bool = False
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     context = None
     if tls:
         context = ssl.create_default_context()
@@ -68,19 +69,30 @@ async def _http_get_in(netns: Path, scheme: str, host: str, port: int, path: str
 
 
 async def probe_once(
-    probe: Probe, container: Container, *, env: dict[str, str], cwd: str, exec_prefix: list[str], pod_ip: str,
+    probe: Probe,
+    container: Container,
+    *,
+    env: dict[str, str],
+    cwd: str,
+    exec_prefix: list[str],
+    pod_ip: str,
     netns: Path | None = None,
 ) -> bool:
     timeout = max(probe.timeout_seconds, 0.1)
     try:
         if probe.exec is not None:
             proc = await asyncio.create_subprocess_exec(
-                *exec_prefix, *probe.exec.command, env=env, cwd=cwd,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                *exec_prefix,
+                *probe.exec.command,
+                env=env,
+                cwd=cwd,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL,
             )
             try:
                 return await asyncio.wait_for(proc.wait(), timeout) == 0
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 proc.kill()
                 await proc.wait()
                 return False
@@ -99,6 +111,6 @@ async def probe_once(
             _, writer = await asyncio.wait_for(_dial(t.host or pod_ip, container.named_port(t.port), netns), timeout)
             writer.close()
             return True
-    except (OSError, httpx.HTTPError, asyncio.TimeoutError, ValueError):
+    except (TimeoutError, OSError, httpx.HTTPError, ValueError):
         return False
     return True

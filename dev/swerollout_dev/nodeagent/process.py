@@ -123,7 +123,13 @@ class ContainerProcess:
 
     @classmethod
     def spawn(
-        cls, argv: list[str], *, env: dict[str, str], cwd: Path, log_path: Path, exit_file: Path,
+        cls,
+        argv: list[str],
+        *,
+        env: dict[str, str],
+        cwd: Path,
+        log_path: Path,
+        exit_file: Path,
         own_pid_namespace: bool = False,
     ) -> ContainerProcess:
         exit_file.unlink(missing_ok=True)
@@ -131,8 +137,13 @@ class ContainerProcess:
         with open(log_path, "ab") as log, open(os.devnull, "rb") as devnull:
             popen = subprocess.Popen(
                 ["/bin/sh", "-c", _SHIM, str(exit_file), *argv],
-                env=env, cwd=cwd, stdin=devnull, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, close_fds=True,
+                env=env,
+                cwd=cwd,
+                stdin=devnull,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
             )
         ticks = start_ticks(popen.pid) or 0
         return cls(ProcessRecord(popen.pid, ticks, str(exit_file)), popen, own_pid_namespace=own_pid_namespace)
@@ -187,7 +198,9 @@ class ContainerProcess:
         if self.own_pid_namespace:
             return self.exit_code()
         # Whatever the command left behind in its session dies with it, as in a container.
-        leftovers = [p for p, (_, sid, _) in _process_table().items() if sid == self.record.pid and p != self.record.pid]
+        leftovers = [
+            p for p, (_, sid, _) in _process_table().items() if sid == self.record.pid and p != self.record.pid
+        ]
         _signal(leftovers, signal.SIGKILL)
         return self.exit_code()
 
@@ -204,7 +217,7 @@ class ContainerProcess:
         try:
             await asyncio.wait_for(asyncio.shield(self.wait()), timeout=max(grace_seconds, 0.0))
             return
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         self.killed = True
         _signal(list(process_tree(self.record.pid)), signal.SIGKILL)

@@ -14,20 +14,27 @@ import shutil
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
-from . import netns, podnet
 from swerollout.api.v1alpha1 import ANNOTATION_EGRESS
 from swerollout.backoff import Backoff, Schedule
 
+from . import netns, podnet
 from .config import NodeAgentConfig, parse_egress
 from .env import container_env, expand, referenced_objects
 from .errors import ContainerConfigError, ReferenceNotFound
 from .images import BASE_COMMIT_ENV, PythonEnvImage, checkout, resolve_argv, resolve_image
 from .isolation import (
-    HOST_RUNTIME_DIRS, MOUNT_ROOT_ENV, Masks, Mount, bwrap_argv, map_unisolated, private_entries, visible_host_paths,
+    HOST_RUNTIME_DIRS,
+    MOUNT_ROOT_ENV,
+    Masks,
+    Mount,
+    bwrap_argv,
+    map_unisolated,
+    private_entries,
+    visible_host_paths,
 )
 from .layout import PodDir
 from .network import HOST_IP, POD_LOOPBACK_ENV
@@ -47,6 +54,7 @@ def _pause(retry: Schedule) -> float:
     assert delay is not None  # the policy has no bound
     return delay
 
+
 log = logging.getLogger("swerollout_dev.nodeagent")
 
 DEFAULT_TASK_WORKDIR = "/testbed"
@@ -56,7 +64,7 @@ _SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def now_rfc3339() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class PodHost(Protocol):
@@ -100,12 +108,23 @@ class ContainerSlot:
         return out
 
     def persisted(self) -> dict[str, Any]:
-        return {"restartCount": self.restart_count, "state": self.state, "lastState": self.last_state, "done": self.done}
+        return {
+            "restartCount": self.restart_count,
+            "state": self.state,
+            "lastState": self.last_state,
+            "done": self.done,
+        }
 
 
 class PodRuntime:
     def __init__(
-        self, pod: Pod, config: NodeAgentConfig, host: PodHost, *, bwrap: str | None, pod_ip: str = HOST_IP,
+        self,
+        pod: Pod,
+        config: NodeAgentConfig,
+        host: PodHost,
+        *,
+        bwrap: str | None,
+        pod_ip: str = HOST_IP,
         egress: list[tuple[str, int]] | None = None,
     ) -> None:
         self.pod = pod
@@ -170,7 +189,9 @@ class PodRuntime:
             c: dict[str, Any] = {
                 "type": type_,
                 "status": status,
-                "lastTransitionTime": prev["lastTransitionTime"] if prev and prev["status"] == status else now_rfc3339(),
+                "lastTransitionTime": prev["lastTransitionTime"]
+                if prev and prev["status"] == status
+                else now_rfc3339(),
             }
             if reason:
                 c["reason"] = reason
@@ -186,19 +207,27 @@ class PodRuntime:
             cond("Ready", ready, None if ready else not_ready_reason),
         ]
         if self.bwrap is None:
-            conditions.append(cond(
-                ISOLATION_CONDITION, False, "Unisolated",
-                "bubblewrap (bwrap) is not installed on this node: containers run as plain local processes "
-                f"that can see the whole file system; mountPaths are mapped under ${MOUNT_ROOT_ENV}",
-            ))
+            conditions.append(
+                cond(
+                    ISOLATION_CONDITION,
+                    False,
+                    "Unisolated",
+                    "bubblewrap (bwrap) is not installed on this node: containers run as plain local processes "
+                    f"that can see the whole file system; mountPaths are mapped under ${MOUNT_ROOT_ENV}",
+                )
+            )
         else:
             conditions.append(cond(ISOLATION_CONDITION, True, "Bubblewrap"))
         if self.egress is None:
-            conditions.append(cond(
-                NETWORK_CONDITION, False, "HostNetwork",
-                "this node agent cannot create network namespaces (it needs root, ip and nsenter): the pod's "
-                "containers share the host network and can reach every service on it",
-            ))
+            conditions.append(
+                cond(
+                    NETWORK_CONDITION,
+                    False,
+                    "HostNetwork",
+                    "this node agent cannot create network namespaces (it needs root, ip and nsenter): the pod's "
+                    "containers share the host network and can reach every service on it",
+                )
+            )
         else:
             conditions.append(cond(NETWORK_CONDITION, True, "PodNetwork"))
         out: dict[str, Any] = {
@@ -313,7 +342,9 @@ class PodRuntime:
         self._touch()
         if self.bwrap is None:
             await self.host.event(
-                self.pod, "Warning", "RunningUnisolated",
+                self.pod,
+                "Warning",
+                "RunningUnisolated",
                 "bubblewrap is not installed on this node; the pod's containers run unisolated",
             )
         deadline = self._deadline_task()
@@ -357,7 +388,7 @@ class PodRuntime:
         seconds = self.pod.spec.active_deadline_seconds
         if seconds is None or self.start_time is None:
             return None
-        started = datetime.strptime(self.start_time, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+        started = datetime.strptime(self.start_time, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
         # startTime has whole seconds; a pod started in this process knows the exact instant.
         started = self._started_at or started
 
@@ -400,8 +431,11 @@ class PodRuntime:
     async def _network(self) -> None:
         """The pod's namespaces and portal (adopted when a previous agent set them up)."""
         assert self.egress is not None
-        sandboxed = {s.spec.name for s in [*self.init_slots, *self.slots]
-                     if not isinstance(resolve_image(s.spec.image, self.config), PythonEnvImage)}
+        sandboxed = {
+            s.spec.name
+            for s in [*self.init_slots, *self.slots]
+            if not isinstance(resolve_image(s.spec.image, self.config), PythonEnvImage)
+        }
         self.net = podnet.plan(self.pod, sandboxed)
         wanted = [a for a in self.pod.metadata.annotations.get(ANNOTATION_EGRESS, "").split(",") if a.strip()]
         try:
@@ -457,10 +491,15 @@ class PodRuntime:
             code = await proc.wait()
             started = slot.state.get("running", {}).get("startedAt", now_rfc3339())
             reason = "Completed" if code == 0 else "Error"
-            slot.state = {"terminated": {
-                "exitCode": code, "reason": reason, "startedAt": started, "finishedAt": now_rfc3339(),
-                "containerID": f"local://{proc.pid}",
-            }}
+            slot.state = {
+                "terminated": {
+                    "exitCode": code,
+                    "reason": reason,
+                    "startedAt": started,
+                    "finishedAt": now_rfc3339(),
+                    "containerID": f"local://{proc.pid}",
+                }
+            }
             slot.ready = False
             restart = self._restart_wanted(slot, code)
             slot.done = not restart
@@ -517,14 +556,24 @@ class PodRuntime:
         tmp = ctr_dir / "tmp"
         tmp.mkdir(exist_ok=True)
         if self.bwrap is not None:
-            exposed = visible_host_paths(self.config.python_bin_dir, runner_image=isinstance(image, PythonEnvImage),
-                                         runner_paths=self.config.runner_paths)
+            exposed = visible_host_paths(
+                self.config.python_bin_dir,
+                runner_image=isinstance(image, PythonEnvImage),
+                runner_paths=self.config.runner_paths,
+            )
             private = await asyncio.to_thread(private_entries)
             prefix = bwrap_argv(
-                self.bwrap, exposed=exposed, private=private, masks=Masks.write(self.config.mask_dir),
+                self.bwrap,
+                exposed=exposed,
+                private=private,
+                masks=Masks.write(self.config.mask_dir),
                 hidden=[self.config.root_dir, *self.config.hidden_paths, *HOST_RUNTIME_DIRS],
-                mounts=mounts, private_tmp=tmp, workdir=workdir or PurePosixPath("/tmp"), hostname=self.pod.metadata.name,
-                keep_visible=exposed, seccomp_file=self.config.seccomp_file,
+                mounts=mounts,
+                private_tmp=tmp,
+                workdir=workdir or PurePosixPath("/tmp"),
+                hostname=self.pod.metadata.name,
+                keep_visible=exposed,
+                seccomp_file=self.config.seccomp_file,
             )
             cwd = ctr_dir
             launch = [*prefix, *argv]
@@ -541,7 +590,12 @@ class PodRuntime:
         slot.state = {"waiting": {"reason": "ContainerCreating"}}
         log = self.dir.log(c.name, slot.restart_count)
         proc = ContainerProcess.spawn(
-            launch, env=full_env, cwd=cwd, log_path=log, exit_file=ctr_dir / "exit", own_pid_namespace=self.bwrap is not None
+            launch,
+            env=full_env,
+            cwd=cwd,
+            log_path=log,
+            exit_file=ctr_dir / "exit",
+            own_pid_namespace=self.bwrap is not None,
         )
         proc.record.dump(ctr_dir / "process.json")
         slot.process = proc
@@ -593,7 +647,9 @@ class PodRuntime:
             while "running" in slot.state:
                 env, cwd, prefix = self._probe_context.get(slot.spec.name, ({}, "/", []))
                 ns = netns.path_of(self.net.of(slot.spec.name)) if self.net is not None else None
-                ok = await probe_once(probe, slot.spec, env=env, cwd=cwd, exec_prefix=prefix, pod_ip=self.pod_ip, netns=ns)
+                ok = await probe_once(
+                    probe, slot.spec, env=env, cwd=cwd, exec_prefix=prefix, pod_ip=self.pod_ip, netns=ns
+                )
                 successes, failures = (successes + 1, 0) if ok else (0, failures + 1)
                 ready = slot.ready
                 if ok and successes >= probe.success_threshold:
@@ -627,4 +683,3 @@ class PodRuntime:
     def remove_files(self) -> None:
         podnet.teardown(self.dir)
         shutil.rmtree(self.dir.path, ignore_errors=True)
-

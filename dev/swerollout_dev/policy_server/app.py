@@ -73,11 +73,15 @@ async def _parse(request: web.Request, model: type[Model], *, allow_empty: bool 
     except ValueError as exc:
         raise BadRequestError(f"the request body is not valid JSON: {exc}") from exc
     if isinstance(payload, list) or (
-        model is GenerateRequest and isinstance(payload, dict) and isinstance(payload.get("input_ids"), list)
-        and payload["input_ids"] and isinstance(payload["input_ids"][0], list)
+        model is GenerateRequest
+        and isinstance(payload, dict)
+        and isinstance(payload.get("input_ids"), list)
+        and payload["input_ids"]
+        and isinstance(payload["input_ids"][0], list)
     ):
-        raise BadRequestError("input_ids: batched requests are not supported; send one prompt per request",
-                              field="input_ids")
+        raise BadRequestError(
+            "input_ids: batched requests are not supported; send one prompt per request", field="input_ids"
+        )
     try:
         return model.model_validate(payload)
     except ValidationError as exc:
@@ -160,8 +164,11 @@ async def update_weights_from_disk(request: web.Request) -> web.Response:
     if body.flush_cache:
         engine.flush_cache()
     return web.json_response(
-        {"success": True, "message": f"no weights loaded from {body.model_path} (policy server stand-in)",
-         "num_paused_requests": 0}
+        {
+            "success": True,
+            "message": f"no weights loaded from {body.model_path} (policy server stand-in)",
+            "num_paused_requests": 0,
+        }
     )
 
 
@@ -246,7 +253,10 @@ async def v1_loads(request: web.Request) -> web.Response:
     }
     return web.json_response(
         {
-            "timestamp": time.time(), "version": VERSION, "accelerator": None, "num_accelerators": 0,
+            "timestamp": time.time(),
+            "version": VERSION,
+            "accelerator": None,
+            "num_accelerators": 0,
             "loads": [entry],
         }
     )

@@ -18,10 +18,16 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-ADMIN_ROUTES = frozenset({
-    "/abort_request", "/pause_generation", "/continue_generation", "/update_weight_version",
-    "/update_weights_from_disk", "/flush_cache",
-})
+ADMIN_ROUTES = frozenset(
+    {
+        "/abort_request",
+        "/pause_generation",
+        "/continue_generation",
+        "/update_weight_version",
+        "/update_weights_from_disk",
+        "/flush_cache",
+    }
+)
 _OPEN_PREFIXES = ("/health", "/ready", "/metrics")
 
 
@@ -32,8 +38,15 @@ def _bearer_is(header: str | None, expected: str) -> bool:
     return scheme.lower() == "bearer" and secrets.compare_digest(token.encode(), expected.encode())
 
 
-def allowed(method: str, path: str, authorization: str | None, *, api_key: str | None, admin_api_key: str | None,
-            admin_routes: frozenset[str] = ADMIN_ROUTES) -> bool:
+def allowed(
+    method: str,
+    path: str,
+    authorization: str | None,
+    *,
+    api_key: str | None,
+    admin_api_key: str | None,
+    admin_routes: frozenset[str] = ADMIN_ROUTES,
+) -> bool:
     if method == "OPTIONS" or path.startswith(_OPEN_PREFIXES):
         return True
     if path in admin_routes:
@@ -45,14 +58,19 @@ def allowed(method: str, path: str, authorization: str | None, *, api_key: str |
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def middleware(api_key: str | None, admin_api_key: str | None, extra_admin: frozenset[str] = frozenset()
-               ) -> Middleware:
+def middleware(api_key: str | None, admin_api_key: str | None, extra_admin: frozenset[str] = frozenset()) -> Middleware:
     routes = ADMIN_ROUTES | extra_admin
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if not allowed(request.method, request.path, request.headers.get("Authorization"),
-                       api_key=api_key, admin_api_key=admin_api_key, admin_routes=routes):
+        if not allowed(
+            request.method,
+            request.path,
+            request.headers.get("Authorization"),
+            api_key=api_key,
+            admin_api_key=admin_api_key,
+            admin_routes=routes,
+        ):
             return web.json_response({"error": "Unauthorized"}, status=401)
         return await handler(request)
 

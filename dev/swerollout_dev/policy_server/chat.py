@@ -12,11 +12,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from swerollout.issue_images import TEMPLATE_IMAGE_PART
 from swerollout_dev.policy_server.chat_format import new_tool_call_id
 from swerollout_dev.policy_server.engine import Engine
 from swerollout_dev.policy_server.errors import BadRequestError
 from swerollout_dev.policy_server.tool_markup import parse_tool_calls
-from swerollout.issue_images import TEMPLATE_IMAGE_PART
 from swerollout_dev.policy_server.wire import (
     ChatCompletionRequest,
     GenerateRequest,
@@ -35,8 +35,13 @@ def _image_url(part: Any) -> str | None:
 
 def message_images(messages: list[dict[str, Any]]) -> list[str]:
     """The image URLs of the messages' content parts, in order (SGLang's image_data)."""
-    return [url for m in messages if isinstance(m.get("content"), list)
-            for part in m["content"] if (url := _image_url(part)) is not None]
+    return [
+        url
+        for m in messages
+        if isinstance(m.get("content"), list)
+        for part in m["content"]
+        if (url := _image_url(part)) is not None
+    ]
 
 
 def template_messages(messages: list[dict[str, Any]], *, show_images: bool = True) -> list[dict[str, Any]]:
@@ -50,12 +55,11 @@ def template_messages(messages: list[dict[str, Any]], *, show_images: bool = Tru
         if show_images and isinstance(content, list) and any(_image_url(part) is not None for part in content):
             converted["content"] = [
                 dict(TEMPLATE_IMAGE_PART) if _image_url(part) is not None else part
-                for part in content if isinstance(part, dict)
+                for part in content
+                if isinstance(part, dict)
             ]
         elif isinstance(content, list):
-            converted["content"] = "".join(
-                part.get("text", "") for part in content if isinstance(part, dict)
-            )
+            converted["content"] = "".join(part.get("text", "") for part in content if isinstance(part, dict))
         elif content is None:
             converted["content"] = ""
         if converted.get("role") == "developer":
@@ -86,7 +90,10 @@ async def chat_completion(
         [t.model_dump(mode="json") for t in request.tools] if request.tools else None
     )
     rendered = engine.tokenizer.apply_chat_template(
-        template_messages(request.messages, show_images=engine.image_pad_id is not None), tools=tools, add_generation_prompt=True, tokenize=False
+        template_messages(request.messages, show_images=engine.image_pad_id is not None),
+        tools=tools,
+        add_generation_prompt=True,
+        tokenize=False,
     )
     prompt_ids = list(engine.tokenizer.encode(str(rendered), add_special_tokens=False))
     remaining = engine.context_length - len(prompt_ids)

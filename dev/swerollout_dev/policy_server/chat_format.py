@@ -44,7 +44,7 @@ class ChatFormat:
         user = [{"role": "user", "content": _PROBE_USER}]
         without = _render(tokenizer, user, add_generation_prompt=False)
         with_prompt = _render(tokenizer, user, add_generation_prompt=True)
-        header = with_prompt[len(without):] if with_prompt.startswith(without) else ""
+        header = with_prompt[len(without) :] if with_prompt.startswith(without) else ""
         if not header.strip():
             raise ValueError("the chat template adds no assistant header for add_generation_prompt")
         # The header of a turn in the history can differ from the generation prompt
@@ -55,8 +55,8 @@ class ChatFormat:
             add_generation_prompt=False,
         )
         reply_at = history.find(_PROBE_REPLY)
-        marker = os.path.commonprefix([header, history[len(without):reply_at]]).strip() or header.strip()
-        end_of_turn = _first_special(tokenizer, history[reply_at + len(_PROBE_REPLY):])
+        marker = os.path.commonprefix([header, history[len(without) : reply_at]]).strip() or header.strip()
+        end_of_turn = _first_special(tokenizer, history[reply_at + len(_PROBE_REPLY) :])
         if end_of_turn is None:
             if tokenizer.eos_token_id is None:
                 raise ValueError("cannot find the end-of-turn token: the template emits none and there is no EOS")
@@ -78,7 +78,7 @@ class ChatFormat:
     def prior_assistant_turns(self, prompt_text: str) -> int:
         """How many assistant turns the conversation already holds (not counting the open one)."""
         count = prompt_text.count(self.assistant_marker)
-        if self.assistant_marker in prompt_text[prompt_text.rstrip().rfind(self.assistant_header.strip()):]:
+        if self.assistant_marker in prompt_text[prompt_text.rstrip().rfind(self.assistant_header.strip()) :]:
             count -= 1
         return max(count, 0)
 
@@ -112,7 +112,11 @@ def _first_special(tokenizer: PreTrainedTokenizerBase, text: str) -> int | None:
 
 def _end_after_tool_call(tokenizer: PreTrainedTokenizerBase) -> int | None:
     """The first special token between a rendered tool call and the tool's result."""
-    call: dict[str, Any] = {"type": "function", "id": "call_0", "function": {"name": _PROBE_TOOL, "arguments": {"x": "y"}}}
+    call: dict[str, Any] = {
+        "type": "function",
+        "id": "call_0",
+        "function": {"name": _PROBE_TOOL, "arguments": {"x": "y"}},
+    }
     messages: list[dict[str, Any]] = [
         {"role": "user", "content": _PROBE_USER},
         {"role": "assistant", "content": "", "tool_calls": [call]},
@@ -128,4 +132,4 @@ def _end_after_tool_call(tokenizer: PreTrainedTokenizerBase) -> int | None:
     end = text.find(_PROBE_RESULT, start)
     if call_at < 0 or start < 0 or end < 0:
         return None
-    return _first_special(tokenizer, text[start + len(CALL_CLOSE):end])
+    return _first_special(tokenizer, text[start + len(CALL_CLOSE) : end])

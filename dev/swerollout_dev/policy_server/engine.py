@@ -38,11 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from swerollout_dev.policy_server.errors import BadRequestError
-from swerollout_dev.policy_server.faults import FaultInjector
-from swerollout_dev.policy_server.images import ImageRecord, expand, read_image
-from swerollout_dev.policy_server.wire import RequestRecord
-from swerollout_dev.policy_server.policies import Generation, Policy, PrefixCaching, ReusesPrefix, SamplingConfig, TokenSample
+from swerollout.issue_images import image_placeholder
 from swerollout.wire.sglang import (
     ContextLimits,
     FinishReason,
@@ -54,7 +50,18 @@ from swerollout.wire.sglang import (
     encode_routed_experts,
     finite_or_none,
 )
-from swerollout.issue_images import image_placeholder
+from swerollout_dev.policy_server.errors import BadRequestError
+from swerollout_dev.policy_server.faults import FaultInjector
+from swerollout_dev.policy_server.images import ImageRecord, expand, read_image
+from swerollout_dev.policy_server.policies import (
+    Generation,
+    Policy,
+    PrefixCaching,
+    ReusesPrefix,
+    SamplingConfig,
+    TokenSample,
+)
+from swerollout_dev.policy_server.wire import RequestRecord
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -190,10 +197,12 @@ class Engine:
             self.abort("", abort_all=True, message="Abort by pause_generation")
         self._signal()
         await self._wait_for(
-            lambda: self._pause_mode is not mode  # continued (or re-paused) meanwhile
-            or (
-                all(not e.started or e.parked or e.abort_message for e in self._requests.values())
-                and (mode != "abort" or not any(e.started for e in self._requests.values()))
+            lambda: (
+                self._pause_mode is not mode  # continued (or re-paused) meanwhile
+                or (
+                    all(not e.started or e.parked or e.abort_message for e in self._requests.values())
+                    and (mode != "abort" or not any(e.started for e in self._requests.values()))
+                )
             ),
             timeout=PAUSE_SETTLE_TIMEOUT,
         )
@@ -306,11 +315,15 @@ class Engine:
         rid = request.rid or uuid.uuid4().hex
         if rid in self._requests:
             raise BadRequestError(f"rid: request {rid!r} is already in flight", field="rid")
-        self.request_log.append(RequestRecord(
-            rid=rid, route=route,
-            sent_tokens=len(request.input_ids) if request.input_ids is not None else len(input_ids),
-            prompt_tokens=len(input_ids), images=images,
-        ))
+        self.request_log.append(
+            RequestRecord(
+                rid=rid,
+                route=route,
+                sent_tokens=len(request.input_ids) if request.input_ids is not None else len(input_ids),
+                prompt_tokens=len(input_ids),
+                images=images,
+            )
+        )
         entry = _InFlight(rid=rid, prompt_tokens=len(input_ids), input_ids=input_ids)
         self._requests[rid] = entry
         self._signal()
@@ -331,13 +344,20 @@ class Engine:
         finish = result.meta_info.finish_reason
         log.info(
             "rid=%s prompt=%d completion=%d finish=%s version=%s",
-            result.meta_info.id, result.meta_info.prompt_tokens, result.meta_info.completion_tokens,
-            finish.type if finish else None, result.meta_info.weight_version,
+            result.meta_info.id,
+            result.meta_info.prompt_tokens,
+            result.meta_info.completion_tokens,
+            finish.type if finish else None,
+            result.meta_info.weight_version,
         )
         return result
 
     async def generate(
-        self, request: GenerateRequest, on_progress: ProgressCallback | None = None, *, route: Literal["generate", "chat"] = "generate"
+        self,
+        request: GenerateRequest,
+        on_progress: ProgressCallback | None = None,
+        *,
+        route: Literal["generate", "chat"] = "generate",
     ) -> GenerateResponse:
         return await self.run(self.admit(request, route), on_progress)
 
@@ -350,9 +370,7 @@ class Engine:
     ) -> GenerateResponse:
         params = request.sampling_params
         seed = params.sampling_seed if params.sampling_seed is not None else self._seeds.getrandbits(63)
-        sampling = SamplingConfig(
-            temperature=params.temperature, top_p=params.top_p, top_k=params.top_k, seed=seed
-        )
+        sampling = SamplingConfig(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k, seed=seed)
         stop_ids = set(params.stop_token_ids or [])
         if not params.ignore_eos:
             stop_ids |= self.chat_format.stop_ids
@@ -416,8 +434,7 @@ class Engine:
         self._signal()
         try:
             await self._wait_for(
-                lambda: self._pause_mode is None
-                or (entry.abort_message is not None and self._pause_mode != "in_place")
+                lambda: self._pause_mode is None or (entry.abort_message is not None and self._pause_mode != "in_place")
             )
         finally:
             entry.parked = False
@@ -494,7 +511,8 @@ class Engine:
             output_token_logprobs=token_logprobs,
             routed_experts=(
                 _synthetic_routed_experts([*entry.input_ids, *output], request.routed_experts_start_len)
-                if request.return_routed_experts else None
+                if request.return_routed_experts
+                else None
             ),
             e2e_latency=time.monotonic() - entry.received_at,
         )
@@ -535,4 +553,3 @@ def _synthetic_routed_experts(sequence: list[int], start: int) -> str:
         for token in sequence[start : len(sequence) - 1]
     ]
     return encode_routed_experts(rows)
-

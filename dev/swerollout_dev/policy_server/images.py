@@ -20,8 +20,8 @@ import struct
 
 from pydantic import BaseModel, ConfigDict
 
-from swerollout_dev.policy_server.errors import BadRequestError
 from swerollout.issue_images import IssueImageError, data_url_payload
+from swerollout_dev.policy_server.errors import BadRequestError
 
 TILE_PIXELS = 28
 MIN_IMAGE_TOKENS = 4
@@ -58,7 +58,9 @@ def read_image(index: int, url: str) -> ImageRecord:
         width, height = size
         tokens = math.ceil(width / TILE_PIXELS) * math.ceil(height / TILE_PIXELS)
     return ImageRecord(
-        media_type=media_type, bytes=len(payload), sha256=hashlib.sha256(payload).hexdigest(),
+        media_type=media_type,
+        bytes=len(payload),
+        sha256=hashlib.sha256(payload).hexdigest(),
         tokens=min(max(tokens, MIN_IMAGE_TOKENS), MAX_IMAGE_TOKENS),
     )
 

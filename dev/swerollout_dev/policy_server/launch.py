@@ -33,7 +33,9 @@ READY_PATTERN = re.compile(r"ready at (http://\S+)")
 
 def ready_line(url: str, settings: ServerSettings) -> str:
     """What the CLI prints once it accepts connections (subprocess launch parses it)."""
-    return f"swerollout policy-server ready at {url} (policy {settings.policy}, weight version {settings.weight_version})"
+    return (
+        f"swerollout policy-server ready at {url} (policy {settings.policy}, weight version {settings.weight_version})"
+    )
 
 
 async def serve(
@@ -71,9 +73,7 @@ class PolicyServerHandle:
     def __enter__(self) -> PolicyServerHandle:
         return self
 
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.stop()
 
 
@@ -130,9 +130,7 @@ class SubprocessServer(PolicyServerHandle):
             env.pop(variable, None)
             if key:
                 env[variable] = key
-        self.process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
-        )
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._output: list[str] = []
         self._log = open(log_file, "a", encoding="utf-8") if log_file else None  # noqa: SIM115
@@ -200,16 +198,26 @@ class SubprocessServer(PolicyServerHandle):
 def cli_arguments(settings: ServerSettings) -> list[str]:
     """The `swerollout policy-server` flags that reproduce these settings."""
     args = [
-        "--policy", settings.policy,
-        "--tokenizer", settings.tokenizer,
-        "--host", settings.host,
-        "--port", str(settings.port),
-        "--weight-version", settings.weight_version,
-        "--seed", str(settings.seed),
-        "--context-length", str(settings.context_length),
-        "--delay-per-token", str(settings.faults.delay_per_token),
-        "--error-rate", str(settings.faults.error_rate),
-        "--fail-next", str(settings.faults.fail_next),
+        "--policy",
+        settings.policy,
+        "--tokenizer",
+        settings.tokenizer,
+        "--host",
+        settings.host,
+        "--port",
+        str(settings.port),
+        "--weight-version",
+        settings.weight_version,
+        "--seed",
+        str(settings.seed),
+        "--context-length",
+        str(settings.context_length),
+        "--delay-per-token",
+        str(settings.faults.delay_per_token),
+        "--error-rate",
+        str(settings.faults.error_rate),
+        "--fail-next",
+        str(settings.faults.fail_next),
     ]
     if settings.tasks is not None:
         args += ["--tasks", str(settings.tasks)]

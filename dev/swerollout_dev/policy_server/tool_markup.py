@@ -134,7 +134,7 @@ def parse_tool_calls(text: str, markup: ToolMarkup) -> tuple[str, list[ParsedToo
         call = markup.parse_call(match.group(1))
         if call is None:
             continue
-        kept.append(text[position:match.start()])
+        kept.append(text[position : match.start()])
         position = match.end()
         calls.append(call)
     kept.append(text[position:])

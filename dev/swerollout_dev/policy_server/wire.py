@@ -5,10 +5,9 @@ swerollout/wire/sglang.py, shared with the runner, and are re-exported here.
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from swerollout_dev.policy_server.images import ImageRecord
 
@@ -33,8 +32,17 @@ from swerollout.wire.sglang import (  # noqa: E402
 )
 
 __all__ = [
-    "AbortRequest", "ContinueRequest", "FinishReason", "GenerateRequest", "GenerateResponse", "MetaInfo",
-    "PauseMode", "PauseRequest", "SamplingParams", "UpdateWeightsFromDiskRequest", "UpdateWeightVersionRequest",
+    "AbortRequest",
+    "ContinueRequest",
+    "FinishReason",
+    "GenerateRequest",
+    "GenerateResponse",
+    "MetaInfo",
+    "PauseMode",
+    "PauseRequest",
+    "SamplingParams",
+    "UpdateWeightsFromDiskRequest",
+    "UpdateWeightVersionRequest",
 ]
 
 
@@ -124,7 +132,5 @@ class ChatCompletionRequest(_Strict):
         for index, message in enumerate(self.messages):
             role = message.get("role")
             if role not in {"system", "user", "assistant", "tool", "developer"}:
-                raise ValueError(
-                    f"messages[{index}].role must be system, user, assistant or tool, got {role!r}"
-                )
+                raise ValueError(f"messages[{index}].role must be system, user, assistant or tool, got {role!r}")
         return self

@@ -32,8 +32,8 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
-from swerollout_dev.controlplane import ControlPlane, ControlPlaneError, free_port
 from swerollout.kube import NODES, SECRETS, NotFound
+from swerollout_dev.controlplane import ControlPlane, ControlPlaneError, free_port
 from swerollout_dev.nodeagent.agent import TAINT_EFFECT, TAINT_KEY, reap_all
 from swerollout_dev.nodeagent.process import start_ticks
 
@@ -82,7 +82,9 @@ class Child:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as out, open(os.devnull, "rb") as devnull:
             self.popen = subprocess.Popen(self.argv, stdin=devnull, stdout=out, stderr=subprocess.STDOUT, env=self.env)
-        return ComponentState(status="running", pid=self.popen.pid, start_ticks=start_ticks(self.popen.pid), log=str(self.log))
+        return ComponentState(
+            status="running", pid=self.popen.pid, start_ticks=start_ticks(self.popen.pid), log=str(self.log)
+        )
 
     def stop(self, grace: float) -> None:
         if self.popen is None or self.popen.poll() is not None:
@@ -161,8 +163,17 @@ class Supervisor:
         self.state.components["chart"] = comp
         if (chart / "Chart.yaml").is_file():
             result = self.plane.helm(
-                "upgrade", "--install", RELEASE, str(chart), "--namespace", RELEASE_NAMESPACE, "--create-namespace",
-                "--set", "rbac.clusterWide=true", "--set", f"serviceAccount.name={OPERATOR_SERVICE_ACCOUNT}",
+                "upgrade",
+                "--install",
+                RELEASE,
+                str(chart),
+                "--namespace",
+                RELEASE_NAMESPACE,
+                "--create-namespace",
+                "--set",
+                "rbac.clusterWide=true",
+                "--set",
+                f"serviceAccount.name={OPERATOR_SERVICE_ACCOUNT}",
             )
             if result.returncode == 0:
                 comp.status, comp.detail = "running", f"helm release {RELEASE} in namespace {RELEASE_NAMESPACE}"
@@ -179,8 +190,16 @@ class Supervisor:
 
     def _start_policy_server(self) -> None:
         port = _port_or_free(DEFAULT_POLICY_PORT)
-        argv = [sys.executable, "-m", "swerollout.cli.main", "policy-server", "--policy", self.args.policy,
-                "--port", str(port)]
+        argv = [
+            sys.executable,
+            "-m",
+            "swerollout.cli.main",
+            "policy-server",
+            "--policy",
+            self.args.policy,
+            "--port",
+            str(port),
+        ]
         argv += ["--tasks", str(self._tasks_file())]
         # Served as real SGLang is in production: its admin routes (aborts, pauses, weight
         # updates) need the admin key, which rollouts get from a Secret (the env, not argv,
@@ -214,9 +233,11 @@ class Supervisor:
         node agent) mounts it into the runner container, the operator never reads it."""
         assert self.plane is not None
         body = {
-            "apiVersion": "v1", "kind": "Secret",
+            "apiVersion": "v1",
+            "kind": "Secret",
             "metadata": {"name": INFERENCE_KEYS_SECRET, "namespace": INFERENCE_KEYS_NAMESPACE},
-            "type": "Opaque", "stringData": {INFERENCE_ADMIN_KEY: admin_key},
+            "type": "Opaque",
+            "stringData": {INFERENCE_ADMIN_KEY: admin_key},
         }
         with self.plane.admin_client() as kube:
             kube.apply(SECRETS, body, INFERENCE_KEYS_NAMESPACE, field_manager="swerollout-dev")
@@ -235,8 +256,18 @@ class Supervisor:
         return dest / INDEX_FILE
 
     def _start_node_agent(self) -> None:
-        argv = [sys.executable, "-m", "swerollout_dev.nodeagent", "--kubeconfig", str(self.paths.kubeconfig),
-                "--root", str(self.paths.node), "--hide", str(self.paths.root), "--stop-pods-on-exit"]
+        argv = [
+            sys.executable,
+            "-m",
+            "swerollout_dev.nodeagent",
+            "--kubeconfig",
+            str(self.paths.kubeconfig),
+            "--root",
+            str(self.paths.node),
+            "--hide",
+            str(self.paths.root),
+            "--stop-pods-on-exit",
+        ]
         for address in self._pod_egress():
             argv += ["--egress", address]
         child = Child("node-agent", argv, self.paths.logs / "node-agent.log")
@@ -288,12 +319,15 @@ class Supervisor:
             self.state.components["operator"] = ComponentState(status="skipped", detail="--no-operator")
             return
         if importlib.util.find_spec("swerollout_operator") is None:
-            self.state.components["operator"] = ComponentState(status="skipped", detail="swerollout_operator is not installed")
+            self.state.components["operator"] = ComponentState(
+                status="skipped", detail="swerollout_operator is not installed"
+            )
             return
         chart_ok = self.state.components["chart"].status == "running"
         if chart_ok:
-            token = self.plane.mint_token(RELEASE_NAMESPACE, OPERATOR_SERVICE_ACCOUNT, expiration=86400,
-                                          create_serviceaccount=False)
+            token = self.plane.mint_token(
+                RELEASE_NAMESPACE, OPERATOR_SERVICE_ACCOUNT, expiration=86400, create_serviceaccount=False
+            )
             kubeconfig = self.plane.write_kubeconfig_for_token(self.paths.operator_kubeconfig, token, RELEASE_NAMESPACE)
             identity = f"ServiceAccount {RELEASE_NAMESPACE}/{OPERATOR_SERVICE_ACCOUNT}"
         else:
@@ -310,11 +344,30 @@ class Supervisor:
         store = self.paths.store
         store.mkdir(exist_ok=True)
         argv = [
-            sys.executable, "-m", "swerollout_operator", "--cluster-wide", "--kubeconfig", str(kubeconfig),
-            "--runner-image", DEV_RUNNER_IMAGE, "--runner-image-pull-policy", "Never",
-            "--ingest-url", f"http://127.0.0.1:{ingest}", "--ingest-port", str(ingest),
-            "--metrics-port", str(free_port()), "--bind-host", "127.0.0.1", "--token-key-file", str(key),
-            "--extra-tolerations", json.dumps([toleration]), "--store-url", f"file://{store}",
+            sys.executable,
+            "-m",
+            "swerollout_operator",
+            "--cluster-wide",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--runner-image",
+            DEV_RUNNER_IMAGE,
+            "--runner-image-pull-policy",
+            "Never",
+            "--ingest-url",
+            f"http://127.0.0.1:{ingest}",
+            "--ingest-port",
+            str(ingest),
+            "--metrics-port",
+            str(free_port()),
+            "--bind-host",
+            "127.0.0.1",
+            "--token-key-file",
+            str(key),
+            "--extra-tolerations",
+            json.dumps([toleration]),
+            "--store-url",
+            f"file://{store}",
         ]
         child = Child("operator", argv, self.paths.logs / "operator.log")
         self.children[child.name] = child
@@ -353,7 +406,10 @@ class Supervisor:
             comp = self.state.components[name]
             if comp.restarts >= _MAX_RESTARTS:
                 if comp.status != "exited":
-                    comp.status, comp.detail = "exited", f"died {comp.restarts + 1} times; see {self.plane.workdir / 'logs'}"
+                    comp.status, comp.detail = (
+                        "exited",
+                        f"died {comp.restarts + 1} times; see {self.plane.workdir / 'logs'}",
+                    )
                     self.save()
                 continue
             print(f"dev supervisor: {name} (pid {comp.pid}) exited; restarting it", file=sys.stderr, flush=True)
@@ -365,7 +421,11 @@ class Supervisor:
                 self.save()
                 continue
             self.state.components[name] = ComponentState(
-                status="running", pid=pid, start_ticks=start_ticks(pid), detail=comp.detail, restarts=comp.restarts + 1,
+                status="running",
+                pid=pid,
+                start_ticks=start_ticks(pid),
+                detail=comp.detail,
+                restarts=comp.restarts + 1,
             )
             self.save()
 

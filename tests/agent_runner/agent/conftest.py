@@ -13,10 +13,10 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from tests.support.repo_helpers import RepoSandbox, SharedServer, git, make_repo
-from tests.support.swerex_fixture import SwerexHandle, start_swerex
 
 from agent_runner.sandbox import Sandbox
+from tests.support.repo_helpers import RepoSandbox, SharedServer, git, make_repo
+from tests.support.swerex_fixture import SwerexHandle, start_swerex
 
 
 @pytest.fixture

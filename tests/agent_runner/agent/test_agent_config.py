@@ -6,7 +6,6 @@ import pytest
 from pydantic import ValidationError
 
 from agent_runner.config import ActionFormat, AgentConfig, AgentConfigError
-from swerollout.exit_status import ExitStatus, autosubmitted, is_truncated, produced_patch
 from agent_runner.model import ToolCall
 from agent_runner.tools import (
     BashAction,
@@ -19,6 +18,7 @@ from agent_runner.tools import (
     tool_schemas,
 )
 from swerollout.api import v1alpha1
+from swerollout.exit_status import ExitStatus, autosubmitted, is_truncated, produced_patch
 
 TASK = {"problem_statement": "p", "working_dir": "/testbed", "repo": "r", "instance_id": "i", "base_commit": "abc"}
 
@@ -28,7 +28,9 @@ def test_builtin_configs_render_every_template() -> None:
         config = AgentConfig.default(kind)
         rendered = config.render("instance_template", TASK)
         assert "/testbed" in rendered and "p" in rendered
-        assert config.render("format_error_template", {**TASK, "error": "E"}).startswith("Your reply could not be used: E")
+        assert config.render("format_error_template", {**TASK, "error": "E"}).startswith(
+            "Your reply could not be used: E"
+        )
     assert AgentConfig.default(v1alpha1.AgentKind.TEXT_BASH_AGENT).tools.action_format == ActionFormat.TEXT_BASH
 
 
@@ -71,9 +73,13 @@ def test_from_spec_overlays_the_defaults() -> None:
     agent = v1alpha1.Agent(
         kind=v1alpha1.AgentKind.CHAT_AGENT,
         templates=v1alpha1.Templates(system_template="Be brief about {{repo}}."),
-        tools=v1alpha1.Tools(enabled=[v1alpha1.ToolName.BASH, v1alpha1.ToolName.SUBMIT], blocklist=["rm -rf"],
-                             max_observation_chars=500),
-        max_turns=7, max_requeries=1, command_timeout_seconds=9, total_execution_timeout_seconds=99,
+        tools=v1alpha1.Tools(
+            enabled=[v1alpha1.ToolName.BASH, v1alpha1.ToolName.SUBMIT], blocklist=["rm -rf"], max_observation_chars=500
+        ),
+        max_turns=7,
+        max_requeries=1,
+        command_timeout_seconds=9,
+        total_execution_timeout_seconds=99,
     )
     config = AgentConfig.from_spec(agent, max_context_tokens=4096)
     assert config.render("system_template", TASK) == "Be brief about r."
@@ -104,13 +110,18 @@ def test_text_actions() -> None:
 
 def test_tool_calls() -> None:
     enabled = ["bash", "str_replace_editor", "submit"]
-    assert parse_tool_call(ToolCall(id="1", name="bash", arguments={"command": "ls"}), enabled) == BashAction(command="ls")
-    editor = parse_tool_call(ToolCall(id="1", name="str_replace_editor",
-                                      arguments={"command": "view", "path": "/a", "view_range": None}), enabled)
+    assert parse_tool_call(ToolCall(id="1", name="bash", arguments={"command": "ls"}), enabled) == BashAction(
+        command="ls"
+    )
+    editor = parse_tool_call(
+        ToolCall(id="1", name="str_replace_editor", arguments={"command": "view", "path": "/a", "view_range": None}),
+        enabled,
+    )
     assert editor == EditorAction(command="view", path="/a")
     with pytest.raises(FormatError, match="bad arguments for str_replace_editor: command"):
-        parse_tool_call(ToolCall(id="1", name="str_replace_editor", arguments={"command": "delete", "path": "/a"}),
-                        enabled)
+        parse_tool_call(
+            ToolCall(id="1", name="str_replace_editor", arguments={"command": "delete", "path": "/a"}), enabled
+        )
     with pytest.raises(FormatError, match="bad arguments for bash: command: Field required"):
         parse_tool_call(ToolCall(id="1", name="bash", arguments={"cmd": "ls"}), enabled)
     with pytest.raises(FormatError, match="no tool named 'str_replace_editor'"):
@@ -136,8 +147,18 @@ def test_exit_status_helpers() -> None:
 def test_task_info_from_the_spec_instance() -> None:
     from agent_runner.run_state import TaskInfo
 
-    instance = v1alpha1.Instance(instance_id="calc-1", repo="example/calc", base_commit="abc1234", image="file:calc",
-                                 problem_statement="add() subtracts")
+    instance = v1alpha1.Instance(
+        instance_id="calc-1",
+        repo="example/calc",
+        base_commit="abc1234",
+        image="file:calc",
+        problem_statement="add() subtracts",
+    )
     task = TaskInfo.from_instance(instance)
-    assert task == TaskInfo(problem_statement="add() subtracts", working_dir="/testbed", base_commit="abc1234",
-                            repo="example/calc", instance_id="calc-1")
+    assert task == TaskInfo(
+        problem_statement="add() subtracts",
+        working_dir="/testbed",
+        base_commit="abc1234",
+        repo="example/calc",
+        instance_id="calc-1",
+    )

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from tests.support.repo_helpers import RepoSandbox
 
 from agent_runner.tools import EditorAction, EditorError, StrReplaceEditor
+from tests.support.repo_helpers import RepoSandbox
 
 
 @pytest.fixture

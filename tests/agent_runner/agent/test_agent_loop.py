@@ -4,24 +4,30 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.support.repo_helpers import RepoSandbox, git
-from tests.support.scripted_model import ABORT, ScriptedModel, bash, call, text
-from tests.support.swerex_fixture import SwerexHandle
-
 from agent_runner.config import AgentConfig
 from agent_runner.errors import ContextBudgetError, ModelUnavailableError
 from agent_runner.loop import AgentLoop, LoopResult, StepInfo, TaskInfo
 from agent_runner.model import FinishReason, ModelTurn, ToolCall
 from agent_runner.sandbox import Sandbox
 from swerollout.api import v1alpha1
+from tests.support.repo_helpers import RepoSandbox, git
+from tests.support.scripted_model import ABORT, ScriptedModel, bash, call, text
+from tests.support.swerex_fixture import SwerexHandle
 
 
-def make_loop(rs: RepoSandbox, model: ScriptedModel, config: AgentConfig | None = None,
-              steps: list[StepInfo] | None = None) -> AgentLoop:
-    task = TaskInfo(problem_statement="add() subtracts", working_dir=str(rs.repo), base_commit=rs.base_commit,
-                    repo="example/calc", instance_id="calc-1")
-    return AgentLoop(model, rs.sandbox, config or AgentConfig.default(), task,
-                     on_step=(steps.append if steps is not None else None))
+def make_loop(
+    rs: RepoSandbox, model: ScriptedModel, config: AgentConfig | None = None, steps: list[StepInfo] | None = None
+) -> AgentLoop:
+    task = TaskInfo(
+        problem_statement="add() subtracts",
+        working_dir=str(rs.repo),
+        base_commit=rs.base_commit,
+        repo="example/calc",
+        instance_id="calc-1",
+    )
+    return AgentLoop(
+        model, rs.sandbox, config or AgentConfig.default(), task, on_step=(steps.append if steps is not None else None)
+    )
 
 
 def working_tree_diff(rs: RepoSandbox) -> str:
@@ -36,11 +42,13 @@ def limits(**overrides: object) -> AgentConfig:
 
 async def test_edit_then_submit_yields_the_working_tree_diff(repo_sandbox: RepoSandbox) -> None:
     path = str(repo_sandbox.repo / "calc.py")
-    model = ScriptedModel([
-        call("str_replace_editor", command="str_replace", path=path, old_str="a - b", new_str="a + b"),
-        bash("echo 'x = 1' > extra.py && python3 -c 'import calc; print(calc.add(2, 3))'"),
-        call("submit"),
-    ])
+    model = ScriptedModel(
+        [
+            call("str_replace_editor", command="str_replace", path=path, old_str="a - b", new_str="a + b"),
+            bash("echo 'x = 1' > extra.py && python3 -c 'import calc; print(calc.add(2, 3))'"),
+            call("submit"),
+        ]
+    )
     steps: list[StepInfo] = []
     result = await make_loop(repo_sandbox, model, steps=steps).run()
     assert result.exit_status == "submitted"
@@ -49,11 +57,21 @@ async def test_edit_then_submit_yields_the_working_tree_diff(repo_sandbox: RepoS
     assert "+    return a + b" in (result.submission or "")
     assert "extra.py" in (result.submission or "")
     # The conversation: system, task, then each action answered by a tool message.
-    assert [m["role"] for m in model.messages] == ["system", "user", "assistant", "tool", "assistant", "tool", "assistant"]
+    assert [m["role"] for m in model.messages] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
     assert "add() subtracts" in model.messages[1]["content"]
     assert model.messages[5]["content"].strip().endswith("5")
-    assert [s.action for s in steps] == [f"str_replace_editor str_replace {path}",
-                                          "echo 'x = 1' > extra.py && python3 -c 'import calc; print(calc.add(2, 3))'"]
+    assert [s.action for s in steps] == [
+        f"str_replace_editor str_replace {path}",
+        "echo 'x = 1' > extra.py && python3 -c 'import calc; print(calc.add(2, 3))'",
+    ]
     assert steps[-1].exit_code == 0 and steps[-1].state.turns == 2
 
 
@@ -155,8 +173,7 @@ async def test_full_context_is_exit_context(repo_sandbox: RepoSandbox) -> None:
 
 
 async def test_long_reply_with_room_left_is_a_format_error(repo_sandbox: RepoSandbox) -> None:
-    model = ScriptedModel([text("```bash\nls", finish_reason=FinishReason.LENGTH), call("submit")],
-                          context_tokens=10)
+    model = ScriptedModel([text("```bash\nls", finish_reason=FinishReason.LENGTH), call("submit")], context_tokens=10)
     result = await make_loop(repo_sandbox, model, limits(max_context_tokens=100)).run()
     assert result.exit_status == "submitted"
 
@@ -169,10 +186,14 @@ async def test_model_api_failure_is_exit_api(repo_sandbox: RepoSandbox) -> None:
 
 
 async def test_multiple_tool_calls_are_answered_per_call(repo_sandbox: RepoSandbox) -> None:
-    two = ModelTurn(text="", finish_reason=FinishReason.STOP, tool_calls=[
-        ToolCall(id="a", name="bash", arguments={"command": "ls"}),
-        ToolCall(id="b", name="bash", arguments={"command": "pwd"}),
-    ])
+    two = ModelTurn(
+        text="",
+        finish_reason=FinishReason.STOP,
+        tool_calls=[
+            ToolCall(id="a", name="bash", arguments={"command": "ls"}),
+            ToolCall(id="b", name="bash", arguments={"command": "pwd"}),
+        ],
+    )
     model = ScriptedModel([two, call("submit")])
     assert (await make_loop(repo_sandbox, model).run()).exit_status == "submitted"
     replies = [m for m in model.messages if m["role"] == "tool"]
@@ -192,11 +213,13 @@ async def test_long_output_is_truncated(repo_sandbox: RepoSandbox) -> None:
 
 async def test_text_bash_agent(repo_sandbox: RepoSandbox) -> None:
     config = AgentConfig.default(v1alpha1.AgentKind.TEXT_BASH_AGENT)
-    model = ScriptedModel([
-        text("Let me fix it.\n```bash\nsed -i 's/a - b/a + b/' calc.py\n```"),
-        text("Two blocks:\n```bash\nls\n```\n```bash\npwd\n```"),
-        text("Done.\n```bash\nsubmit\n```"),
-    ])
+    model = ScriptedModel(
+        [
+            text("Let me fix it.\n```bash\nsed -i 's/a - b/a + b/' calc.py\n```"),
+            text("Two blocks:\n```bash\nls\n```\n```bash\npwd\n```"),
+            text("Done.\n```bash\nsubmit\n```"),
+        ]
+    )
     result = await make_loop(repo_sandbox, model, config).run()
     assert result.exit_status == "submitted"
     assert "+    return a + b" in (result.submission or "")

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.support.repo_helpers import RepoSandbox
-from tests.support.tcp_proxy import DroppingProxy
 
 from agent_runner.sandbox import Sandbox, SandboxAuthError, SandboxUnavailableError
+from tests.support.repo_helpers import RepoSandbox
+from tests.support.tcp_proxy import DroppingProxy
 
 
 async def test_session_keeps_cwd_and_environment(repo_sandbox: RepoSandbox) -> None:
@@ -23,7 +23,7 @@ async def test_session_keeps_cwd_and_environment(repo_sandbox: RepoSandbox) -> N
 
 
 async def test_exit_codes_are_reported(repo_sandbox: RepoSandbox) -> None:
-    sandbox, git_repo = repo_sandbox.sandbox, repo_sandbox.repo
+    sandbox = repo_sandbox.sandbox
     assert (await sandbox.run("false", timeout=10)).exit_code == 1
     assert (await sandbox.run("bash -c 'exit 7'", timeout=10)).exit_code == 7
     multi = await sandbox.run("echo one\necho two\n(exit 3)", timeout=10)
@@ -37,9 +37,9 @@ async def test_bash_syntax_that_bashlex_cannot_parse(repo_sandbox: RepoSandbox) 
     assert (loop.output, loop.exit_code) == ("012", 0)
     case = await sandbox.run("case abc in a*) echo matched; (exit 4);; esac", timeout=10)
     assert (case.output.strip(), case.exit_code) == ("matched", 4)
-    test = await sandbox.run("x=$((1+2)); [[ $x == 3 ]] && echo \"it's $x\"", timeout=10)
+    test = await sandbox.run('x=$((1+2)); [[ $x == 3 ]] && echo "it\'s $x"', timeout=10)
     assert (test.output.strip(), test.exit_code) == ("it's 3", 0)
-    function = await sandbox.run("greet() { echo \"hi $1\"; }", timeout=10)
+    function = await sandbox.run('greet() { echo "hi $1"; }', timeout=10)
     assert function.exit_code == 0
     assert (await sandbox.run("greet there", timeout=10)).output.strip() == "hi there"
 
@@ -54,7 +54,7 @@ async def test_exit_code_survives_a_redirected_stdout(repo_sandbox: RepoSandbox)
 
 
 async def test_heredoc_and_syntax_errors(repo_sandbox: RepoSandbox) -> None:
-    sandbox, git_repo = repo_sandbox.sandbox, repo_sandbox.repo
+    sandbox = repo_sandbox.sandbox
     made = await sandbox.run("cat > note.txt <<'EOF'\nline $HOME\nEOF\ncat note.txt", timeout=10)
     assert made.output.strip() == "line $HOME"
     assert made.exit_code == 0
@@ -65,7 +65,7 @@ async def test_heredoc_and_syntax_errors(repo_sandbox: RepoSandbox) -> None:
 
 
 async def test_timed_out_command_is_interrupted_and_session_survives(repo_sandbox: RepoSandbox) -> None:
-    sandbox, git_repo = repo_sandbox.sandbox, repo_sandbox.repo
+    sandbox = repo_sandbox.sandbox
     await sandbox.run("cd /tmp", timeout=10)
     slow = await sandbox.run("echo started; sleep 30; echo finished > finished.txt", timeout=1)
     assert slow.timed_out
@@ -78,7 +78,7 @@ async def test_timed_out_command_is_interrupted_and_session_survives(repo_sandbo
 
 
 async def test_timeout_ignoring_sigint_is_killed(repo_sandbox: RepoSandbox) -> None:
-    sandbox, git_repo = repo_sandbox.sandbox, repo_sandbox.repo
+    sandbox = repo_sandbox.sandbox
     stubborn = await sandbox.run("trap '' INT; sleep 30", timeout=1)
     assert stubborn.timed_out
     assert (await sandbox.run("echo ok", timeout=10)).output.strip() == "ok"
@@ -143,7 +143,10 @@ async def until_started(marker: Path) -> None:
 async def test_dropped_connection_never_runs_a_command_twice(repo_sandbox: RepoSandbox, close_upstream: bool) -> None:
     swerex_server, git_repo = repo_sandbox.handle, repo_sandbox.repo
     proxy = await DroppingProxy(
-        swerex_server.port, drop_when=b"counter.txt", drop_after=0, close_upstream=close_upstream,
+        swerex_server.port,
+        drop_when=b"counter.txt",
+        drop_after=0,
+        close_upstream=close_upstream,
         before_drop=lambda: until_started(git_repo / "started.txt"),
     ).start()
     sandbox = await Sandbox.connect(proxy.url, swerex_server.token, session=f"proxy-{uuid.uuid4().hex[:6]}")
@@ -187,7 +190,7 @@ async def test_dropped_connection_after_server_forgot_the_answer(repo_sandbox: R
 
 
 async def test_exiting_the_shell_starts_a_new_one(repo_sandbox: RepoSandbox) -> None:
-    sandbox, git_repo = repo_sandbox.sandbox, repo_sandbox.repo
+    sandbox = repo_sandbox.sandbox
     await sandbox.run("export GONE=1", timeout=10)
     ended = await sandbox.run("exit 3", timeout=10)
     assert ended.exit_code is None
@@ -215,7 +218,9 @@ async def test_dropped_connection_never_runs_an_execute_twice(repo_sandbox: Repo
     ).start()
     sandbox = await Sandbox.connect(proxy.url, swerex_server.token, session=f"proxy-{uuid.uuid4().hex[:6]}")
     try:
-        result = await sandbox.execute("touch started.txt; sleep 1; echo ran >> exec-counter.txt; exit 6", cwd=str(git_repo))
+        result = await sandbox.execute(
+            "touch started.txt; sleep 1; echo ran >> exec-counter.txt; exit 6", cwd=str(git_repo)
+        )
         again = await sandbox.execute(["cat", "exec-counter.txt"], cwd=str(git_repo))
     finally:
         await sandbox.close(close_session=True)

@@ -8,7 +8,6 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from aiohttp import web
-from tests.support.repo_helpers import RepoSandbox, git
 
 from agent_runner.chat_model import ChatModel, chat_completions_url, chat_model_from_spec
 from agent_runner.config import AgentConfig
@@ -19,6 +18,7 @@ from agent_runner.tools import tool_schemas
 from swerollout.api import v1alpha1
 from swerollout.backoff import Backoff
 from swerollout_dev.policy_server.launch import PolicyServerHandle, launch
+from tests.support.repo_helpers import RepoSandbox, git
 
 PROBLEM = "calc.add returns the difference of its arguments instead of their sum (issue 4711)."
 GOLD_PATCH = (
@@ -46,12 +46,19 @@ def policy_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[st
             server.stop()
 
 
-def chat_loop(rs: RepoSandbox, url: str, kind: v1alpha1.AgentKind, **model_options: object) -> tuple[AgentLoop, ChatModel]:
+def chat_loop(
+    rs: RepoSandbox, url: str, kind: v1alpha1.AgentKind, **model_options: object
+) -> tuple[AgentLoop, ChatModel]:
     config = AgentConfig.default(kind)
     tools = tool_schemas(config.tools.enabled) if kind != v1alpha1.AgentKind.TEXT_BASH_AGENT else None
     model = ChatModel(url, tools=tools, sampling={"temperature": 0.0}, **model_options)  # type: ignore[arg-type]
-    task = TaskInfo(problem_statement=PROBLEM, working_dir=str(rs.repo), base_commit=rs.base_commit,
-                    repo="example/calc", instance_id="calc-4711")
+    task = TaskInfo(
+        problem_statement=PROBLEM,
+        working_dir=str(rs.repo),
+        base_commit=rs.base_commit,
+        repo="example/calc",
+        instance_id="calc-4711",
+    )
     return AgentLoop(model, rs.sandbox, config, task), model
 
 
@@ -97,7 +104,12 @@ async def test_transient_server_errors_are_retried(
 ) -> None:
     url = policy_servers["null"].url
     httpx.post(f"{url}/_standin/faults", json={"fail_next": 2}).raise_for_status()
-    loop, model = chat_loop(repo_sandbox, url, v1alpha1.AgentKind.CHAT_AGENT, backoff=Backoff(first_seconds=0.05, max_seconds=8.0, attempts=6))
+    loop, model = chat_loop(
+        repo_sandbox,
+        url,
+        v1alpha1.AgentKind.CHAT_AGENT,
+        backoff=Backoff(first_seconds=0.05, max_seconds=8.0, attempts=6),
+    )
     async with model:
         result = await loop.run()
     assert result.exit_status == "submitted"
@@ -109,7 +121,12 @@ async def test_server_errors_beyond_the_retries_are_exit_api(
 ) -> None:
     url = policy_servers["null"].url
     httpx.post(f"{url}/_standin/faults", json={"fail_next": 3}).raise_for_status()
-    loop, model = chat_loop(repo_sandbox, url, v1alpha1.AgentKind.CHAT_AGENT, backoff=Backoff(first_seconds=0.05, max_seconds=8.0, attempts=3))
+    loop, model = chat_loop(
+        repo_sandbox,
+        url,
+        v1alpha1.AgentKind.CHAT_AGENT,
+        backoff=Backoff(first_seconds=0.05, max_seconds=8.0, attempts=3),
+    )
     async with model:
         result = await loop.run()
     assert result.exit_status == "exit_api"
@@ -136,7 +153,6 @@ def test_endpoint_forms() -> None:
     assert chat_completions_url("http://h:1") == "http://h:1/v1/chat/completions"
     assert chat_completions_url("http://h:1/v1/") == "http://h:1/v1/chat/completions"
     assert chat_completions_url("http://h:1/v1/chat/completions") == "http://h:1/v1/chat/completions"
-
 
 
 async def test_model_from_spec_sends_the_spec_sampling(
@@ -187,13 +203,18 @@ class CannedOpenAI:
 
 
 def completion(message: dict[str, object], finish_reason: str = "stop") -> dict[str, object]:
-    return {"choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
+    return {
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+    }
 
 
 async def test_malformed_tool_arguments_become_a_parse_error() -> None:
-    bad_call = {"role": "assistant", "content": "",
-                "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{not json"}}]}
+    bad_call = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{not json"}}],
+    }
     async with CannedOpenAI([(200, completion(bad_call, "tool_calls"), {})]) as server:
         async with ChatModel(server.url, tools=tool_schemas(["bash", "submit"])) as model:
             model.add_messages([{"role": "user", "content": "go"}])

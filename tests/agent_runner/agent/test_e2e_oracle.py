@@ -12,20 +12,20 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.support.repo_helpers import SharedServer, git
 
 from agent_runner.config import AgentConfig
-from swerollout.exit_status import ExitStatus
 from agent_runner.loop import AgentLoop, LoopState, TaskInfo
 from agent_runner.rl_model import RLTokenModel
 from agent_runner.sandbox import Sandbox
 from agent_runner.sglang import SamplingParams, SGLangClient
 from agent_runner.tools import tool_schemas
 from swerollout.api import v1alpha1
-from swerollout_dev.policy_server.launch import PolicyServerHandle, launch
-from swerollout_dev.tasks import materialize_tasks
+from swerollout.exit_status import ExitStatus
 from swerollout.instances import SWEBenchInstance
 from swerollout.tokenizers import load_tokenizer
+from swerollout_dev.policy_server.launch import PolicyServerHandle, launch
+from swerollout_dev.tasks import materialize_tasks
+from tests.support.repo_helpers import SharedServer, git
 
 TOKENIZER = "qwen-2.5"
 
@@ -55,26 +55,33 @@ async def sglang(oracle: PolicyServerHandle) -> AsyncIterator[SGLangClient]:
 def make_model(client: SGLangClient, config: AgentConfig) -> RLTokenModel:
     text_format = config.tools.action_format.value == "text_bash"
     return RLTokenModel(
-        load_tokenizer(TOKENIZER), client,
+        load_tokenizer(TOKENIZER),
+        client,
         sampling=SamplingParams(max_new_tokens=2048, temperature=0.0),
-        max_context_tokens=32768, run_uid=uuid.uuid4().hex[:12],
+        max_context_tokens=32768,
+        run_uid=uuid.uuid4().hex[:12],
         tools=None if text_format else tool_schemas(config.tools.enabled),
         tool_call_format=None if text_format else "auto",
     )
 
 
 def task_of(instance: SWEBenchInstance) -> TaskInfo:
-    return TaskInfo(problem_statement=instance.problem_statement, working_dir=instance.image.removeprefix("file://"),
-                    base_commit=instance.base_commit, repo=instance.repo, instance_id=instance.instance_id)
+    return TaskInfo(
+        problem_statement=instance.problem_statement,
+        working_dir=instance.image.removeprefix("file://"),
+        base_commit=instance.base_commit,
+        repo=instance.repo,
+        instance_id=instance.instance_id,
+    )
 
 
 def changed_lines(patch: str) -> list[str]:
-    return [line for line in patch.splitlines()
-            if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    return [line for line in patch.splitlines() if line[:1] in "+-" and not line.startswith(("+++", "---"))]
 
 
-async def run_task(shared: SharedServer, client: SGLangClient, instance: SWEBenchInstance,
-                   kind: v1alpha1.AgentKind) -> tuple[str | None, str | None, RLTokenModel]:
+async def run_task(
+    shared: SharedServer, client: SGLangClient, instance: SWEBenchInstance, kind: v1alpha1.AgentKind
+) -> tuple[str | None, str | None, RLTokenModel]:
     config = AgentConfig.default(kind)
     model = make_model(client, config)
     sandbox = await Sandbox.connect(shared.handle.url, shared.handle.token, session=f"e2e-{uuid.uuid4().hex[:6]}")
@@ -133,9 +140,13 @@ async def test_abort_snapshot_and_resume_with_the_real_model(
         blob = model.snapshot(agent_state=partial.state.model_dump(mode="json"))
 
         restored, agent_state = RLTokenModel.restore(
-            blob, load_tokenizer(TOKENIZER), sglang,
-            sampling=SamplingParams(max_new_tokens=2048, temperature=0.0), max_context_tokens=32768,
-            run_uid=model.run_uid, tools=tool_schemas(config.tools.enabled),
+            blob,
+            load_tokenizer(TOKENIZER),
+            sglang,
+            sampling=SamplingParams(max_new_tokens=2048, temperature=0.0),
+            max_context_tokens=32768,
+            run_uid=model.run_uid,
+            tools=tool_schemas(config.tools.enabled),
         )
         loop = AgentLoop(restored, sandbox, config, task_of(instance))
         result = await loop.resume(LoopState.model_validate(agent_state))

@@ -17,9 +17,6 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.support.image_bytes import data_url, png
-from tests.support.published_rows import swebench_multimodal
-from tests.support.repo_helpers import SharedServer, git
 
 from agent_runner.chat_model import ChatModel
 from agent_runner.config import AgentConfig
@@ -30,11 +27,14 @@ from agent_runner.sandbox import Sandbox
 from agent_runner.sglang import SamplingParams, SGLangClient
 from agent_runner.tools import tool_schemas
 from swerollout.api import v1alpha1
-from swerollout_dev.policy_server.launch import PolicyServerHandle, launch
-from swerollout_dev.tasks import materialize_tasks
 from swerollout.instances import SWEBenchInstance, instance_from_row, to_api_instance
 from swerollout.issue_images import image_placeholder
 from swerollout.tokenizers import load_tokenizer
+from swerollout_dev.policy_server.launch import PolicyServerHandle, launch
+from swerollout_dev.tasks import materialize_tasks
+from tests.support.image_bytes import data_url, png
+from tests.support.published_rows import swebench_multimodal
+from tests.support.repo_helpers import SharedServer, git
 
 VISION_TOKENIZER = "glm-4.5v"
 
@@ -52,8 +52,13 @@ def multimodal(tmp_path_factory: pytest.TempPathFactory) -> SWEBenchInstance:
     task = materialize_tasks(tmp_path_factory.mktemp("tasks"))[0]
     row = swebench_multimodal()
     row.update(
-        repo=task.repo, instance_id=task.instance_id, base_commit=task.base_commit, patch=task.patch,
-        problem_statement=task.problem_statement, image=task.image, eval_script=task.eval_script,
+        repo=task.repo,
+        instance_id=task.instance_id,
+        base_commit=task.base_commit,
+        patch=task.patch,
+        problem_statement=task.problem_statement,
+        image=task.image,
+        eval_script=task.eval_script,
         image_assets=json.dumps({"problem_statement": IMAGE_URLS, "patch": [], "test_patch": []}),
     )
     return instance_from_row(row)
@@ -109,8 +114,12 @@ async def test_multimodal_row_images_reach_generate_in_order(
     config = AgentConfig.default(v1alpha1.AgentKind.RL_TOKEN_AGENT)
     async with SGLangClient(server.url) as client:
         model = RLTokenModel(
-            tokenizer, client, sampling=SamplingParams(max_new_tokens=2048, temperature=0.0),
-            max_context_tokens=32768, run_uid=uuid.uuid4().hex[:12], tools=tool_schemas(config.tools.enabled),
+            tokenizer,
+            client,
+            sampling=SamplingParams(max_new_tokens=2048, temperature=0.0),
+            max_context_tokens=32768,
+            run_uid=uuid.uuid4().hex[:12],
+            tools=tool_schemas(config.tools.enabled),
         )
         status = await run(shared_server, model, multimodal, v1alpha1.AgentKind.RL_TOKEN_AGENT)
     assert status == "submitted"
@@ -150,10 +159,20 @@ async def test_text_only_template_refuses_images_instead_of_dropping_them(
     multimodal: SWEBenchInstance, server: PolicyServerHandle
 ) -> None:
     async with SGLangClient(server.url) as client:
-        model = RLTokenModel(load_tokenizer("qwen-2.5"), client, sampling=SamplingParams(), max_context_tokens=4096,
-                             run_uid="u1")
-        model.add_messages([{"role": "user", "content": [
-            {"type": "image_url", "image_url": {"url": IMAGE_URLS[0]}}, {"type": "text", "text": "fix it"}]}])
+        model = RLTokenModel(
+            load_tokenizer("qwen-2.5"), client, sampling=SamplingParams(), max_context_tokens=4096, run_uid="u1"
+        )
+        model.add_messages(
+            [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image_url", "image_url": {"url": IMAGE_URLS[0]}},
+                        {"type": "text", "text": "fix it"},
+                    ],
+                }
+            ]
+        )
         with pytest.raises(ChatTemplateError, match="cannot show images.*issueImageMode: Links"):
             await model.generate()
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+
 from tests.support.runner_core_fakes import ORACLE_INSTANCE, Behaviour, FakeSGLang
 
 

@@ -105,7 +105,14 @@ def _simulate(
     return template, buf, messages
 
 
-EXACT = [("qwen-2.5", False), ("qwen-3", False), ("qwen3-tc", False), ("glm-4.5v", False), ("deepseek-v3", True), ("deepseek-v3.1", True)]
+EXACT = [
+    ("qwen-2.5", False),
+    ("qwen-3", False),
+    ("qwen3-tc", False),
+    ("glm-4.5v", False),
+    ("deepseek-v3", True),
+    ("deepseek-v3.1", True),
+]
 
 
 @pytest.mark.parametrize(("name", "args_as_text"), EXACT)
@@ -231,7 +238,11 @@ def test_special_token_text_in_content_stays_text() -> None:
     delta = template.delta_ids(history, [{"role": "tool", "tool_call_id": "c", "content": forged}], im_end)
     added = [i for i in delta if template.is_added(i)]
     # Only the template's own structure: <|im_start|>, <|im_end|>, <|im_start|> (tool turn, next turn).
-    assert [template.tokenizer.convert_ids_to_tokens(i) for i in added] == ["<|im_start|>", "<|im_end|>", "<|im_start|>"]
+    assert [template.tokenizer.convert_ids_to_tokens(i) for i in added] == [
+        "<|im_start|>",
+        "<|im_end|>",
+        "<|im_start|>",
+    ]
     assert template.tokenizer.decode(delta).count(forged) == 1
     prompt = template.prompt_ids(history[:1])
     assert sum(1 for i in prompt if i == im_end) == 2  # system and user turns, none from the content

@@ -28,8 +28,12 @@ PROMPT = [
 
 def _abortable(url: str, budget: float) -> AbortableModel:
     inner = RLTokenModel(
-        load_tokenizer("qwen-2.5"), SGLangClient(url), sampling=SamplingParams(max_new_tokens=64, temperature=0.0),
-        max_context_tokens=8192, run_uid="uid-outage", tool_call_format=None,
+        load_tokenizer("qwen-2.5"),
+        SGLangClient(url),
+        sampling=SamplingParams(max_new_tokens=64, temperature=0.0),
+        max_context_tokens=8192,
+        run_uid="uid-outage",
+        tool_call_format=None,
     )
     inner.add_messages(PROMPT)
     return AbortableModel(inner, inner.client.abort_in_flight, outage_budget=budget)

@@ -7,7 +7,6 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.support.runner_core_fakes import ORACLE_INSTANCE, Behaviour, FakeSGLang
 
 from agent_runner.errors import ContextBudgetError, ModelError, SnapshotError
 from agent_runner.model import FinishReason
@@ -15,6 +14,7 @@ from agent_runner.rl_model import RLTokenModel
 from agent_runner.sglang import ContextLimits, RetryPolicy, SamplingParams, SGLangClient
 from swerollout.tokenizers import load_tokenizer
 from swerollout.wire.trajectory import Trajectory
+from tests.support.runner_core_fakes import ORACLE_INSTANCE, Behaviour, FakeSGLang
 
 TOOLS = [
     {
@@ -25,7 +25,10 @@ TOOLS = [
             "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
         },
     },
-    {"type": "function", "function": {"name": "submit", "description": "Submit.", "parameters": {"type": "object", "properties": {}}}},
+    {
+        "type": "function",
+        "function": {"name": "submit", "description": "Submit.", "parameters": {"type": "object", "properties": {}}},
+    },
 ]
 PROMPT = [
     {"role": "system", "content": "You are a software engineer. Use the tools."},
@@ -128,7 +131,10 @@ async def test_abort_mid_turn_then_snapshot_restore_continue(oracle_server: Call
     rids = [t.rid for t in resumed.state.turns]
     assert rids[0].startswith("uid-test-t0001-") and rids[1].startswith("uid-test-t0002-")
     log = resumed.trajectory(exit_status=None).info["turn_log"]
-    assert [(t["finish"], t["kept"], t["weight_version"]) for t in log] == [("abort", False, "v1"), ("stop", True, "v2")]
+    assert [(t["finish"], t["kept"], t["weight_version"]) for t in log] == [
+        ("abort", False, "v1"),
+        ("stop", True, "v2"),
+    ]
     await resumed.client.aclose()
 
 
@@ -150,9 +156,14 @@ async def test_keep_on_abort_continues_the_turn_with_each_token_s_version(oracle
         (await http.post("/_standin/faults", json={"clear_abort_after_tokens": True})).raise_for_status()
         (await http.post("/update_weight_version", json={"new_version": "v2"})).raise_for_status()
     resumed, _ = RLTokenModel.restore(
-        blob, load_tokenizer("qwen-2.5"), SGLangClient(server.url),
-        sampling=SamplingParams(max_new_tokens=512, temperature=0.0), max_context_tokens=8192, run_uid="uid-test",
-        tools=TOOLS, keep_aborted=True,
+        blob,
+        load_tokenizer("qwen-2.5"),
+        SGLangClient(server.url),
+        sampling=SamplingParams(max_new_tokens=512, temperature=0.0),
+        max_context_tokens=8192,
+        run_uid="uid-test",
+        tools=TOOLS,
+        keep_aborted=True,
     )
     turn = await resumed.generate()
     assert turn.finish_reason == FinishReason.STOP and [c.name for c in turn.tool_calls] == ["bash"]
@@ -165,7 +176,10 @@ async def test_keep_on_abort_continues_the_turn_with_each_token_s_version(oracle
     assert traj.turns == 1 and traj.info["dropped_total"] == 0 and traj.info["kept_tokens"] == 3 + turn.new_tokens
     assert traj.info["mixed_version_turns"] == [{"start": 0, "end": 3 + turn.new_tokens, "versions": ["v1", "v2"]}]
     log = traj.info["turn_log"]
-    assert [(t["finish"], t["kept"], t["kept_tokens"]) for t in log] == [("abort", True, 3), ("stop", True, turn.new_tokens)]
+    assert [(t["finish"], t["kept"], t["kept_tokens"]) for t in log] == [
+        ("abort", True, 3),
+        ("stop", True, turn.new_tokens),
+    ]
     await resumed.client.aclose()
 
 
@@ -299,8 +313,13 @@ def test_corrupted_or_newer_snapshot_is_refused() -> None:
     from agent_runner.tokens import TokenBuffer
     from swerollout.wire.codec import decode, encode
 
-    model = RLTokenModel(load_tokenizer("qwen-2.5"), SGLangClient("http://127.0.0.1:9"), sampling=SamplingParams(),
-                         max_context_tokens=100, run_uid="u")
+    model = RLTokenModel(
+        load_tokenizer("qwen-2.5"),
+        SGLangClient("http://127.0.0.1:9"),
+        sampling=SamplingParams(),
+        max_context_tokens=100,
+        run_uid="u",
+    )
     blob = bytearray(model.snapshot({"k": 1}))
     blob[-1] ^= 0xFF
     with pytest.raises(SnapshotError, match="checksum"):
@@ -315,7 +334,9 @@ def test_corrupted_or_newer_snapshot_is_refused() -> None:
 
 
 @pytest.mark.parametrize("tokenizer", ["deepseek-v3.1", "qwen-3"])
-async def test_text_agent_multi_turn_equals_template_rendering(oracle_server: Callable[..., Any], tokenizer: str) -> None:
+async def test_text_agent_multi_turn_equals_template_rendering(
+    oracle_server: Callable[..., Any], tokenizer: str
+) -> None:
     # No tools: the oracle answers in the fenced-bash text format, ending each turn with
     # the template's end-of-turn token. The token list then decodes to exactly the
     # template's rendering of the conversation.
@@ -393,7 +414,10 @@ async def test_routed_experts_cover_a_trailing_delta_with_filler(fake_sglang: Fa
     model = _model(fake_sglang.url, return_routed_experts=True, max_context_tokens=400)
     model.add_messages(PROMPT)
     tok = model.tokenizer
-    fake_sglang.default_output = [*tok.encode("look", add_special_tokens=False), tok.convert_tokens_to_ids("<|im_end|>")]
+    fake_sglang.default_output = [
+        *tok.encode("look", add_special_tokens=False),
+        tok.convert_tokens_to_ids("<|im_end|>"),
+    ]
     await model.generate()
     read = len(model.buffer) - 1
     model.add_messages([{"role": "user", "content": "x " * 400}])
@@ -419,12 +443,16 @@ async def test_routed_experts_missing_is_said(fake_sglang: FakeSGLang) -> None:
 async def test_default_version_falls_back_to_the_spec_and_sources_are_recorded(fake_sglang: FakeSGLang) -> None:
     model = _model(fake_sglang.url, weight_version="spec-v3")
     await _two_turns(
-        fake_sglang, model,
+        fake_sglang,
+        model,
         [
             {"weight_version": "default"},  # a real server before any trainer set a version
             {
                 "weight_version": "v2",
-                "weight_versions": [{"version": "default", "start": 0, "end": 1}, {"version": "v2", "start": 1, "end": 99}],
+                "weight_versions": [
+                    {"version": "default", "start": 0, "end": 1},
+                    {"version": "v2", "start": 1, "end": 99},
+                ],
             },
         ],
     )
@@ -483,9 +511,7 @@ async def test_a_turn_spanning_a_weight_update_keeps_per_token_versions_to_the_c
     switch = sampled.index("step-1")
     assert 0 < switch < len(sampled) and sampled == ["step-0"] * switch + ["step-1"] * (len(sampled) - switch)
     assert traj.info["weight_version_sources"] == {"step-0": "server", "step-1": "server"}
-    record = build_record(
-        {"metadata": {"name": "r", "namespace": "ns"}, "status": {"phase": "Succeeded"}}, traj
-    )
+    record = build_record({"metadata": {"name": "r", "namespace": "ns"}, "status": {"phase": "Succeeded"}}, traj)
     assert [v for v, m in zip(record.weight_versions.tolist(), record.loss_mask.tolist()) if m] == sampled
     await model.client.aclose()
 
@@ -496,7 +522,9 @@ async def test_a_spec_context_above_the_servers_is_lowered_and_said(fake_sglang:
     fake_sglang.server_info = {"context_length": 4096, "max_req_input_len": 4090, "enable_return_routed_experts": False}
     model = _model(fake_sglang.url, max_context_tokens=65536, return_routed_experts=True)
     notice = await _apply_server_limits(model, model.client)
-    assert model.max_context_tokens == 4096 and model.server_limits == ContextLimits(context_length=4096, max_req_len=4095)
+    assert model.max_context_tokens == 4096 and model.server_limits == ContextLimits(
+        context_length=4096, max_req_len=4095
+    )
     assert "maxContextTokens 65536 exceeds the server's context length 4096; using 4096" in notice
     assert "--enable-return-routed-experts" in notice
     assert len(model.state.notes) == 2 and "; ".join(model.state.notes) == notice  # also in info.notes

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import itertools
 import json
-import re
 import random
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -13,7 +13,6 @@ import pytest
 
 from agent_runner.errors import ContextBudgetError, ModelProtocolError, ModelTimeoutError, ModelUnavailableError
 from agent_runner.sglang import RetryPolicy, SamplingParams, SGLangClient, make_rid
-
 from tests.support.runner_core_fakes import Behaviour, FakeSGLang
 
 FAST = RetryPolicy(attempts=4, base_delay=0.01, max_delay=1.0, abort_timeout=1.0)
@@ -49,13 +48,18 @@ async def test_routed_experts_decoded_from_the_start_asked(fake_sglang: FakeSGLa
     fake_sglang.routed_width = 2
     async with _client(fake_sglang.url) as client:
         result = await client.generate(
-            [1, 2, 3, 4], SamplingParams(), rid_for_attempt=_rids(), return_routed_experts=True,  # type: ignore[arg-type]
+            [1, 2, 3, 4],
+            SamplingParams(),
+            rid_for_attempt=_rids(),
+            return_routed_experts=True,  # type: ignore[arg-type]
             routed_experts_start_len=2,
         )
     assert fake_sglang.requests[0]["return_routed_experts"] is True
     # seqlen 4 + 3 outputs = 7; rows for positions 2..5 (seqlen - 1 - start = 4 rows)
     assert result.routed_experts is not None
-    values = [int.from_bytes(result.routed_experts[i : i + 4], "little") for i in range(0, len(result.routed_experts), 4)]
+    values = [
+        int.from_bytes(result.routed_experts[i : i + 4], "little") for i in range(0, len(result.routed_experts), 4)
+    ]
     assert values == [20, 21, 30, 31, 40, 41, 50, 51]
 
 
@@ -121,7 +125,9 @@ async def test_dropped_connection_aborts_old_rid_before_resending(fake_sglang: F
 
 async def test_timeout_aborts_and_gives_up_with_timeout_error(fake_sglang: FakeSGLang) -> None:
     fake_sglang.script += [Behaviour("hang"), Behaviour("hang")]
-    client = SGLangClient(fake_sglang.url, retry=RetryPolicy(attempts=2, base_delay=0.001, abort_timeout=1.0), timeout=0.3)
+    client = SGLangClient(
+        fake_sglang.url, retry=RetryPolicy(attempts=2, base_delay=0.001, abort_timeout=1.0), timeout=0.3
+    )
     async with client:
         with pytest.raises(ModelTimeoutError, match="failed 2 times"):
             await client.generate([1], SamplingParams(), rid_for_attempt=_rids())  # type: ignore[arg-type]
@@ -139,7 +145,9 @@ async def test_persistent_5xx_gives_up_after_bounded_attempts(fake_sglang: FakeS
 
 async def test_404_says_it_is_not_sglang(fake_sglang: FakeSGLang) -> None:
     async with _client(fake_sglang.url + "/v1") as client:
-        with pytest.raises(ModelProtocolError, match=r"is this an SGLang server\? /generate not found at .*/v1/generate") as info:
+        with pytest.raises(
+            ModelProtocolError, match=r"is this an SGLang server\? /generate not found at .*/v1/generate"
+        ) as info:
             await client.generate([1], SamplingParams(), rid_for_attempt=_rids())  # type: ignore[arg-type]
     assert not info.value.retryable
 
@@ -207,12 +215,16 @@ async def test_abort_by_rid_against_the_policy_server(oracle_server: Callable[..
 
     server = oracle_server(weight_version="w9", faults={"delay_per_token": 0.02})
     tok = load_tokenizer("qwen-2.5")
-    prompt = tok.apply_chat_template([{"role": "user", "content": "Task demo__greet-1"}], tokenize=False, add_generation_prompt=True)
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "Task demo__greet-1"}], tokenize=False, add_generation_prompt=True
+    )
     ids = tok.encode(prompt, add_special_tokens=False)
     rid = make_rid("uid-live", 1, 1)
     async with SGLangClient(server.url, retry=FAST) as client:
         assert await client.health()
-        task = asyncio.create_task(client.generate(ids, SamplingParams(max_new_tokens=400), rid_for_attempt=lambda _: rid))
+        task = asyncio.create_task(
+            client.generate(ids, SamplingParams(max_new_tokens=400), rid_for_attempt=lambda _: rid)
+        )
         await asyncio.sleep(0.3)
         await client.abort(rid)
         result = await task
@@ -226,11 +238,15 @@ async def test_oracle_server_round_trip_with_text_spellings(oracle_server: Calla
     server = oracle_server()
     tok = load_tokenizer("qwen-2.5")
     ids = tok.encode(
-        tok.apply_chat_template([{"role": "user", "content": "Task demo__greet-1"}], tokenize=False, add_generation_prompt=True),
+        tok.apply_chat_template(
+            [{"role": "user", "content": "Task demo__greet-1"}], tokenize=False, add_generation_prompt=True
+        ),
         add_special_tokens=False,
     )
     async with SGLangClient(server.url, retry=FAST) as client:
-        result = await client.generate(ids, SamplingParams(max_new_tokens=400, temperature=0.0), rid_for_attempt=_rids())  # type: ignore[arg-type]
+        result = await client.generate(
+            ids, SamplingParams(max_new_tokens=400, temperature=0.0), rid_for_attempt=_rids()
+        )  # type: ignore[arg-type]
     assert result.finish == "stop" and result.aligned
     assert result.output_ids[-1] == tok.convert_tokens_to_ids("<|im_end|>")
     assert "git apply" in tok.decode(result.output_ids)
@@ -334,17 +350,26 @@ async def test_limits_from_server_info(fake_sglang: FakeSGLang) -> None:
 async def test_requests_carry_sglang_field_names(fake_sglang: FakeSGLang) -> None:
     async with _client(fake_sglang.url) as client:
         await client.generate(
-            [1, 2], SamplingParams(max_new_tokens=5, top_k=20, stop=["</x>"], sampling_seed=7),
-            rid_for_attempt=_rids(), return_routed_experts=True, routed_experts_start_len=9,  # type: ignore[arg-type]
+            [1, 2],
+            SamplingParams(max_new_tokens=5, top_k=20, stop=["</x>"], sampling_seed=7),
+            rid_for_attempt=_rids(),
+            return_routed_experts=True,
+            routed_experts_start_len=9,  # type: ignore[arg-type]
         )
     sent = fake_sglang.requests[0]
     assert sent["logprob_start_len"] == -1 and sent["routed_experts_start_len"] == 9
     assert sent["sampling_params"] == {
-        "max_new_tokens": 5, "top_k": 20, "stop": ["</x>"], "sampling_seed": 7, "skip_special_tokens": False,
+        "max_new_tokens": 5,
+        "top_k": 20,
+        "stop": ["</x>"],
+        "sampling_seed": 7,
+        "skip_special_tokens": False,
     }
 
 
-async def test_an_abort_while_the_server_is_paused_closes_the_request_instead(oracle_server: Callable[..., Any]) -> None:
+async def test_an_abort_while_the_server_is_paused_closes_the_request_instead(
+    oracle_server: Callable[..., Any],
+) -> None:
     """SGLang 0.5.23 loses an exact-rid abort of a request held at its pause gate and then
     ignores every later abort of the rid: the client sends none while /ready says 503; it
     closes the request's connection and the call ends as aborted at once."""
@@ -353,7 +378,10 @@ async def test_an_abort_while_the_server_is_paused_closes_the_request_instead(or
     import httpx
 
     server = oracle_server()
-    async with httpx.AsyncClient(base_url=server.url, timeout=30) as http, SGLangClient(server.url, retry=FAST) as client:
+    async with (
+        httpx.AsyncClient(base_url=server.url, timeout=30) as http,
+        SGLangClient(server.url, retry=FAST) as client,
+    ):
         (await http.post("/pause_generation", json={"mode": "in_place"})).raise_for_status()
         turn = asyncio.create_task(
             client.generate([1, 2, 3], SamplingParams(max_new_tokens=5), rid_for_attempt=_rids())  # type: ignore[arg-type]

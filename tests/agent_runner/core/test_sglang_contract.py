@@ -46,8 +46,11 @@ async def test_runner_requests_pass_sglangs_own_checks(
 ) -> None:
     async with SGLangClient(fake_sglang.url, retry=RetryPolicy(attempts=1)) as client:
         await client.generate(
-            [151644, 8948, 198, 2610], SamplingParams(**sampling),
-            rid_for_attempt=lambda a: make_rid("uid-1", 1, a), input_ids_json="151644,8948,198,2610", **options,
+            [151644, 8948, 198, 2610],
+            SamplingParams(**sampling),
+            rid_for_attempt=lambda a: make_rid("uid-1", 1, a),
+            input_ids_json="151644,8948,198,2610",
+            **options,
         )
     body = fake_sglang.requests[0]
     assert api_contract.generate_contract_error(body) is None

@@ -122,24 +122,29 @@ REFUSED: dict[tuple[str, str], str] = {
     # Early DeepSeek tool templates render calls only when content is None (V2.5, V3, the
     # R1 distills), or drop later tool-call turns' content and never close tool outputs
     # before a tool-call turn (R1).
-    **{(name, "tool"): "cannot carry tool calls exactly"
-       for name in ("deepseek-r1", "deepseek-r1-distill-llama-8b", "deepseek-r1-distill-qwen-7b",
-                    "deepseek-v2.5", "deepseek-v3")},
+    **{
+        (name, "tool"): "cannot carry tool calls exactly"
+        for name in (
+            "deepseek-r1",
+            "deepseek-r1-distill-llama-8b",
+            "deepseek-r1-distill-qwen-7b",
+            "deepseek-v2.5",
+            "deepseek-v3",
+        )
+    },
 }
 
 
 def _formats(name: str) -> list[str]:
     """Both action formats where the template teaches tool-call markup, else text only."""
     template = _template_of(_bundled_sources()[name]) or ""
-    return ["text", "tool"] if detect_parser(json.loads(template) if template.startswith('"') else template) else ["text"]
+    return (
+        ["text", "tool"] if detect_parser(json.loads(template) if template.startswith('"') else template) else ["text"]
+    )
 
 
 def _cases() -> list[Any]:
-    return [
-        pytest.param(rep, fmt, id=f"{rep}-{fmt}")
-        for rep in GROUPS
-        for fmt in _formats(rep)
-    ]
+    return [pytest.param(rep, fmt, id=f"{rep}-{fmt}") for rep in GROUPS for fmt in _formats(rep)]
 
 
 def test_groups_cover_every_templated_tokenizer() -> None:
@@ -150,6 +155,7 @@ def test_groups_cover_every_templated_tokenizer() -> None:
 
 
 # --- the simulated policy ----------------------------------------------------------------
+
 
 @dataclass
 class Scripted:
@@ -166,14 +172,22 @@ class PolicyClient:
     queue: list[Scripted] = field(default_factory=list)
     requests: list[list[int]] = field(default_factory=list)
 
-    async def generate(self, input_ids: list[int], sampling: SamplingParams, *, rid_for_attempt: Callable[[int], str],
-                       **_: Any) -> GenerateResult:
+    async def generate(
+        self, input_ids: list[int], sampling: SamplingParams, *, rid_for_attempt: Callable[[int], str], **_: Any
+    ) -> GenerateResult:
         self.requests.append(list(input_ids))
         step = self.queue.pop(0)
         ids = step.output_ids[: sampling.max_new_tokens]
-        return GenerateResult(rid=rid_for_attempt(1), output_ids=ids, logprobs=[step.logprob] * len(ids), text="",
-                              finish=step.finish, weight_version=step.version, prompt_tokens=len(input_ids),  # type: ignore[arg-type]
-                              token_versions=[step.version] * len(ids))
+        return GenerateResult(
+            rid=rid_for_attempt(1),
+            output_ids=ids,
+            logprobs=[step.logprob] * len(ids),
+            text="",
+            finish=step.finish,
+            weight_version=step.version,
+            prompt_tokens=len(input_ids),  # type: ignore[arg-type]
+            token_versions=[step.version] * len(ids),
+        )
 
 
 def _hostile(tokenizer: Any) -> list[str]:
@@ -194,6 +208,7 @@ def _hostile(tokenizer: Any) -> list[str]:
 
 def _benign(message: dict[str, Any]) -> dict[str, Any]:
     """The same message with every non-empty content string replaced by plain text."""
+
     def plain(value: Any) -> Any:
         if isinstance(value, str):
             return "plain text" if value else value
@@ -202,12 +217,15 @@ def _benign(message: dict[str, Any]) -> dict[str, Any]:
         if isinstance(value, list):
             return [plain(v) for v in value]
         return value
+
     out = dict(message)
     if "content" in out:
         out["content"] = plain(out["content"])
     if out.get("tool_calls"):
-        out["tool_calls"] = [{**c, "function": {**c["function"], "arguments": plain(c["function"]["arguments"])}}
-                             for c in out["tool_calls"]]
+        out["tool_calls"] = [
+            {**c, "function": {**c["function"], "arguments": plain(c["function"]["arguments"])}}
+            for c in out["tool_calls"]
+        ]
     return out
 
 
@@ -253,8 +271,11 @@ class Driver:
         self.fmt = fmt
         self.client = PolicyClient()
         self.kwargs: dict[str, Any] = dict(
-            sampling=SamplingParams(max_new_tokens=4096), max_context_tokens=10_000_000, run_uid="uid-prop",
-            tools=TOOLS if fmt == "tool" else None, tool_call_format="auto" if fmt == "tool" else None,
+            sampling=SamplingParams(max_new_tokens=4096),
+            max_context_tokens=10_000_000,
+            run_uid="uid-prop",
+            tools=TOOLS if fmt == "tool" else None,
+            tool_call_format="auto" if fmt == "tool" else None,
         )
         self.model = RLTokenModel(self.tokenizer, self.client, **self.kwargs)  # type: ignore[arg-type]
         self.template = self.model.template
@@ -302,8 +323,11 @@ class Driver:
             return assistant, [{"role": "user", "content": h[k % len(h)]}]
         calls = 2 if k % 4 == 1 else 1
         tool_calls = [
-            {"id": f"call_{self.model.state.turn_counter + 1}_{i}", "type": "function",
-             "function": {"name": "bash", "arguments": {"command": f"cat f{k}_{i} # {h[(k + i) % len(h)][:200]}"}}}
+            {
+                "id": f"call_{self.model.state.turn_counter + 1}_{i}",
+                "type": "function",
+                "function": {"name": "bash", "arguments": {"command": f"cat f{k}_{i} # {h[(k + i) % len(h)][:200]}"}},
+            }
             for i in range(calls)
         ]
         # A policy samples text, never a lone surrogate.
@@ -366,8 +390,15 @@ class Driver:
         closing = self.template.reasoning_ends[0]
         return {**assistant, "content": REASONING + closing + str(assistant["content"])}
 
-    def reasoned_body(self, history: list[dict[str, Any]], reasoned: dict[str, Any], env: list[dict[str, Any]],
-                      request: list[int], pieces: list[tuple[str, bool]], seen: list[int]) -> tuple[list[int], bool]:
+    def reasoned_body(
+        self,
+        history: list[dict[str, Any]],
+        reasoned: dict[str, Any],
+        env: list[dict[str, Any]],
+        request: list[int],
+        pieces: list[tuple[str, bool]],
+        seen: list[int],
+    ) -> tuple[list[int], bool]:
         """The newest turn with the reasoning the template renders for it (GLM-4.7's and
         Qwen3.5's turns after the last user message). Once a user message follows, the
         template drops that reasoning: the span from the opener to the content then renders
@@ -392,8 +423,15 @@ class Driver:
         head = _common_prefix(kept[start:], before[at:])
         offset = len(request) - len(seen)  # spans before this turn shorten the rendered view
         if start + head < len(kept) - tail or at + head < len(before):
-            self.spans.append(Span(start + head + offset, len(kept) - tail + offset, before[at + head :],
-                                   "think-opener", message=len(history)))
+            self.spans.append(
+                Span(
+                    start + head + offset,
+                    len(kept) - tail + offset,
+                    before[at + head :],
+                    "think-opener",
+                    message=len(history),
+                )
+            )
         self.reasoning_len = len(kept) - tail - len(seen)
         return kept[len(seen) :], closed
 
@@ -441,7 +479,7 @@ class Driver:
         request = self.client.requests[-1]
         # Property 1: the request extends the previous list (which ended with the previous kept output).
         assert request[: len(before)] == before and request == self.model.buffer.input_ids[: len(request)]
-        delta = request[max(len(before), self.model.buffer.prompt_length):]
+        delta = request[max(len(before), self.model.buffer.prompt_length) :]
         self.expected.extend([(0, 0.0, None)] * len(delta))
         if finish == "abort":
             assert len(self.model.buffer) == len(request)
@@ -456,7 +494,8 @@ class Driver:
         if self.fmt == "tool" and cut is None:
             assert turn.parse_error is None, turn.parse_error
             assert [c.model_dump() for c in turn.tool_calls] == [
-                {"id": c["id"], "name": "bash", "arguments": c["function"]["arguments"]} for c in assistant["tool_calls"]
+                {"id": c["id"], "name": "bash", "arguments": c["function"]["arguments"]}
+                for c in assistant["tool_calls"]
             ]
         if cut is not None and self.fmt == "tool":
             env = [{"role": "user", "content": "Your reply was cut off. " + self.hostile[2]}]
@@ -476,12 +515,18 @@ class Driver:
         messages = self.model.messages
         content = str(messages[at]["content"])
         n = 0
-        while n < len(ids) and not self.template.is_added(ids[-1 - n]) and not str(self.tokenizer.decode(ids[-1 - n])).strip():
+        while (
+            n < len(ids)
+            and not self.template.is_added(ids[-1 - n])
+            and not str(self.tokenizer.decode(ids[-1 - n])).strip()
+        ):
             n += 1
         if not n or content == content.rstrip():
             return
         stripped = [*messages[:at], {**messages[at], "content": content.rstrip()}, *messages[at + 1 :]]
-        if self.template.render(messages, add_generation_prompt=True) == self.template.render(stripped, add_generation_prompt=True):
+        if self.template.render(messages, add_generation_prompt=True) == self.template.render(
+            stripped, add_generation_prompt=True
+        ):
             self.spans.append(Span(end - n, end, [], "trims-cut-reply"))
 
     def check_delta_structure(self) -> None:
@@ -489,17 +534,27 @@ class Driver:
         state = self.model.state
         if not state.pending:
             return
-        real = self.template.delta_ids(state.messages, state.pending, state.last_sampled_id,
-                                       self.model._last_sampled_text())
-        plain = self.template.delta_ids([_benign(m) for m in state.messages], [_benign(m) for m in state.pending],
-                                        state.last_sampled_id, self.model._last_sampled_text())
+        real = self.template.delta_ids(
+            state.messages, state.pending, state.last_sampled_id, self.model._last_sampled_text()
+        )
+        plain = self.template.delta_ids(
+            [_benign(m) for m in state.messages],
+            [_benign(m) for m in state.pending],
+            state.last_sampled_id,
+            self.model._last_sampled_text(),
+        )
         assert _added_in(self.template, real) == _added_in(self.template, plain)
 
     def check_buffer(self) -> None:
         buf = self.model.buffer
         assert len(self.expected) == len(buf) - buf.prompt_length
-        got = list(zip(buf.loss_mask[buf.prompt_length:], buf.logprobs[buf.prompt_length:],
-                       buf.weight_versions[buf.prompt_length:]))
+        got = list(
+            zip(
+                buf.loss_mask[buf.prompt_length :],
+                buf.logprobs[buf.prompt_length :],
+                buf.weight_versions[buf.prompt_length :],
+            )
+        )
         assert got == self.expected  # property 2
 
     def restore(self) -> None:

@@ -48,7 +48,9 @@ def _rendered_reply(tokenizer: str, args: dict[str, Any], args_as_text: bool) ->
     template = ChatTemplate(load_tokenizer(tokenizer), tools=TOOLS)
     history = [{"role": "user", "content": "go"}]
     arguments: Any = json.dumps(args) if args_as_text else args
-    calls = [{"id": f"c{i}", "type": "function", "function": {"name": "edit", "arguments": arguments}} for i in range(2)]
+    calls = [
+        {"id": f"c{i}", "type": "function", "function": {"name": "edit", "arguments": arguments}} for i in range(2)
+    ]
     # DeepSeek V3's template renders tool calls only for content None.
     content = None if tokenizer == "deepseek-v3" else "I will edit."
     assistant = {"role": "assistant", "content": content, "tool_calls": calls}
@@ -65,7 +67,14 @@ def _rendered_reply(tokenizer: str, args: dict[str, Any], args_as_text: bool) ->
 
 @pytest.mark.parametrize(
     ("tokenizer", "args_as_text"),
-    [("qwen-2.5", False), ("qwen-3.5", False), ("glm-4.5v", False), ("glm-4.7-flash", False), ("deepseek-v3", True), ("deepseek-v3.1", True)],
+    [
+        ("qwen-2.5", False),
+        ("qwen-3.5", False),
+        ("glm-4.5v", False),
+        ("glm-4.7-flash", False),
+        ("deepseek-v3", True),
+        ("deepseek-v3.1", True),
+    ],
 )
 def test_each_family_parses_its_own_rendering(tokenizer: str, args_as_text: bool) -> None:
     args = {"path": "src/a b.py", "line": 12, "text": "x = {'k': [1, 2]}\n<tag>"}
@@ -91,14 +100,26 @@ def test_no_tool_call_is_plain_content() -> None:
         ("hermes", "<tool_call>\n{name: bash}\n</tool_call>", "not valid JSON"),
         ("hermes", '<tool_call>\n{"arguments": {}}\n</tool_call>', '"name"'),
         ("hermes", '<tool_call>\n{"name": "bash", "arguments": [1]}\n</tool_call>', "JSON object"),
-        ("hermes", 'ok</tool_call>', "without an opening"),
+        ("hermes", "ok</tool_call>", "without an opening"),
         ("hermes", '<tool_call>{"name": "a"}</tool_call> trailing words', "unexpected text"),
         ("glm", "<tool_call><arg_key>k</arg_key><arg_value>v</arg_value></tool_call>", "no function name"),
         ("glm", "<tool_call>bash<arg_key>command</arg_key>ls</tool_call>", "unbalanced"),
         ("qwen-xml", "<tool_call>\n<parameter=x>1</parameter>\n</tool_call>", "<function=name>"),
-        ("deepseek-v3.1", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>bash<｜tool▁sep｜>{bad<｜tool▁call▁end｜><｜tool▁calls▁end｜>", "not valid JSON"),
-        ("deepseek-v3.1", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>bash{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>", "name<｜tool▁sep｜>"),
-        ("deepseek-v3", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>bash\n{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>", "```json"),
+        (
+            "deepseek-v3.1",
+            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>bash<｜tool▁sep｜>{bad<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+            "not valid JSON",
+        ),
+        (
+            "deepseek-v3.1",
+            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>bash{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+            "name<｜tool▁sep｜>",
+        ),
+        (
+            "deepseek-v3",
+            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>bash\n{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+            "```json",
+        ),
         ("deepseek-v3", "<｜tool▁calls▁begin｜>junk<｜tool▁calls▁end｜>", "malformed"),
     ],
 )
@@ -138,7 +159,9 @@ def test_markup_quoted_in_reasoning_is_not_a_call() -> None:
     assert reply.content.startswith("<think>") and reply.content.endswith("Listing files.")
 
 
-@pytest.mark.parametrize(("tokenizer", "tags"), [("minimax-m3", ("<mm:think>", "</mm:think>")), ("qwen-3.5", ("<think>", "</think>"))])
+@pytest.mark.parametrize(
+    ("tokenizer", "tags"), [("minimax-m3", ("<mm:think>", "</mm:think>")), ("qwen-3.5", ("<think>", "</think>"))]
+)
 def test_reasoning_ends_at_the_templates_own_tag(tokenizer: str, tags: tuple[str, str]) -> None:
     """Markup quoted in reasoning is not a call, whatever tag the family closes reasoning with."""
     template = ChatTemplate(load_tokenizer(tokenizer), tools=TOOLS)

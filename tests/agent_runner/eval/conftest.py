@@ -13,12 +13,12 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
-from tests.support.evalkit import SandboxFactory, start_swerex
 
 from agent_runner.sandbox import Sandbox
 from swerollout import instances
-from swerollout_dev import tasks
 from swerollout.api.v1alpha1 import Instance
+from swerollout_dev import tasks
+from tests.support.evalkit import SandboxFactory, start_swerex
 
 VENV_BIN = str(Path(sys.executable).parent)
 

@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.support.evalkit import start_swerex
 
 from agent_runner.eval import EvalReport, EvalRequest
 from swerollout import instances
 from swerollout_dev import tasks
+from tests.support.evalkit import start_swerex
 
 
 def test_cli_evaluates_and_reports_json(
@@ -31,15 +31,39 @@ def test_cli_evaluates_and_reports_json(
     try:
         (tmp_path / "token").write_text(handle.token + "\n")
         done = subprocess.run(
-            [sys.executable, "-m", "agent_runner.eval", "--request", str(tmp_path / "request.json"),
-             "--sandbox-url", handle.url, "--token-file", str(tmp_path / "token"), "--out", str(tmp_path / "report.json")],
-            capture_output=True, text=True, timeout=300,
+            [
+                sys.executable,
+                "-m",
+                "agent_runner.eval",
+                "--request",
+                str(tmp_path / "request.json"),
+                "--sandbox-url",
+                handle.url,
+                "--token-file",
+                str(tmp_path / "token"),
+                "--out",
+                str(tmp_path / "report.json"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         (tmp_path / "bad-token").write_text("not-the-token")
         refused = subprocess.run(
-            [sys.executable, "-m", "agent_runner.eval", "--request", str(tmp_path / "request.json"),
-             "--sandbox-url", handle.url, "--token-file", str(tmp_path / "bad-token")],
-            capture_output=True, text=True, timeout=300,
+            [
+                sys.executable,
+                "-m",
+                "agent_runner.eval",
+                "--request",
+                str(tmp_path / "request.json"),
+                "--sandbox-url",
+                handle.url,
+                "--token-file",
+                str(tmp_path / "bad-token"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
     finally:
         handle.stop()

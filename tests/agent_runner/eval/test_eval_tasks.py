@@ -6,13 +6,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from tests.support.evalkit import WRONG_PATCHES, SandboxFactory
 
 from agent_runner.eval import APPLY_COMMANDS, EvalFailure, EvalReport, EvalRequest, evaluate, skipped_report
 from agent_runner.grading import grade_log
 from swerollout import exit_status, instances
-from swerollout_dev import tasks
 from swerollout.api.v1alpha1 import Instance, Mode
+from swerollout_dev import tasks
+from tests.support.evalkit import WRONG_PATCHES, SandboxFactory
 
 TASK_NAMES = [p.name for p in tasks.task_dirs()]
 
@@ -35,12 +35,17 @@ def assert_backends_agree(report: EvalReport, instance: instances.SWEBenchInstan
     )
     assert ours.problem is None
     assert (ours.tests, ours.fail_to_pass, ours.pass_to_pass, ours.resolved) == (
-        report.tests, report.fail_to_pass, report.pass_to_pass, report.resolved,
+        report.tests,
+        report.fail_to_pass,
+        report.pass_to_pass,
+        report.resolved,
     )
 
 
 @pytest.mark.parametrize("name", TASK_NAMES)
-async def test_empty_then_gold_patch(name: str, bundled: dict[str, instances.SWEBenchInstance], fresh_sandbox: SandboxFactory) -> None:
+async def test_empty_then_gold_patch(
+    name: str, bundled: dict[str, instances.SWEBenchInstance], fresh_sandbox: SandboxFactory
+) -> None:
     """An empty patch is not resolved (and leaves the sandbox untouched); the gold patch is."""
     instance = bundled[name]
     async with fresh_sandbox(api(instance)) as (sandbox, workdir):
@@ -118,7 +123,7 @@ async def test_large_patch_goes_through_a_file(
     """A 3 MB patch (over ARG_MAX and far over one argument's 128 KiB) still applies."""
     instance = bundled["cachebox-lru"]
     data = "".join(f"row {i:07d} of generated fixture data for the cache benchmark\n" for i in range(48_000))
-    big = f"diff --git a/bench/data.txt b/bench/data.txt\nnew file mode 100644\n--- /dev/null\n+++ b/bench/data.txt\n"
+    big = "diff --git a/bench/data.txt b/bench/data.txt\nnew file mode 100644\n--- /dev/null\n+++ b/bench/data.txt\n"
     big += f"@@ -0,0 +1,{data.count(chr(10))} @@\n" + "".join("+" + line + "\n" for line in data.splitlines())
     patch = instance.patch + big
     assert len(patch) > 3_000_000
@@ -151,9 +156,7 @@ async def test_eval_script_timeout_is_unresolved(
     instance = api(bundled["confkit-equals"])
     # The script leaves a child behind; the timeout must kill it too, not only the script.
     script = 'echo ">>>>> Start Test Output"\necho started\nsleep 60 &\necho $! > .sleeper.pid\nwait\n'
-    slow = instance.model_copy(
-        update={"evaluation": instance.evaluation.model_copy(update={"eval_script": script})}
-    )
+    slow = instance.model_copy(update={"evaluation": instance.evaluation.model_copy(update={"eval_script": script})})
     gold = bundled["confkit-equals"].patch
     async with fresh_sandbox(slow) as (sandbox, workdir):
         report = await evaluate(sandbox, EvalRequest(instance=slow, patch=gold, workdir=workdir, timeout_seconds=1))
@@ -227,11 +230,11 @@ async def test_test_patch_touching_many_long_paths(
     test_patch = instance.evaluation.test_patch + "".join(
         _new_file_diff(path, "def test_generated():\n    assert True\n") for path in generated
     )
-    big = instance.model_copy(
-        update={"evaluation": instance.evaluation.model_copy(update={"test_patch": test_patch})}
-    )
+    big = instance.model_copy(update={"evaluation": instance.evaluation.model_copy(update={"test_patch": test_patch})})
     # The candidate also creates one of those files; applying the test patch on top would fail without the reset.
-    candidate = bundled["confkit-equals"].patch + _new_file_diff(generated[0], "def test_generated():\n    assert False\n")
+    candidate = bundled["confkit-equals"].patch + _new_file_diff(
+        generated[0], "def test_generated():\n    assert False\n"
+    )
     async with fresh_sandbox(big) as (sandbox, workdir):
         report = await evaluate(sandbox, EvalRequest(instance=big, patch=candidate, workdir=workdir))
         content = await sandbox.read_file(f"{workdir}/{generated[0]}")
@@ -246,6 +249,8 @@ async def test_instance_without_eval_script_runs_its_named_tests(
     instance = api(bundled["textkit-truncate"])
     bare = instance.model_copy(update={"evaluation": instance.evaluation.model_copy(update={"eval_script": ""})})
     async with fresh_sandbox(bare) as (sandbox, workdir):
-        report = await evaluate(sandbox, EvalRequest(instance=bare, patch=bundled["textkit-truncate"].patch, workdir=workdir))
+        report = await evaluate(
+            sandbox, EvalRequest(instance=bare, patch=bundled["textkit-truncate"].patch, workdir=workdir)
+        )
     assert report.resolved, report.message
     assert report.fail_to_pass.total == 3 and report.pass_to_pass.total == 6

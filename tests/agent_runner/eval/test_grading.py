@@ -58,8 +58,14 @@ def test_builtin_parser_reads_the_short_summary() -> None:
 def test_grading_rules(backend: grading.Backend) -> None:
     def grade(f2p: list[str], p2p: list[str], eval_type: str = "pass_and_fail") -> grading.LogGrade:
         return grade_log(
-            SAMPLE, instance_id="x__y-1", repo="x/y", fail_to_pass=f2p, pass_to_pass=p2p,
-            log_parser="pytest", eval_type=eval_type, backend=backend,
+            SAMPLE,
+            instance_id="x__y-1",
+            repo="x/y",
+            fail_to_pass=f2p,
+            pass_to_pass=p2p,
+            log_parser="pytest",
+            eval_type=eval_type,
+            backend=backend,
         )
 
     ok = grade(["tests/test_a.py::test_one", "tests/test_a.py::test_known_bug"], ["tests/test_a.py::test_skipped_one"])
@@ -83,34 +89,60 @@ def test_grading_rules(backend: grading.Backend) -> None:
 @pytest.mark.parametrize("backend", ["builtin", "swebench"])
 def test_fake_passes_contradicted_by_exit_code_are_not_graded(backend: grading.Backend) -> None:
     """A patch could print PASSED lines itself; the recorded exit status exposes it."""
-    log = (
-        ">>>>> Start Test Output\nPASSED tests/t.py::test_a\n>>>>> End Test Output\n>>>>> Test Exit Code: 2\n"
+    log = ">>>>> Start Test Output\nPASSED tests/t.py::test_a\n>>>>> End Test Output\n>>>>> Test Exit Code: 2\n"
+    graded = grade_log(
+        log, instance_id="x__y-1", repo="x/y", fail_to_pass=["tests/t.py::test_a"], pass_to_pass=[], backend=backend
     )
-    graded = grade_log(log, instance_id="x__y-1", repo="x/y", fail_to_pass=["tests/t.py::test_a"], pass_to_pass=[], backend=backend)
     assert not graded.resolved
     assert graded.problem is not None and "exited with 2" in graded.problem
 
 
 @pytest.mark.parametrize("backend", ["builtin", "swebench"])
 def test_output_without_markers_or_results(backend: grading.Backend) -> None:
-    no_markers = grade_log("PASSED tests/t.py::test_a\n", instance_id="x__y-1", repo="x/y",
-                           fail_to_pass=["tests/t.py::test_a"], pass_to_pass=[], backend=backend)
+    no_markers = grade_log(
+        "PASSED tests/t.py::test_a\n",
+        instance_id="x__y-1",
+        repo="x/y",
+        fail_to_pass=["tests/t.py::test_a"],
+        pass_to_pass=[],
+        backend=backend,
+    )
     assert not no_markers.resolved and no_markers.problem is not None and "markers" in no_markers.problem
-    nothing = grade_log(">>>>> Start Test Output\nImportError: boom\n>>>>> End Test Output\n", instance_id="x__y-1",
-                        repo="x/y", fail_to_pass=["tests/t.py::test_a"], pass_to_pass=[], backend=backend)
+    nothing = grade_log(
+        ">>>>> Start Test Output\nImportError: boom\n>>>>> End Test Output\n",
+        instance_id="x__y-1",
+        repo="x/y",
+        fail_to_pass=["tests/t.py::test_a"],
+        pass_to_pass=[],
+        backend=backend,
+    )
     assert not nothing.resolved and nothing.problem is not None and "no test results" in nothing.problem
 
 
 def test_builtin_refuses_parsers_it_does_not_have() -> None:
     with pytest.raises(GradingError, match="needs swebench"):
-        grade_log(SAMPLE, instance_id="x__y-1", repo="x/y", fail_to_pass=[], pass_to_pass=[],
-                  log_parser="parse_log_django", backend="builtin")
+        grade_log(
+            SAMPLE,
+            instance_id="x__y-1",
+            repo="x/y",
+            fail_to_pass=[],
+            pass_to_pass=[],
+            log_parser="parse_log_django",
+            backend="builtin",
+        )
 
 
 def test_swebench_grades_other_parsers_by_name() -> None:
     log = ">>>>> Start Test Output\ntest_add (calc.tests.AddTests) ... ok\n>>>>> End Test Output\n"
-    graded = grade_log(log, instance_id="x__y-1", repo="x/y", fail_to_pass=["test_add (calc.tests.AddTests)"],
-                       pass_to_pass=[], log_parser="django", backend="swebench")
+    graded = grade_log(
+        log,
+        instance_id="x__y-1",
+        repo="x/y",
+        fail_to_pass=["test_add (calc.tests.AddTests)"],
+        pass_to_pass=[],
+        log_parser="django",
+        backend="swebench",
+    )
     assert graded.resolved and graded.parser == "parse_log_django"
 
 
@@ -137,7 +169,7 @@ def test_auto_falls_back_to_builtin_without_swebench() -> None:
     assert "GradingError" in failed.stderr and "swebench is not installed" in failed.stderr
 
 
-REAL_TESTS = '''\
+REAL_TESTS = """\
 import pytest
 
 
@@ -148,7 +180,7 @@ def test_y(x):
 
 def test_other():
     pass
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +191,11 @@ def real_pytest_log(tmp_path_factory: pytest.TempPathFactory) -> str:
     (root / "tests" / "test_x.py").write_text(REAL_TESTS)
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider", "-p", "no:randomly", "tests/test_x.py"],
-        cwd=root, capture_output=True, text=True, timeout=300, env={"PATH": "/usr/bin:/bin", "COLUMNS": "80"},
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": "/usr/bin:/bin", "COLUMNS": "80"},
     )
     assert run.returncode == 1, run.stdout + run.stderr  # one parameter fails, on purpose
     return (
@@ -181,8 +217,9 @@ def test_ids_with_spaces_and_brackets_are_matched_exactly(real_pytest_log: str, 
     assert "tests/test_x.py::test_y[two" in parse_pytest_log(real_pytest_log)
 
     def grade(f2p: list[str], p2p: list[str]) -> grading.LogGrade:
-        return grade_log(real_pytest_log, instance_id="x__y-1", repo="x/y", fail_to_pass=f2p, pass_to_pass=p2p,
-                         backend=backend)
+        return grade_log(
+            real_pytest_log, instance_id="x__y-1", repo="x/y", fail_to_pass=f2p, pass_to_pass=p2p, backend=backend
+        )
 
     fixed = grade([TWO_WORDS], [OTHER, PLAIN])
     assert fixed.resolved, fixed

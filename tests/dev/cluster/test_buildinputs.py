@@ -78,7 +78,9 @@ def test_files_not_copied_or_ignored_leave_the_hash_alone(context: Path) -> None
     assert _hash(context) == before
 
 
-def test_the_hash_does_not_depend_on_where_the_context_lies(context: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_the_hash_does_not_depend_on_where_the_context_lies(
+    context: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     copy = tmp_path_factory.mktemp("elsewhere") / "ctx"
     shutil.copytree(context, copy)
     assert _hash(copy) == _hash(context)
@@ -90,14 +92,17 @@ def test_dockerignore_patterns_follow_dockers_rules() -> None:
     assert ignored("build/lib/x.py", ["build"])
     assert not ignored("src/build/x.py", ["build"])
     assert not ignored("a/xpyc", ["**/*.pyc"])
-    assert not ignored("a/b.py", ["*.py"])   # `*` stays within one path element
+    assert not ignored("a/b.py", ["*.py"])  # `*` stays within one path element
 
 
-@pytest.mark.parametrize("dockerfile, field", [
-    ("FROM x\nCOPY src/*.py /app/\n", "src/*.py"),
-    ("FROM x\nADD https://example.invalid/x.tar /x\n", "https://example.invalid/x.tar"),
-    ('FROM x\nCOPY ["a", "/b"]\n', "JSON form"),
-])
+@pytest.mark.parametrize(
+    "dockerfile, field",
+    [
+        ("FROM x\nCOPY src/*.py /app/\n", "src/*.py"),
+        ("FROM x\nADD https://example.invalid/x.tar /x\n", "https://example.invalid/x.tar"),
+        ('FROM x\nCOPY ["a", "/b"]\n', "JSON form"),
+    ],
+)
 def test_copies_it_cannot_hash_are_refused_naming_them(dockerfile: str, field: str) -> None:
     with pytest.raises(BuildInputsError, match=field.replace("*", r"\*").replace(".", r"\.")):
         copy_sources(dockerfile)

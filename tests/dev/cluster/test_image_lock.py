@@ -51,7 +51,7 @@ def _closure(extras: frozenset[str]) -> set[str]:
             try:
                 requires = importlib.metadata.distribution(name).requires or []
             except importlib.metadata.PackageNotFoundError:
-                raise AssertionError(f"{name} is needed by the image but not installed here; run `make venv`")
+                raise AssertionError(f"{name} is needed by the image but not installed here; run `make venv`") from None
             requirements = [Requirement(r) for r in requires]
         for req in requirements:
             if _wanted(req, wanted_extras):
@@ -71,8 +71,12 @@ def test_every_runtime_pin_is_the_pin_the_tests_run_with() -> None:
 def test_the_runtime_lock_is_exactly_the_image_extras_closure() -> None:
     closure = _closure(frozenset({IMAGE_EXTRA}))
     runtime = set(locked_pins(RUNTIME_LOCK))
-    assert not closure - runtime, f"the image needs these but the runtime lock misses them: {sorted(closure - runtime)}; run `make lock`"
-    assert not runtime - closure, f"the runtime lock pins what the image does not need: {sorted(runtime - closure)}; run `make lock`"
+    assert not closure - runtime, (
+        f"the image needs these but the runtime lock misses them: {sorted(closure - runtime)}; run `make lock`"
+    )
+    assert not runtime - closure, (
+        f"the runtime lock pins what the image does not need: {sorted(runtime - closure)}; run `make lock`"
+    )
     # The point of the second lock: none of the trainers' or the tests' heavy dependencies.
     assert not {"torch", "mypy", "pytest", "ray", "verl"} & runtime
 
@@ -89,8 +93,11 @@ def test_the_image_extra_covers_both_roles_in_the_image() -> None:
 def test_the_lock_target_writes_the_runtime_lock_as_its_header_says() -> None:
     header = RUNTIME_LOCK.read_text().splitlines()[1].removeprefix("#").strip()
     # uv's header leaves out -q; otherwise it is the command as run.
-    commands = [line.strip().removeprefix("$(BIN)/").replace(" -q ", " ")
-                for line in (ROOT / "Makefile").read_text().splitlines() if f"-o {RUNTIME_LOCK.name}" in line]
+    commands = [
+        line.strip().removeprefix("$(BIN)/").replace(" -q ", " ")
+        for line in (ROOT / "Makefile").read_text().splitlines()
+        if f"-o {RUNTIME_LOCK.name}" in line
+    ]
     assert commands == [header], f"requirements-runtime.lock was made by `{header}`, not by `make lock` ({commands})"
     assert f"--extra {IMAGE_EXTRA} -c requirements.lock" in header
 
@@ -99,7 +106,10 @@ def test_the_dockerfile_installs_the_runtime_lock_without_resolving() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert RUNTIME_LOCK.name in copy_sources(dockerfile)
     assert FULL_LOCK.name not in copy_sources(dockerfile), "the image must not read the full lock"
-    installs = [line for line in logical_lines(dockerfile)
-                if line.startswith("RUN") and re.search(r"uv pip install .*-r \S*" + re.escape(RUNTIME_LOCK.name), line)]
+    installs = [
+        line
+        for line in logical_lines(dockerfile)
+        if line.startswith("RUN") and re.search(r"uv pip install .*-r \S*" + re.escape(RUNTIME_LOCK.name), line)
+    ]
     assert len(installs) == 1, installs
     assert "--no-deps" in installs[0] and "uv pip check" in installs[0]

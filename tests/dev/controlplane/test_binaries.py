@@ -21,9 +21,7 @@ def _run(*args: str) -> str:
 def test_versions_come_from_build_script_and_match_fallback() -> None:
     versions = pinned_versions()
     assert versions.model_dump() == binaries._FALLBACK_VERSIONS
-    assert str(find_binaries().dir).endswith(
-        f"k8s-{versions.kubernetes}_etcd-{versions.etcd}_helm-{versions.helm}"
-    )
+    assert str(find_binaries().dir).endswith(f"k8s-{versions.kubernetes}_etcd-{versions.etcd}_helm-{versions.helm}")
 
 
 def test_each_binary_reports_its_pinned_version() -> None:

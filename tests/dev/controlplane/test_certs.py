@@ -42,6 +42,4 @@ def test_pki_is_reused_until_it_nears_expiry(tmp_path: Path) -> None:
     short = ensure_pki(tmp_path / "short", validity=dt.timedelta(days=2)).ca_cert.read_bytes()
     renewed = ensure_pki(tmp_path / "short").ca_cert.read_bytes()
     assert renewed != short
-    assert _cert(tmp_path / "short" / "ca.crt").not_valid_after_utc > dt.datetime.now(dt.timezone.utc) + dt.timedelta(
-        days=300
-    )
+    assert _cert(tmp_path / "short" / "ca.crt").not_valid_after_utc > dt.datetime.now(dt.UTC) + dt.timedelta(days=300)

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from swerollout_dev.controlplane import ControlPlane, ControlPlaneConfig, StartupFailed, WorkdirBusy
-from swerollout_dev.controlplane.processes import PIDFILE_NAME, cmdline_mentions, is_alive
-from swerollout_dev.controlplane.cleanup import purge_namespace
 from swerollout.kube import CONFIGMAPS, NAMESPACES, PODS, ROLEBINDINGS, ROLES, Forbidden, KubeClient, load_kubeconfig
+from swerollout_dev.controlplane import ControlPlane, ControlPlaneConfig, StartupFailed, WorkdirBusy
+from swerollout_dev.controlplane.cleanup import purge_namespace
+from swerollout_dev.controlplane.processes import PIDFILE_NAME, cmdline_mentions, is_alive
 
 
 def test_control_plane_serves_the_pinned_version_and_default_namespace(control_plane: ControlPlane) -> None:
@@ -37,8 +37,11 @@ def test_a_killed_api_server_restarts_on_the_same_port_certificates_and_data(con
     so every kubeconfig still works and etcd's objects are all there."""
     url, etcd = control_plane.server_url, control_plane.pids()["etcd"]
     with control_plane.admin_client() as kube:
-        kube.create(CONFIGMAPS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "survives-restart"},
-                                 "data": {"k": "v"}}, "default")
+        kube.create(
+            CONFIGMAPS,
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "survives-restart"}, "data": {"k": "v"}},
+            "default",
+        )
     old = control_plane.pids()["kube-apiserver"]
     os.kill(old, signal.SIGKILL)
     deadline = time.monotonic() + 60
@@ -296,7 +299,8 @@ def test_a_failed_start_reports_the_log_and_leaves_nothing(tmp_path: Path) -> No
     # etcd started fine each attempt and must be gone too: no process mentions the workdir.
     workdir = str((tmp_path / "cp").resolve())
     leftovers = [
-        int(p.name) for p in Path("/proc").iterdir()
+        int(p.name)
+        for p in Path("/proc").iterdir()
         if p.name.isdigit() and is_alive(int(p.name)) and cmdline_mentions(int(p.name), workdir)
     ]
     assert leftovers == []

@@ -44,10 +44,23 @@ def test_failed_then_interrupted_pytest_run_stops_its_control_plane(tmp_path: Pa
     )
     proc = subprocess.Popen(
         [
-            sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider",
-            f"--rootdir={tmp_path}", f"--basetemp={tmp_path / 'base'}", str(tmp_path / "test_inner.py"),
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "conftest",
+            "-p",
+            "no:cacheprovider",
+            f"--rootdir={tmp_path}",
+            f"--basetemp={tmp_path / 'base'}",
+            str(tmp_path / "test_inner.py"),
         ],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         # A suite started in the background of a non-interactive shell (nohup ... &, some CI
         # runners) inherits SIGINT ignored, and Python then never raises KeyboardInterrupt:
         # give the inner run a default SIGINT, as a terminal's Ctrl-C would find it.

@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from swerollout_dev.controlplane import ControlPlane
 from swerollout.kube import NODES, KubeClient, NotFound
+from swerollout_dev.controlplane import ControlPlane
 from swerollout_dev.nodeagent.agent import reap_all
-
 from tests.support.nodeagent_support import AgentProcess
 
 
@@ -49,5 +48,3 @@ def agent_factory(
 @pytest.fixture
 def agent(agent_factory: Callable[..., AgentProcess]) -> AgentProcess:
     return agent_factory()
-
-

@@ -6,7 +6,6 @@ import sys
 from pathlib import Path, PurePosixPath
 
 import agent_runner
-
 from swerollout_dev.nodeagent.isolation import Masks, bwrap_argv, own_source_dirs, visible_host_paths
 
 
@@ -16,8 +15,15 @@ def test_paths_under_tmp_stay_visible_on_top_of_the_private_tmp(tmp_path: Path) 
     try:
         outside = Path("/usr")  # not under /tmp: already exposed, not re-bound
         args = bwrap_argv(
-            "bwrap", exposed=[Path("/")], hidden=[], mounts=[], private_tmp=tmp_path,
-            workdir=PurePosixPath("/tmp"), hostname="pod", seccomp_file=tmp_path / "f.bpf", keep_visible=[venv, outside, venv / "missing"],
+            "bwrap",
+            exposed=[Path("/")],
+            hidden=[],
+            mounts=[],
+            private_tmp=tmp_path,
+            workdir=PurePosixPath("/tmp"),
+            hostname="pod",
+            seccomp_file=tmp_path / "f.bpf",
+            keep_visible=[venv, outside, venv / "missing"],
         )
         tmp_bind = args.index("/tmp", args.index(str(tmp_path)))
         rebinds = [i for i in range(len(args) - 2) if args[i] == "--ro-bind" and args[i + 1] == str(venv)]
@@ -33,7 +39,7 @@ def test_runner_and_sandbox_views_share_one_list_and_never_expose_the_root_or_ho
     bin_dir = Path(sys.executable).parent
     runner = visible_host_paths(bin_dir, runner_image=True)
     sandbox = visible_host_paths(bin_dir, runner_image=False)
-    assert runner[:len(sandbox)] == sandbox, "the runner's view is the sandbox's plus our source dirs"
+    assert runner[: len(sandbox)] == sandbox, "the runner's view is the sandbox's plus our source dirs"
     assert set(runner) - set(sandbox) <= set(own_source_dirs())
     assert Path(agent_runner.__file__).parent in runner and Path(agent_runner.__file__).parent not in sandbox
     assert bin_dir.parent in sandbox and Path(sys.base_prefix) in sandbox
@@ -44,9 +50,16 @@ def test_private_entries_of_visible_paths_are_covered_by_an_unreadable_mask(tmp_
     masks = Masks.write(tmp_path / "mask")
     visible, elsewhere, cut = Path("/etc/passwd"), Path("/var/lib/dpkg/status"), Path("/etc/hostname")
     args = bwrap_argv(
-        "bwrap", exposed=[Path("/etc"), Path("/usr")], hidden=[cut], mounts=[], private_tmp=tmp_path,
-        workdir=PurePosixPath("/tmp"), hostname="pod", seccomp_file=tmp_path / "f.bpf",
-        private=[visible, Path("/etc/apt"), elsewhere, cut], masks=masks,
+        "bwrap",
+        exposed=[Path("/etc"), Path("/usr")],
+        hidden=[cut],
+        mounts=[],
+        private_tmp=tmp_path,
+        workdir=PurePosixPath("/tmp"),
+        hostname="pod",
+        seccomp_file=tmp_path / "f.bpf",
+        private=[visible, Path("/etc/apt"), elsewhere, cut],
+        masks=masks,
     )
     binds = [(args[i + 1], args[i + 2]) for i in range(len(args) - 2) if args[i] == "--ro-bind"]
     assert (str(masks.file), "/etc/passwd") in binds and (str(masks.directory), "/etc/apt") in binds

@@ -24,21 +24,24 @@ from pathlib import Path
 
 import pytest
 
-from swerollout_dev.controlplane import free_port
-from swerollout_dev.stack.supervisor import DEFAULT_POLICY_PORT
-
-from swerollout_dev.nodeagent.layout import container_logs, find_pod_dirs
 from swerollout.kube import PODS, SECRETS, KubeClient
-
-from tests.support.nodeagent_support import AgentProcess, phase_is, pod_manifest, wait_pod
+from swerollout_dev.controlplane import free_port
+from swerollout_dev.nodeagent.layout import container_logs, find_pod_dirs
+from swerollout_dev.stack.supervisor import DEFAULT_POLICY_PORT
+from tests.support.nodeagent_support import AgentProcess, pod_manifest, wait_pod
 
 RUNNER = "swerollout:dev"
 ATTEMPTS = Path(__file__).parents[4] / "tests" / "support" / "escape_attempts.py"
 
 
 def task_repo(path: Path) -> None:
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@x",
-           "PATH": "/usr/bin:/bin"}
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@x",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@x",
+        "PATH": "/usr/bin:/bin",
+    }
     path.mkdir()
     shutil.copy(ATTEMPTS, path / "attempts.py")
     subprocess.run(["git", "init", "-q", str(path)], check=True, env=env)
@@ -86,7 +89,11 @@ def host_service() -> Iterator[int]:
 
 
 def test_escape_techniques_fail_inside_a_sandbox(
-    agent_factory: Callable[..., AgentProcess], kube: KubeClient, namespace: str, tmp_path: Path, host_service: int,
+    agent_factory: Callable[..., AgentProcess],
+    kube: KubeClient,
+    namespace: str,
+    tmp_path: Path,
+    host_service: int,
     host_daemon_socket: str,
 ) -> None:
     agent = agent_factory("--egress", f"127.0.0.1:{host_service}")
@@ -116,48 +123,114 @@ def test_escape_techniques_fail_inside_a_sandbox(
         "time.sleep(120)\n"
     )
     task_repo(tmp_path / "task")
-    kube.create(SECRETS, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "runner-token"},
-                          "data": {"ingest-token": base64.b64encode(token.encode()).decode()}}, namespace)
-    kube.create(SECRETS, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "inference-keys"},
-                          "stringData": {"api-key": api_key, "admin-key": admin_key}}, namespace)
+    kube.create(
+        SECRETS,
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "runner-token"},
+            "data": {"ingest-token": base64.b64encode(token.encode()).decode()},
+        },
+        namespace,
+    )
+    kube.create(
+        SECRETS,
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "inference-keys"},
+            "stringData": {"api-key": api_key, "admin-key": admin_key},
+        },
+        namespace,
+    )
     secret_dir = "/var/run/secrets/swerollout"
-    kube.create(PODS, pod_manifest("escape", agent.node, [
-        {"name": "sandbox", "image": f"file://{tmp_path / 'task'}", "workingDir": "/testbed",
-         "command": ["sh", "-c", 'python3 -m http.server -b "$SWEROLLOUT_POD_LOOPBACK" "$1" >/dev/null 2>&1 & '
-                     'while [ ! -e /sync/up ]; do sleep 0.1; done; exec python3 attempts.py "$0" "$2" "$3" "$4" "$5"',
-                     ",".join((token, api_key, admin_key))[::-1], str(swerex_port), f"127.0.0.1:{host_service}/ingest",
-                     f"127.0.0.1:{host_service}/abort_request", f"127.0.0.1:{DEFAULT_POLICY_PORT}/update_weights_from_disk",
-                     f"unix:{host_daemon_socket}"],
-         "ports": [{"containerPort": swerex_port, "name": "swerex"}],
-         "volumeMounts": [{"name": "sync", "mountPath": "/sync", "readOnly": True}]},
-        {"name": "runner", "image": RUNNER,
-         "command": ["python", "-c", runner_checks],
-         "env": [{"name": "INGEST_TOKEN", "value": token}],
-         "volumeMounts": [{"name": "token", "mountPath": secret_dir, "readOnly": True},
-                          {"name": "inference-api-key", "mountPath": f"{keys_dir}/api", "readOnly": True},
-                          {"name": "inference-admin-key", "mountPath": f"{keys_dir}/admin", "readOnly": True},
-                          {"name": "sync", "mountPath": "/sync"}]},
-    ], restartPolicy="Never", volumes=[
-        {"name": "token", "secret": {"secretName": "runner-token", "defaultMode": 0o440}},
-        *({"name": f"inference-{kind}-key", "secret": {"secretName": "inference-keys", "defaultMode": 0o440,
-                                                       "items": [{"key": f"{kind}-key", "path": "key"}]}}
-          for kind in ("api", "admin")),
-        {"name": "sync", "emptyDir": {}},
-    ]), namespace)
+    kube.create(
+        PODS,
+        pod_manifest(
+            "escape",
+            agent.node,
+            [
+                {
+                    "name": "sandbox",
+                    "image": f"file://{tmp_path / 'task'}",
+                    "workingDir": "/testbed",
+                    "command": [
+                        "sh",
+                        "-c",
+                        'python3 -m http.server -b "$SWEROLLOUT_POD_LOOPBACK" "$1" >/dev/null 2>&1 & '
+                        'while [ ! -e /sync/up ]; do sleep 0.1; done; exec python3 attempts.py "$0" "$2" "$3" "$4" "$5"',
+                        ",".join((token, api_key, admin_key))[::-1],
+                        str(swerex_port),
+                        f"127.0.0.1:{host_service}/ingest",
+                        f"127.0.0.1:{host_service}/abort_request",
+                        f"127.0.0.1:{DEFAULT_POLICY_PORT}/update_weights_from_disk",
+                        f"unix:{host_daemon_socket}",
+                    ],
+                    "ports": [{"containerPort": swerex_port, "name": "swerex"}],
+                    "volumeMounts": [{"name": "sync", "mountPath": "/sync", "readOnly": True}],
+                },
+                {
+                    "name": "runner",
+                    "image": RUNNER,
+                    "command": ["python", "-c", runner_checks],
+                    "env": [{"name": "INGEST_TOKEN", "value": token}],
+                    "volumeMounts": [
+                        {"name": "token", "mountPath": secret_dir, "readOnly": True},
+                        {"name": "inference-api-key", "mountPath": f"{keys_dir}/api", "readOnly": True},
+                        {"name": "inference-admin-key", "mountPath": f"{keys_dir}/admin", "readOnly": True},
+                        {"name": "sync", "mountPath": "/sync"},
+                    ],
+                },
+            ],
+            restartPolicy="Never",
+            volumes=[
+                {"name": "token", "secret": {"secretName": "runner-token", "defaultMode": 0o440}},
+                *(
+                    {
+                        "name": f"inference-{kind}-key",
+                        "secret": {
+                            "secretName": "inference-keys",
+                            "defaultMode": 0o440,
+                            "items": [{"key": f"{kind}-key", "path": "key"}],
+                        },
+                    }
+                    for kind in ("api", "admin")
+                ),
+                {"name": "sync", "emptyDir": {}},
+            ],
+        ),
+        namespace,
+    )
     try:
-        wait_pod(kube, namespace, "escape", lambda p: p.get("status", {}).get("containerStatuses") is not None and any(
-            c["name"] == "sandbox" and "terminated" in c["state"] for c in p["status"]["containerStatuses"]), timeout=90)
+        wait_pod(
+            kube,
+            namespace,
+            "escape",
+            lambda p: (
+                p.get("status", {}).get("containerStatuses") is not None
+                and any(c["name"] == "sandbox" and "terminated" in c["state"] for c in p["status"]["containerStatuses"])
+            ),
+            timeout=90,
+        )
         [pod_dir] = find_pod_dirs(agent.root, namespace, "escape")
         runner_out = container_logs(pod_dir, "runner")[-1].read_text()
         # the pod's links work: the runner reaches its sandbox's declared port and the node's egress address
-        assert f"runner reaches sandbox: \"\"\" | host service: host service" in runner_out, runner_out
+        assert 'runner reaches sandbox: """ | host service: host service' in runner_out, runner_out
         assert f"runner cannot reach the host daemon: {errno.ENOENT}" in runner_out, runner_out
         assert "runner reads the inference keys: [32, 32]" in runner_out, runner_out
         out = container_logs(pod_dir, "sandbox")[-1].read_text()
         # the script gets the token reversed on its command line, so finding that is not finding the token
         report = json.loads(out.strip().splitlines()[-1])
-        assert set(report) >= {"open_by_handle_at", "proc_secret", "mount", "mknod", "syscalls", "capabilities",
-                               f"reach 127.0.0.1:{host_service}/ingest", f"reach unix:{host_daemon_socket}"}, out
+        assert set(report) >= {
+            "open_by_handle_at",
+            "proc_secret",
+            "mount",
+            "mknod",
+            "syscalls",
+            "capabilities",
+            f"reach 127.0.0.1:{host_service}/ingest",
+            f"reach unix:{host_daemon_socket}",
+        }, out
         assert {k: v for k, v in report.items() if v != "blocked"} == {}, out
     finally:
         kube.delete(PODS, "escape", namespace, grace_period_seconds=1)

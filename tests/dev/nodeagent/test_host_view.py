@@ -20,11 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from swerollout_dev.controlplane import ControlPlane
-from swerollout_dev.nodeagent.layout import container_logs, find_pod_dirs
 from swerollout.kube import PODS, KubeClient
 from swerollout.tokenizers import resolve_tokenizer_dir
-
+from swerollout_dev.controlplane import ControlPlane
+from swerollout_dev.nodeagent.layout import container_logs, find_pod_dirs
 from tests.support.nodeagent_support import AgentProcess, phase_is, pod_manifest, wait_pod
 
 RUNNER = "swerollout:dev"
@@ -57,10 +56,18 @@ _RUNNER_WORKS = (
 def planted(control_plane: ControlPlane) -> Iterator[list[Path]]:
     """Secrets where a developer's machine keeps them; the session's real admin kubeconfig last."""
     tag = secrets.token_hex(4)
-    dirs = [Path.home() / f".swerollout-view-{tag}", CHECKOUT / ".swerollout" / f"view-{tag}",
-            Path("/var/tmp") / f"swerollout-view-{tag}", Path("/etc") / f"swerollout-view-{tag}"]
-    files = [dirs[0] / ".kube" / "config", dirs[1] / "dev" / "admin.kubeconfig", dirs[2] / "pki" / "admin.key",
-             dirs[3] / "admin.conf"]
+    dirs = [
+        Path.home() / f".swerollout-view-{tag}",
+        CHECKOUT / ".swerollout" / f"view-{tag}",
+        Path("/var/tmp") / f"swerollout-view-{tag}",
+        Path("/etc") / f"swerollout-view-{tag}",
+    ]
+    files = [
+        dirs[0] / ".kube" / "config",
+        dirs[1] / "dev" / "admin.kubeconfig",
+        dirs[2] / "pki" / "admin.key",
+        dirs[3] / "admin.conf",
+    ]
     try:
         for f in files:
             f.parent.mkdir(parents=True)
@@ -76,8 +83,13 @@ def planted(control_plane: ControlPlane) -> Iterator[list[Path]]:
 
 
 def task_repo(path: Path) -> None:
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@x",
-           "PATH": "/usr/bin:/bin"}
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@x",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@x",
+        "PATH": "/usr/bin:/bin",
+    }
     path.mkdir()
     (path / "README").write_text("task\n")
     subprocess.run(["git", "init", "-q", str(path)], check=True, env=env)
@@ -86,7 +98,11 @@ def task_repo(path: Path) -> None:
 
 
 def test_no_container_reads_host_credentials_and_the_runner_still_works(
-    agent_factory: Callable[..., AgentProcess], kube: KubeClient, namespace: str, tmp_path: Path, planted: list[Path],
+    agent_factory: Callable[..., AgentProcess],
+    kube: KubeClient,
+    namespace: str,
+    tmp_path: Path,
+    planted: list[Path],
 ) -> None:
     tokenizer = tmp_path / "tokenizer"
     shutil.copytree(resolve_tokenizer_dir("qwen-2.5"), tokenizer)
@@ -96,12 +112,29 @@ def test_no_container_reads_host_credentials_and_the_runner_still_works(
         assert p.read_text()
     task_repo(tmp_path / "task")
     shown = str(tokenizer / "tokenizer_config.json")
-    kube.create(PODS, pod_manifest("view", agent.node, [
-        {"name": "runner", "image": RUNNER, "command": ["python", "-c", _RUNNER_WORKS + _TRY_READ, *paths],
-         "env": [{"name": "TOKENIZER_DIR", "value": str(tokenizer)}]},
-        {"name": "sandbox", "image": f"file://{tmp_path / 'task'}", "workingDir": "/testbed",
-         "command": ["python3", "-c", _TRY_READ, *paths, shown]},
-    ], restartPolicy="Never"), namespace)
+    kube.create(
+        PODS,
+        pod_manifest(
+            "view",
+            agent.node,
+            [
+                {
+                    "name": "runner",
+                    "image": RUNNER,
+                    "command": ["python", "-c", _RUNNER_WORKS + _TRY_READ, *paths],
+                    "env": [{"name": "TOKENIZER_DIR", "value": str(tokenizer)}],
+                },
+                {
+                    "name": "sandbox",
+                    "image": f"file://{tmp_path / 'task'}",
+                    "workingDir": "/testbed",
+                    "command": ["python3", "-c", _TRY_READ, *paths, shown],
+                },
+            ],
+            restartPolicy="Never",
+        ),
+        namespace,
+    )
     try:
         pod = wait_pod(kube, namespace, "view", phase_is("Succeeded", "Failed"), timeout=180)
         [pod_dir] = find_pod_dirs(agent.root, namespace, "view")

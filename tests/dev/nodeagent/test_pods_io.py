@@ -7,15 +7,15 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import httpx
 
-from swerollout_dev.controlplane import free_port
 from swerollout.kube import CONFIGMAPS, PODS, SECRETS, KubeClient, NotFound
+from swerollout_dev.controlplane import free_port
 from swerollout_dev.nodeagent.layout import container_logs, find_pod_dirs
-
 from tests.support.nodeagent_support import AgentProcess, phase_is, pid_alive, pod_manifest, wait_pod
 
 RUNNER = "swerollout:dev"
@@ -31,35 +31,69 @@ def log_of(agent: AgentProcess, namespace: str, pod: str, name: str) -> str:
 
 
 def secret(kube: KubeClient, namespace: str, name: str, data: dict[str, bytes]) -> None:
-    kube.create(SECRETS, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
-                          "data": {k: base64.b64encode(v).decode() for k, v in data.items()}}, namespace)
+    kube.create(
+        SECRETS,
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": name},
+            "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
+        },
+        namespace,
+    )
 
 
 def test_env_value_from_and_secret_configmap_volumes(agent: AgentProcess, kube: KubeClient, namespace: str) -> None:
     secret(kube, namespace, "creds", {"token": b"t0ken", "other": b"x"})
-    kube.create(CONFIGMAPS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"},
-                             "data": {"mode": "train", "extra": "e"}}, namespace)
+    kube.create(
+        CONFIGMAPS,
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"mode": "train", "extra": "e"}},
+        namespace,
+    )
     script = (
         'echo "tok=$TOKEN mode=$MODE name=$POD ns=$NS ip=$IP greet=$GREETING"; '
         "ls /etc/creds; cat /etc/creds/renamed/tok; echo; stat -c %a /etc/creds/renamed/tok; "
         "cat /etc/cfg/mode; echo; stat -c %a /etc/cfg/mode; pwd"
     )
-    kube.create(PODS, pod_manifest("envpod", agent.node, [{
-        "name": "main", "image": RUNNER, "command": ["sh", "-c", script], "workingDir": "/etc/cfg",
-        "env": [
-            {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "token"}}},
-            {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "mode"}}},
-            {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-            {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-            {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-            {"name": "GREETING", "value": "hi-$(POD)"},
-        ],
-        "volumeMounts": [{"name": "creds", "mountPath": "/etc/creds", "readOnly": True},
-                         {"name": "cfg", "mountPath": "/etc/cfg"}],
-    }], restartPolicy="Never", volumes=[
-        {"name": "creds", "secret": {"secretName": "creds", "items": [{"key": "token", "path": "renamed/tok", "mode": 0o400}]}},
-        {"name": "cfg", "configMap": {"name": "cfg", "defaultMode": 0o640}},
-    ]), namespace)
+    kube.create(
+        PODS,
+        pod_manifest(
+            "envpod",
+            agent.node,
+            [
+                {
+                    "name": "main",
+                    "image": RUNNER,
+                    "command": ["sh", "-c", script],
+                    "workingDir": "/etc/cfg",
+                    "env": [
+                        {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "token"}}},
+                        {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "mode"}}},
+                        {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                        {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                        {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                        {"name": "GREETING", "value": "hi-$(POD)"},
+                    ],
+                    "volumeMounts": [
+                        {"name": "creds", "mountPath": "/etc/creds", "readOnly": True},
+                        {"name": "cfg", "mountPath": "/etc/cfg"},
+                    ],
+                }
+            ],
+            restartPolicy="Never",
+            volumes=[
+                {
+                    "name": "creds",
+                    "secret": {
+                        "secretName": "creds",
+                        "items": [{"key": "token", "path": "renamed/tok", "mode": 0o400}],
+                    },
+                },
+                {"name": "cfg", "configMap": {"name": "cfg", "defaultMode": 0o640}},
+            ],
+        ),
+        namespace,
+    )
     pod = wait_pod(kube, namespace, "envpod", phase_is("Succeeded", "Failed"))
     out = log_of(agent, namespace, "envpod", "main")
     ip = pod["status"]["podIP"]
@@ -70,12 +104,33 @@ def test_env_value_from_and_secret_configmap_volumes(agent: AgentProcess, kube: 
 
 
 def test_missing_secret_waits_then_starts_when_created(agent: AgentProcess, kube: KubeClient, namespace: str) -> None:
-    kube.create(PODS, pod_manifest("waits", agent.node, [{
-        "name": "main", "image": RUNNER, "command": ["sh", "-c", "echo $V"],
-        "env": [{"name": "V", "valueFrom": {"secretKeyRef": {"name": "later", "key": "v"}}}],
-    }], restartPolicy="Never"), namespace)
-    pod = wait_pod(kube, namespace, "waits", lambda p: bool(p) and bool(p["status"].get("containerStatuses"))
-                   and container(p, "main")["state"].get("waiting", {}).get("reason") == "CreateContainerConfigError")
+    kube.create(
+        PODS,
+        pod_manifest(
+            "waits",
+            agent.node,
+            [
+                {
+                    "name": "main",
+                    "image": RUNNER,
+                    "command": ["sh", "-c", "echo $V"],
+                    "env": [{"name": "V", "valueFrom": {"secretKeyRef": {"name": "later", "key": "v"}}}],
+                }
+            ],
+            restartPolicy="Never",
+        ),
+        namespace,
+    )
+    pod = wait_pod(
+        kube,
+        namespace,
+        "waits",
+        lambda p: (
+            bool(p)
+            and bool(p["status"].get("containerStatuses"))
+            and container(p, "main")["state"].get("waiting", {}).get("reason") == "CreateContainerConfigError"
+        ),
+    )
     assert "later" in container(pod, "main")["state"]["waiting"]["message"]
     assert pod["status"]["phase"] == "Pending"
     secret(kube, namespace, "later", {"v": b"arrived"})
@@ -87,20 +142,46 @@ def test_deleting_a_pod_stops_its_processes_within_the_grace_period(
     agent: AgentProcess, kube: KubeClient, namespace: str
 ) -> None:
     graceful = "trap 'echo got-term; exit 0' TERM; while true; do sleep 0.1; done"
-    kube.create(PODS, pod_manifest("del", agent.node, [
-        {"name": "polite", "image": RUNNER, "command": ["sh", "-c", graceful]},
-        {"name": "stubborn", "image": RUNNER, "command": ["sh", "-c", "trap '' TERM; while true; do sleep 0.1; done"]},
-    ], terminationGracePeriodSeconds=2), namespace)
-    pod = wait_pod(kube, namespace, "del", lambda p: bool(p) and p["status"].get("phase") == "Running"
-                   and all("running" in s["state"] for s in p["status"]["containerStatuses"]))
+    kube.create(
+        PODS,
+        pod_manifest(
+            "del",
+            agent.node,
+            [
+                {"name": "polite", "image": RUNNER, "command": ["sh", "-c", graceful]},
+                {
+                    "name": "stubborn",
+                    "image": RUNNER,
+                    "command": ["sh", "-c", "trap '' TERM; while true; do sleep 0.1; done"],
+                },
+            ],
+            terminationGracePeriodSeconds=2,
+        ),
+        namespace,
+    )
+    pod = wait_pod(
+        kube,
+        namespace,
+        "del",
+        lambda p: (
+            bool(p)
+            and p["status"].get("phase") == "Running"
+            and all("running" in s["state"] for s in p["status"]["containerStatuses"])
+        ),
+    )
     pids = [int(container(pod, n)["containerID"].rpartition("/")[2]) for n in ("polite", "stubborn")]
     assert all(pid_alive(p) for p in pids)
     [pod_dir] = find_pod_dirs(agent.root, namespace, "del")
     began = time.monotonic()
     kube.delete(PODS, "del", namespace)
     # SIGTERM first: the polite container exits 0 while the stubborn one is still in its grace period
-    during = wait_pod(kube, namespace, "del", lambda p: bool(p) and container(p, "polite")["state"].get(
-        "terminated", {}).get("exitCode") == 0, timeout=10)
+    during = wait_pod(
+        kube,
+        namespace,
+        "del",
+        lambda p: bool(p) and container(p, "polite")["state"].get("terminated", {}).get("exitCode") == 0,
+        timeout=10,
+    )
     assert "running" in container(during, "stubborn")["state"]
     wait_pod(kube, namespace, "del", lambda p: not p, timeout=20)
     assert not any(pid_alive(p) for p in pids)
@@ -114,16 +195,36 @@ def test_sandbox_in_bubblewrap_cannot_read_the_runner_secret(
 ) -> None:
     repo = make_repo(tmp_path / "repo")
     secret(kube, namespace, "ingest", {"token": b"runner-only"})
-    pod = pod_manifest("iso", agent.node, [
-        {"name": "runner", "image": RUNNER, "command": ["sh", "-c", "cat /etc/swerollout/ingest/token"],
-         "volumeMounts": [{"name": "ingest", "mountPath": "/etc/swerollout/ingest", "readOnly": True}]},
-        {"name": "sandbox", "image": f"file://{repo.path}", "workingDir": "/testbed",
-         "command": ["sh", "-c", "ls /etc/swerollout/ingest/token; ls $PODS_DIR; cat $OUTSIDE; cat README; echo end"]},
-    ], restartPolicy="Never", volumes=[{"name": "ingest", "secret": {"secretName": "ingest"}}])
+    pod = pod_manifest(
+        "iso",
+        agent.node,
+        [
+            {
+                "name": "runner",
+                "image": RUNNER,
+                "command": ["sh", "-c", "cat /etc/swerollout/ingest/token"],
+                "volumeMounts": [{"name": "ingest", "mountPath": "/etc/swerollout/ingest", "readOnly": True}],
+            },
+            {
+                "name": "sandbox",
+                "image": f"file://{repo.path}",
+                "workingDir": "/testbed",
+                "command": [
+                    "sh",
+                    "-c",
+                    "ls /etc/swerollout/ingest/token; ls $PODS_DIR; cat $OUTSIDE; cat README; echo end",
+                ],
+            },
+        ],
+        restartPolicy="Never",
+        volumes=[{"name": "ingest", "secret": {"secretName": "ingest"}}],
+    )
     outside = tmp_path / "outside.txt"
     outside.write_text("host file")
-    pod["spec"]["containers"][1]["env"] = [{"name": "PODS_DIR", "value": str(agent.root / "pods")},
-                                           {"name": "OUTSIDE", "value": str(outside)}]
+    pod["spec"]["containers"][1]["env"] = [
+        {"name": "PODS_DIR", "value": str(agent.root / "pods")},
+        {"name": "OUTSIDE", "value": str(outside)},
+    ]
     kube.create(PODS, pod, namespace)
     done = wait_pod(kube, namespace, "iso", phase_is("Succeeded", "Failed"))
     assert log_of(agent, namespace, "iso", "runner") == "runner-only"
@@ -147,9 +248,19 @@ def make_repo(path: Path) -> Repo:
     path.mkdir(parents=True)
 
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(path), *args], check=True, capture_output=True, text=True,
-                              env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x",
-                                   "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@x"}).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", str(path), *args],
+            check=True,
+            capture_output=True,
+            text=True,
+            env={
+                **os.environ,
+                "GIT_AUTHOR_NAME": "t",
+                "GIT_AUTHOR_EMAIL": "t@x",
+                "GIT_COMMITTER_NAME": "t",
+                "GIT_COMMITTER_EMAIL": "t@x",
+            },
+        ).stdout.strip()
 
     git("init", "-q")
     commits = []
@@ -166,16 +277,37 @@ def test_file_image_checks_out_the_base_commit_and_swerex_answers(
 ) -> None:
     repo = make_repo(tmp_path / "repo")
     port = free_port()
-    kube.create(PODS, pod_manifest("swe", agent.node, [{
-        "name": "sandbox", "image": f"file://{repo.path}", "workingDir": "/testbed",
-        "command": ["swerex-remote", "--host", "$(POD_IP)", "--port", str(port), "--auth-token", "tok"],
-        "env": [{"name": "SWEROLLOUT_BASE_COMMIT", "value": repo.commits[0]},
-                {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
-        "ports": [{"containerPort": port}],  # reachable from the host at the pod IP
-        "readinessProbe": {"tcpSocket": {"port": port}, "periodSeconds": 1},
-    }]), namespace)
-    ready = wait_pod(kube, namespace, "swe", lambda p: bool(p) and any(
-        c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", [])), timeout=60)
+    kube.create(
+        PODS,
+        pod_manifest(
+            "swe",
+            agent.node,
+            [
+                {
+                    "name": "sandbox",
+                    "image": f"file://{repo.path}",
+                    "workingDir": "/testbed",
+                    "command": ["swerex-remote", "--host", "$(POD_IP)", "--port", str(port), "--auth-token", "tok"],
+                    "env": [
+                        {"name": "SWEROLLOUT_BASE_COMMIT", "value": repo.commits[0]},
+                        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                    ],
+                    "ports": [{"containerPort": port}],  # reachable from the host at the pod IP
+                    "readinessProbe": {"tcpSocket": {"port": port}, "periodSeconds": 1},
+                }
+            ],
+        ),
+        namespace,
+    )
+    ready = wait_pod(
+        kube,
+        namespace,
+        "swe",
+        lambda p: (
+            bool(p) and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
+        ),
+        timeout=60,
+    )
     headers = {"X-API-Key": "tok"}
     pod_ip = ready["status"]["podIP"]
     with httpx.Client(base_url=f"http://{pod_ip}:{port}", headers=headers, timeout=30) as http:
@@ -199,9 +331,18 @@ def test_agent_restart_adopts_running_pods_and_records_lost_ones(
 ) -> None:
     agent = agent_factory()
     for name in ("keeps", "dies"):
-        kube.create(PODS, pod_manifest(name, agent.node, [
-            {"name": "main", "image": RUNNER, "command": ["sleep", "300"]},
-        ], restartPolicy="Never"), namespace)
+        kube.create(
+            PODS,
+            pod_manifest(
+                name,
+                agent.node,
+                [
+                    {"name": "main", "image": RUNNER, "command": ["sleep", "300"]},
+                ],
+                restartPolicy="Never",
+            ),
+            namespace,
+        )
     pids = {}
     for name in ("keeps", "dies"):
         pod = wait_pod(kube, namespace, name, lambda p: bool(p) and p["status"].get("phase") == "Running")
@@ -235,12 +376,35 @@ def test_agent_restart_adopts_running_pods_and_records_lost_ones(
 def test_logs_command_shows_and_follows_container_output(agent: AgentProcess, kube: KubeClient, namespace: str) -> None:
     import sys
 
-    kube.create(PODS, pod_manifest("talker", agent.node, [
-        {"name": "main", "image": RUNNER, "command": ["sh", "-c", "for i in 1 2 3; do echo line $i; sleep 0.3; done"]},
-        {"name": "other", "image": RUNNER, "command": ["sleep", "0.1"]},
-    ], restartPolicy="Never"), namespace)
+    kube.create(
+        PODS,
+        pod_manifest(
+            "talker",
+            agent.node,
+            [
+                {
+                    "name": "main",
+                    "image": RUNNER,
+                    "command": ["sh", "-c", "for i in 1 2 3; do echo line $i; sleep 0.3; done"],
+                },
+                {"name": "other", "image": RUNNER, "command": ["sleep", "0.1"]},
+            ],
+            restartPolicy="Never",
+        ),
+        namespace,
+    )
     wait_pod(kube, namespace, "talker", lambda p: bool(p) and p["status"].get("phase") == "Running")
-    base = [sys.executable, "-m", "swerollout.cli.main", "logs", "talker", "-n", namespace, "--node-root", str(agent.root)]
+    base = [
+        sys.executable,
+        "-m",
+        "swerollout.cli.main",
+        "logs",
+        "talker",
+        "-n",
+        namespace,
+        "--node-root",
+        str(agent.root),
+    ]
     followed = subprocess.run([*base, "-c", "main", "-f"], capture_output=True, text=True, timeout=30)
     assert followed.returncode == 0 and followed.stdout == "line 1\nline 2\nline 3\n"
     ambiguous = subprocess.run(base, capture_output=True, text=True, timeout=30)

@@ -27,27 +27,52 @@ def test_dollar_references_expand_like_kubernetes() -> None:
 
 
 def test_env_order_sources_and_missing_references() -> None:
-    pod = Pod.model_validate({"metadata": {"name": "p", "namespace": "n", "uid": "u", "labels": {"app": "z"}}, "spec": {
-        "containers": [{"name": "c", "envFrom": [{"prefix": "CM_", "configMapRef": {"name": "cm"}}], "env": [
-            {"name": "CM_k", "value": "overridden"},
-            {"name": "S", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
-            {"name": "L", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
-            {"name": "O", "valueFrom": {"secretKeyRef": {"name": "absent", "key": "k", "optional": True}}},
-            {"name": "D", "value": "$(S)/$(L)"},
-        ]}]}})
+    pod = Pod.model_validate(
+        {
+            "metadata": {"name": "p", "namespace": "n", "uid": "u", "labels": {"app": "z"}},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "c",
+                        "envFrom": [{"prefix": "CM_", "configMapRef": {"name": "cm"}}],
+                        "env": [
+                            {"name": "CM_k", "value": "overridden"},
+                            {"name": "S", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+                            {"name": "L", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
+                            {
+                                "name": "O",
+                                "valueFrom": {"secretKeyRef": {"name": "absent", "key": "k", "optional": True}},
+                            },
+                            {"name": "D", "value": "$(S)/$(L)"},
+                        ],
+                    }
+                ]
+            },
+        }
+    )
     objects = {("ConfigMap", "cm"): {"k": b"v", "j": b"w"}, ("Secret", "s"): {"k": b"secret"}}
     env = container_env(pod, pod.spec.containers[0], lambda kind, name: objects.get((kind, name)), "127.0.0.1")
     assert env == {"CM_k": "overridden", "CM_j": "w", "S": "secret", "L": "z", "D": "secret/z"}
     with pytest.raises(ReferenceNotFound, match="'s'"):
-        container_env(pod, pod.spec.containers[0], lambda kind, name: objects.get((kind, name)) if kind != "Secret" else None, "")
+        container_env(
+            pod, pod.spec.containers[0], lambda kind, name: objects.get((kind, name)) if kind != "Secret" else None, ""
+        )
 
 
 def test_tolerations_match_the_taint() -> None:
-    assert tolerates([Toleration(key="swerollout.io/local", operator="Exists")], "swerollout.io/local", "true", "NoSchedule")
+    assert tolerates(
+        [Toleration(key="swerollout.io/local", operator="Exists")], "swerollout.io/local", "true", "NoSchedule"
+    )
     assert tolerates([Toleration(operator="Exists")], "swerollout.io/local", "true", "NoSchedule")
-    assert not tolerates([Toleration(key="swerollout.io/local", value="false")], "swerollout.io/local", "true", "NoSchedule")
-    assert not tolerates([Toleration(key="swerollout.io/local", operator="Exists", effect="NoExecute")],
-                         "swerollout.io/local", "true", "NoSchedule")
+    assert not tolerates(
+        [Toleration(key="swerollout.io/local", value="false")], "swerollout.io/local", "true", "NoSchedule"
+    )
+    assert not tolerates(
+        [Toleration(key="swerollout.io/local", operator="Exists", effect="NoExecute")],
+        "swerollout.io/local",
+        "true",
+        "NoSchedule",
+    )
 
 
 def test_images_map_to_the_python_env_a_repo_or_a_clear_error(tmp_path: Path) -> None:
@@ -68,8 +93,9 @@ def test_images_map_to_the_python_env_a_repo_or_a_clear_error(tmp_path: Path) ->
 
 
 def test_secret_volume_items_modes_and_no_escape(tmp_path: Path) -> None:
-    volume = Volume.model_validate({"name": "v", "secret": {"secretName": "s", "defaultMode": 0o600,
-                                                            "items": [{"key": "a", "path": "sub/a"}]}})
+    volume = Volume.model_validate(
+        {"name": "v", "secret": {"secretName": "s", "defaultMode": 0o600, "items": [{"key": "a", "path": "sub/a"}]}}
+    )
     out = materialise(volume, tmp_path, lambda kind, name: {"a": b"1", "b": b"2"})
     assert (out / "sub" / "a").read_bytes() == b"1" and not (out / "b").exists()
     assert stat.S_IMODE((out / "sub" / "a").stat().st_mode) == 0o600
@@ -85,11 +111,19 @@ def test_bwrap_view_hides_paths_and_follows_symlinked_mount_points(tmp_path: Pat
     (host / "secret").mkdir()
     (host / "run").mkdir()
     (host / "varrun").symlink_to(host / "run")
-    args = bwrap_argv("bwrap", exposed=[host], hidden=[host / "secret"],
-                      mounts=[Mount(tmp_path / "vol", PurePosixPath(str(host / "etc" / "new")), True),
-                              Mount(tmp_path / "vol", PurePosixPath(str(host / "varrun" / "s")), False)],
-                      private_tmp=tmp_path, workdir=PurePosixPath("/"), hostname="h",
-                      seccomp_file=tmp_path / "seccomp.bpf")
+    args = bwrap_argv(
+        "bwrap",
+        exposed=[host],
+        hidden=[host / "secret"],
+        mounts=[
+            Mount(tmp_path / "vol", PurePosixPath(str(host / "etc" / "new")), True),
+            Mount(tmp_path / "vol", PurePosixPath(str(host / "varrun" / "s")), False),
+        ],
+        private_tmp=tmp_path,
+        workdir=PurePosixPath("/"),
+        hostname="h",
+        seccomp_file=tmp_path / "seccomp.bpf",
+    )
     joined = " ".join(args)
     assert f"--ro-bind {host}/etc/passwd {host}/etc/passwd" in joined  # /etc split around the new mount point
     assert str(host / "secret") not in joined
@@ -97,11 +131,17 @@ def test_bwrap_view_hides_paths_and_follows_symlinked_mount_points(tmp_path: Pat
 
 
 async def test_shim_records_exit_codes_and_identity_survives_adoption(tmp_path: Path) -> None:
-    proc = ContainerProcess.spawn(["sh", "-c", "exit 7"], env=dict(os.environ), cwd=tmp_path,
-                                  log_path=tmp_path / "log", exit_file=tmp_path / "exit")
+    proc = ContainerProcess.spawn(
+        ["sh", "-c", "exit 7"],
+        env=dict(os.environ),
+        cwd=tmp_path,
+        log_path=tmp_path / "log",
+        exit_file=tmp_path / "exit",
+    )
     assert await proc.wait() == 7
-    long = ContainerProcess.spawn(["sleep", "30"], env=dict(os.environ), cwd=tmp_path,
-                                  log_path=tmp_path / "log2", exit_file=tmp_path / "exit2")
+    long = ContainerProcess.spawn(
+        ["sleep", "30"], env=dict(os.environ), cwd=tmp_path, log_path=tmp_path / "log2", exit_file=tmp_path / "exit2"
+    )
     record = long.record
     record.dump(tmp_path / "p.json")
     while "sleep" not in process_tree(record.pid).values():  # the shim has exec'd the command

@@ -16,9 +16,8 @@ from typing import Any
 
 import pytest
 
-from swerollout_dev.policy_server import PolicyServerHandle, launch
 from swerollout.tokenizers import load_tokenizer
-
+from swerollout_dev.policy_server import PolicyServerHandle, launch
 from tests.support.ps_support import GREETING_V1, INSTANCES, TOKENIZER
 
 

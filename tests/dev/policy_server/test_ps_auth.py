@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import httpx
 
-from swerollout_dev.policy_server.auth import ADMIN_ROUTES, allowed
 from swerollout_dev.policy_server.app import FAULTS_ROUTE
+from swerollout_dev.policy_server.auth import ADMIN_ROUTES, allowed
 
 
 def test_sglang_decision_table() -> None:
@@ -27,12 +27,18 @@ def test_sglang_decision_table() -> None:
 def test_admin_routes_need_the_admin_key_over_http(policy_server) -> None:  # type: ignore[no-untyped-def]
     server = policy_server("null", admin_api_key="adm1n")
     with httpx.Client(base_url=server.url, timeout=60) as http:
-        for path, body in (("/abort_request", {"rid": "x"}), ("/pause_generation", {}),
-                           ("/update_weights_from_disk", {"model_path": "/nonexistent"}), ("/flush_cache", {})):
+        for path, body in (
+            ("/abort_request", {"rid": "x"}),
+            ("/pause_generation", {}),
+            ("/update_weights_from_disk", {"model_path": "/nonexistent"}),
+            ("/flush_cache", {}),
+        ):
             refused = http.post(path, json=body)
             assert refused.status_code == 401 and refused.json() == {"error": "Unauthorized"}, path
         assert http.get(FAULTS_ROUTE).status_code == 401
         assert http.post("/continue_generation", json={}, headers={"Authorization": "Bearer wrong"}).status_code == 401
-        assert http.post("/abort_request", json={"rid": "x"}, headers={"Authorization": "Bearer adm1n"}).status_code == 200
+        assert (
+            http.post("/abort_request", json={"rid": "x"}, headers={"Authorization": "Bearer adm1n"}).status_code == 200
+        )
         assert http.get("/health").status_code == 200
         assert http.get("/get_model_info").status_code == 200  # normal routes stay open without an API key

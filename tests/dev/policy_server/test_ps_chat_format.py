@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from swerollout_dev.policy_server.chat_format import ChatFormat
-from swerollout_dev.policy_server.tool_markup import GLMMarkup, HermesMarkup, QwenXMLMarkup, ToolMarkup, parse_tool_calls
 from swerollout.tokenizers import load_tokenizer
+from swerollout_dev.policy_server.chat_format import ChatFormat
+from swerollout_dev.policy_server.tool_markup import (
+    GLMMarkup,
+    HermesMarkup,
+    QwenXMLMarkup,
+    ToolMarkup,
+    parse_tool_calls,
+)
 
 USER = {"role": "user", "content": "hi"}
 ASSISTANT = {"role": "assistant", "content": "ok"}

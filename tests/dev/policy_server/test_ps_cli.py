@@ -16,8 +16,13 @@ from tests.support.ps_support import TOKENIZER
 def test_cli_serves_with_flags_and_stops_on_sigterm(tasks_file: Path, tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     server = launch(
-        "oracle", subprocess=True, tasks=tasks_file, tokenizer=TOKENIZER, weight_version="cli-v1",
-        faults={"fail_next": 1, "abort_after_tokens": 3}, log_file=log,
+        "oracle",
+        subprocess=True,
+        tasks=tasks_file,
+        tokenizer=TOKENIZER,
+        weight_version="cli-v1",
+        faults={"fail_next": 1, "abort_after_tokens": 3},
+        log_file=log,
     )
     try:
         assert server.url.startswith("http://127.0.0.1:")

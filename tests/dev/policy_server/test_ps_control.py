@@ -31,7 +31,9 @@ async def loads(client: httpx.AsyncClient, url: str) -> dict[str, int]:
     return entry
 
 
-async def wait_until(client: httpx.AsyncClient, url: str, condition: Callable[[dict[str, int]], bool]) -> dict[str, int]:
+async def wait_until(
+    client: httpx.AsyncClient, url: str, condition: Callable[[dict[str, int]], bool]
+) -> dict[str, int]:
     for _ in range(1000):
         load = await loads(client, url)
         if condition(load):
@@ -136,7 +138,7 @@ async def stream_lengths(client: httpx.AsyncClient, url: str, body: dict[str, An
     async with client.stream("POST", url + "/generate", json={**body, "stream": True}) as response:
         async for line in response.aiter_lines():
             if line.startswith("data: {"):
-                last = json.loads(line[len("data: "):])
+                last = json.loads(line[len("data: ") :])
                 out.append(len(last["output_ids"]))
     return last
 
@@ -161,7 +163,8 @@ async def test_pause_in_place_freezes_and_resumes(policy_server) -> None:
     assert lengths == sorted(lengths) and 3 <= frozen_at < 30  # never restarted
     # The tokens before the update carry the old version, the rest the new one.
     assert final["meta_info"]["weight_versions"] == [
-        {"version": "default", "start": 0, "end": frozen_at}, {"version": "v2", "start": frozen_at, "end": 30},
+        {"version": "default", "start": 0, "end": frozen_at},
+        {"version": "v2", "start": frozen_at, "end": 30},
     ]
     reference = await_reference(server.url, body)
     assert final["output_ids"] == reference
@@ -203,7 +206,8 @@ async def test_pause_retract_keeps_the_partial_output_and_emits_spans(policy_ser
     assert lengths == sorted(lengths) and 3 <= kept < 30
     assert final["meta_info"]["weight_version"] == "step-1"
     assert final["meta_info"]["weight_versions"] == [
-        {"version": "step-0", "start": 0, "end": kept}, {"version": "step-1", "start": kept, "end": 30},
+        {"version": "step-0", "start": 0, "end": kept},
+        {"version": "step-1", "start": kept, "end": 30},
     ]
     assert final["output_ids"] == await_reference(server.url, body)
 
@@ -257,7 +261,9 @@ async def test_client_disconnect_frees_the_request(policy_server) -> None:
 async def test_trainer_weight_update_calls(policy_server) -> None:
     server = policy_server("null")
     async with httpx.AsyncClient(timeout=120) as client:
-        reply = await post(client, server.url, "/update_weights_from_disk", {"model_path": "/ckpt/step-5", "weight_version": "5"})
+        reply = await post(
+            client, server.url, "/update_weights_from_disk", {"model_path": "/ckpt/step-5", "weight_version": "5"}
+        )
         assert reply["success"] is True
         assert (await client.get(server.url + "/get_model_info")).json()["weight_version"] == "5"
         assert (await client.post(server.url + "/flush_cache")).status_code == 200
@@ -287,7 +293,7 @@ async def test_cached_tokens_report_prefix_reuse_and_flushes_empty_the_cache(pol
     async with httpx.AsyncClient(timeout=120) as client:
         assert await cached(client) == 0
         reused = await cached(client)
-        assert 0 < reused < len(prompt)   # never the last input token: its logits start the reply
+        assert 0 < reused < len(prompt)  # never the last input token: its logits start the reply
         response = await client.post(server.url + "/flush_cache")
         assert response.status_code == 200, response.text
         assert await cached(client) == 0

@@ -61,7 +61,9 @@ async def test_fail_next_then_serves(policy_server) -> None:
         # The admin endpoint re-arms it, and also covers chat completions.
         faults = (await client.post(server.url + "/_standin/faults", json={"fail_next": 1})).json()
         assert faults["fail_next"] == 1
-        chat = await client.post(server.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}]})
+        chat = await client.post(
+            server.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}]}
+        )
         assert chat.status_code == 503 and "fail_next" in chat.json()["error"]["message"]
         assert (await client.get(server.url + "/_standin/faults")).json()["fail_next"] == 0
 
@@ -88,8 +90,11 @@ async def test_abort_after_tokens_and_delay_knobs(policy_server) -> None:
         reply = (await client.post(server.url + "/generate", json=body)).json()
         assert reply["meta_info"]["finish_reason"]["type"] == "abort"
         assert len(reply["output_ids"]) == 4 == len(reply["meta_info"]["output_token_logprobs"])
-        faults = (await client.post(server.url + "/_standin/faults", json={"clear_abort_after_tokens": True,
-                                                                   "delay_per_token": 0.001})).json()
+        faults = (
+            await client.post(
+                server.url + "/_standin/faults", json={"clear_abort_after_tokens": True, "delay_per_token": 0.001}
+            )
+        ).json()
         assert faults["abort_after_tokens"] is None and faults["delay_per_token"] == 0.001
         reply = (await client.post(server.url + "/generate", json=body)).json()
         assert reply["meta_info"]["finish_reason"] == {"type": "length", "length": 20}
@@ -106,8 +111,11 @@ BAD_REQUESTS: list[tuple[str, Any, str]] = [
     ("/generate", {"input_ids": [1, 10**9]}, "input_ids"),
     ("/generate", {"input_ids": [[1, 2], [3]]}, "input_ids"),
     ("/generate", {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 5000}}, "maximum context length of 4096"),
-    ("/generate", {"input_ids": [1] * 4090, "sampling_params": {"max_new_tokens": 1}},
-     "exceeds the maximum allowed length (4090 tokens)"),
+    (
+        "/generate",
+        {"input_ids": [1] * 4090, "sampling_params": {"max_new_tokens": 1}},
+        "exceeds the maximum allowed length (4090 tokens)",
+    ),
     ("/generate", {"input_ids": [1] * 4096}, "longer than the model's context length (4096 tokens)"),
     ("/abort_request", {"rid": 5}, "rid"),
     ("/pause_generation", {"mode": "sideways"}, "mode"),

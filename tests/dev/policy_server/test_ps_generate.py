@@ -8,6 +8,7 @@ import struct
 from typing import Any
 
 import httpx
+
 from tests.support.ps_support import render
 
 PROMPT = [9707, 11, 1879, 0, 151644, 77091, 198]
@@ -81,8 +82,14 @@ async def test_stop_string_cuts_text_not_tokens(policy_server, tokenizer) -> Non
 async def test_text_prompt_and_text_in_logprobs(policy_server, tokenizer) -> None:
     server = policy_server("tiny-lm")
     params = {"max_new_tokens": 4, "temperature": 0}
-    by_text = await generate(server.url, input_ids=None, text="Hello world", sampling_params=params,
-                             return_logprob=True, return_text_in_logprobs=True)
+    by_text = await generate(
+        server.url,
+        input_ids=None,
+        text="Hello world",
+        sampling_params=params,
+        return_logprob=True,
+        return_text_in_logprobs=True,
+    )
     by_ids = await generate(server.url, input_ids=tokenizer.encode("Hello world"), sampling_params=params)
     assert by_text["output_ids"] == by_ids["output_ids"]
     texts = [entry[2] for entry in by_text["meta_info"]["output_token_logprobs"]]
@@ -91,14 +98,18 @@ async def test_text_prompt_and_text_in_logprobs(policy_server, tokenizer) -> Non
 
 async def test_routed_experts_are_int32_per_token_read(policy_server) -> None:
     server = policy_server("tiny-lm")
-    out = await generate(server.url, sampling_params={"max_new_tokens": 5, "sampling_seed": 2}, return_routed_experts=True)
+    out = await generate(
+        server.url, sampling_params={"max_new_tokens": 5, "sampling_seed": 2}, return_routed_experts=True
+    )
     raw = base64.b64decode(out["meta_info"]["routed_experts"])
     values = struct.unpack(f"<{len(raw) // 4}i", raw)
     # SGLang's shape: [seqlen - 1 - routed_experts_start_len, layers, top_k] over prompt + output.
     seqlen = len(PROMPT) + 5
     assert len(values) == (seqlen - 1) * 2 * 2 and all(0 <= v < 8 for v in values)
     tail = await generate(
-        server.url, sampling_params={"max_new_tokens": 5, "sampling_seed": 2}, return_routed_experts=True,
+        server.url,
+        sampling_params={"max_new_tokens": 5, "sampling_seed": 2},
+        return_routed_experts=True,
         routed_experts_start_len=seqlen - 3,
     )
     tail_raw = base64.b64decode(tail["meta_info"]["routed_experts"])
@@ -109,15 +120,19 @@ async def test_routed_experts_are_int32_per_token_read(policy_server) -> None:
 
 async def test_streaming_sends_cumulative_chunks_then_done(policy_server) -> None:
     server = policy_server("tiny-lm")
-    body = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 5, "sampling_seed": 1}, "stream": True,
-            "return_logprob": True}
+    body = {
+        "input_ids": PROMPT,
+        "sampling_params": {"max_new_tokens": 5, "sampling_seed": 1},
+        "stream": True,
+        "return_logprob": True,
+    }
     chunks: list[dict[str, Any]] = []
     async with httpx.AsyncClient(timeout=60) as client:
         async with client.stream("POST", server.url + "/generate", json=body) as response:
             assert response.headers["content-type"].startswith("text/event-stream")
             lines = [line async for line in response.aiter_lines() if line.startswith("data: ")]
     assert lines[-1] == "data: [DONE]"
-    chunks = [json.loads(line[len("data: "):]) for line in lines[:-1]]
+    chunks = [json.loads(line[len("data: ") :]) for line in lines[:-1]]
     assert [len(c["output_ids"]) for c in chunks] == [1, 2, 3, 4, 5, 5]
     assert all(c["meta_info"]["finish_reason"] is None for c in chunks[:-1])
     final = chunks[-1]
@@ -130,8 +145,11 @@ async def test_tiny_lm_chat_completion(policy_server, tokenizer) -> None:
     server = policy_server("tiny-lm")
     messages = [{"role": "user", "content": "hi"}]
     async with httpx.AsyncClient(timeout=60) as client:
-        reply = (await client.post(server.url + "/v1/chat/completions",
-                                   json={"messages": messages, "max_tokens": 7, "seed": 3})).json()
+        reply = (
+            await client.post(
+                server.url + "/v1/chat/completions", json={"messages": messages, "max_tokens": 7, "seed": 3}
+            )
+        ).json()
     assert reply["choices"][0]["finish_reason"] == "length"
     assert reply["usage"]["completion_tokens"] == 7
     assert reply["usage"]["prompt_tokens"] == len(render(tokenizer, messages))

@@ -10,9 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from swerollout_dev.policy_server import PolicyServerHandle
 from swerollout.issue_images import image_placeholder
 from swerollout.tokenizers import load_tokenizer
+from swerollout_dev.policy_server import PolicyServerHandle
 from tests.support.image_bytes import data_url, gif, jpeg_header, png
 
 VISION = "glm-4.5v"
@@ -21,7 +21,9 @@ VISION = "glm-4.5v"
 def prompt(tokenizer: Any, images: int) -> list[int]:
     """A GLM-4.5V prompt with ``images`` image placeholders, as its template renders them."""
     content = [*({"type": "image"} for _ in range(images)), {"type": "text", "text": "what is wrong here?"}]
-    text = tokenizer.apply_chat_template([{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
+    )
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 
@@ -39,8 +41,12 @@ def test_images_expand_their_placeholders_in_order(policy_server: Callable[..., 
     tokenizer = load_tokenizer(VISION)
     ids = prompt(tokenizer, 4)
     shot, animation = png(56, 84), gif(29, 1)
-    images = [data_url(shot), "https://user-images.example/b.png", data_url(animation, "image/gif"),
-              data_url(jpeg_header(280, 28), "image/jpeg")]
+    images = [
+        data_url(shot),
+        "https://user-images.example/b.png",
+        data_url(animation, "image/gif"),
+        data_url(jpeg_header(280, 28), "image/jpeg"),
+    ]
     response = generate(server, ids, images)
     assert response.status_code == 200, response.text
     # 2 x 3 tiles; not downloaded: 64; 2 x 1 tiles, at least 4; 10 x 1 tiles.
@@ -66,8 +72,11 @@ def test_sglangs_other_image_data_shapes_are_accepted(policy_server: Callable[..
 @pytest.mark.parametrize(
     ("placeholders", "image_data", "message"),
     [
-        (1, ["https://a.example/1.png", "https://a.example/2.png"],
-         "prompt has 1 image placeholder token(s) but 2 image(s) were provided"),
+        (
+            1,
+            ["https://a.example/1.png", "https://a.example/2.png"],
+            "prompt has 1 image placeholder token(s) but 2 image(s) were provided",
+        ),
         (2, ["https://a.example/1.png"], "prompt has 2 image placeholder token(s) but 1 image(s) were provided"),
         (1, ["data:image/png;base64,%%%"], "image_data[0]: the data URL's base64 does not decode"),
         (1, ["data:image/svg+xml;base64,PHN2Zz4="], "image_data[0]: data URL of type image/svg+xml"),

@@ -13,9 +13,9 @@ from typing import Any
 
 import httpx
 import numpy as np
-from tests.support.ps_support import render
 
 from swerollout_dev.policy_server.policies.tiny_lm import KVCache, build_model, log_softmax
+from tests.support.ps_support import render
 
 TEMPERATURE = 0.8
 TOLERANCE = 1e-4
@@ -31,7 +31,10 @@ async def test_multi_turn_logprobs_match_teacher_forcing(policy_server, tokenize
                 "rid": f"fidelity-t{turn:04d}",
                 "input_ids": tokens,
                 "sampling_params": {
-                    "max_new_tokens": 10, "temperature": TEMPERATURE, "top_p": 0.95, "top_k": 200,
+                    "max_new_tokens": 10,
+                    "temperature": TEMPERATURE,
+                    "top_p": 0.95,
+                    "top_k": 200,
                     "sampling_seed": 100 + turn,
                 },
                 "return_logprob": True,

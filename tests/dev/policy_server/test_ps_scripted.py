@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
 from tests.support.ps_support import GOLD_PATCH, GREETING_V2, TOOLS, render
 
 SYSTEM = {"role": "system", "content": "You are a software engineer fixing a repository."}
@@ -80,7 +81,12 @@ async def test_oracle_text_format_uses_one_bash_block(policy_server, tokenizer, 
     assert run_bash(blocks[0], greet_repo).returncode == 0
     assert (greet_repo / "greet.py").read_text() == GREETING_V2
 
-    history = [SYSTEM, TASK, {"role": "assistant", "content": first["text"]}, {"role": "user", "content": "(no output)"}]
+    history = [
+        SYSTEM,
+        TASK,
+        {"role": "assistant", "content": first["text"]},
+        {"role": "user", "content": "(no output)"},
+    ]
     second = await generate(server.url, render(tokenizer, history))
     assert BASH_BLOCK.findall(second["text"]) == ["submit"]
 
@@ -99,7 +105,10 @@ async def test_oracle_picks_longest_instance_id_and_reports_unknown_tasks(policy
 
 async def test_oracle_recognises_problem_statement_without_id(policy_server, tokenizer) -> None:
     server = policy_server("oracle")
-    statement = {"role": "user", "content": "Issue:\ngreet() forgets the comma and the exclamation mark.\n\nExpected 'Hello, Bob!'."}
+    statement = {
+        "role": "user",
+        "content": "Issue:\ngreet() forgets the comma and the exclamation mark.\n\nExpected 'Hello, Bob!'.",
+    }
     reply = await generate(server.url, render(tokenizer, [statement], tools=TOOLS))
     assert GOLD_PATCH in only_tool_call(reply["text"])["arguments"]["command"]
 
@@ -166,8 +175,8 @@ async def test_chat_completions_null_and_text_format(policy_server) -> None:
 
 async def test_oracle_speaks_the_template_family_markup(policy_server, greet_repo) -> None:
     """GLM templates get GLM tool calls, ended by the token GLM puts after a call."""
-    from swerollout_dev.policy_server.tool_markup import GLMMarkup, parse_tool_calls
     from swerollout.tokenizers import load_tokenizer
+    from swerollout_dev.policy_server.tool_markup import GLMMarkup, parse_tool_calls
 
     glm = load_tokenizer("glm-4.5v")
     server = policy_server("oracle", tokenizer="glm-4.5v")

@@ -41,16 +41,39 @@ async def test_generate_responses_decode_as_sglangs(policy_server) -> None:
     async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
         aborted = (await client.post("/generate", json={**base, "sampling_params": {"max_new_tokens": 20}})).json()
         await client.post("/_standin/faults", json={"clear_abort_after_tokens": True})
-        length = (await client.post("/generate", json={
-            **base, "sampling_params": {"max_new_tokens": 3, "sampling_seed": 0},
-        })).json()
-        stop = (await client.post("/generate", json={
-            **base, "sampling_params": {"max_new_tokens": 20, "stop_token_ids": length["output_ids"][:1], "sampling_seed": 0},
-        })).json()
-        routed = (await client.post("/generate", json={
-            **base, "sampling_params": {"max_new_tokens": 3}, "return_routed_experts": True,
-            "routed_experts_start_len": 2,
-        })).json()
+        length = (
+            await client.post(
+                "/generate",
+                json={
+                    **base,
+                    "sampling_params": {"max_new_tokens": 3, "sampling_seed": 0},
+                },
+            )
+        ).json()
+        stop = (
+            await client.post(
+                "/generate",
+                json={
+                    **base,
+                    "sampling_params": {
+                        "max_new_tokens": 20,
+                        "stop_token_ids": length["output_ids"][:1],
+                        "sampling_seed": 0,
+                    },
+                },
+            )
+        ).json()
+        routed = (
+            await client.post(
+                "/generate",
+                json={
+                    **base,
+                    "sampling_params": {"max_new_tokens": 3},
+                    "return_routed_experts": True,
+                    "routed_experts_start_len": 2,
+                },
+            )
+        ).json()
     assert isinstance(decode(aborted).finish_reason, api_types.FinishAbort)
     assert isinstance(decode(length).finish_reason, api_types.FinishLength)
     assert decode(length).finish_reason.length == 3
@@ -63,8 +86,12 @@ async def test_generate_responses_decode_as_sglangs(policy_server) -> None:
 
 async def test_spans_equal_the_wheels_span_helpers(policy_server) -> None:
     server = policy_server("tiny-lm", faults={"delay_per_token": 0.02}, weight_version="v0")
-    body = {"rid": "span-1", "input_ids": PROMPT, "sampling_params": {"max_new_tokens": 40, "ignore_eos": True},
-            "stream": True}
+    body = {
+        "rid": "span-1",
+        "input_ids": PROMPT,
+        "sampling_params": {"max_new_tokens": 40, "ignore_eos": True},
+        "stream": True,
+    }
     lengths: list[int] = []
     final: dict[str, Any] = {}
 
@@ -72,7 +99,7 @@ async def test_spans_equal_the_wheels_span_helpers(policy_server) -> None:
         async with client.stream("POST", "/generate", json=body) as response:
             async for line in response.aiter_lines():
                 if line.startswith("data: {"):
-                    final.update(json.loads(line[len("data: "):]))
+                    final.update(json.loads(line[len("data: ") :]))
                     lengths.append(len(final["output_ids"]))
 
     async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:

@@ -21,7 +21,12 @@ from swerollout_dev.policy_server.chat_format import ChatFormat
 from swerollout_dev.policy_server.policies import PolicyContext, SamplingConfig, TokenSample
 from swerollout_dev.policy_server.policies.prefix_cache import PrefixCache
 from swerollout_dev.policy_server.policies.tiny_lm import (
-    _QUERY_BLOCK, KVCache, TinyLM, TinyLMGeneration, TinyLMPolicy, build_model,
+    _QUERY_BLOCK,
+    KVCache,
+    TinyLM,
+    TinyLMGeneration,
+    TinyLMPolicy,
+    build_model,
 )
 
 VOCAB = 512
@@ -31,10 +36,17 @@ TOKENS = [int(t) for t in np.random.default_rng(7).integers(0, VOCAB, size=2 * _
 def _transformers_twin(model: TinyLM) -> Qwen2ForCausalLM:
     c = model.config
     config = Qwen2Config(
-        vocab_size=c.vocab_size, hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
-        num_hidden_layers=c.num_layers, num_attention_heads=c.num_heads, num_key_value_heads=c.num_kv_heads,
-        max_position_embeddings=c.context_length, rope_theta=c.rope_theta, rms_norm_eps=c.rms_norm_eps,
-        tie_word_embeddings=True, hidden_act="silu",
+        vocab_size=c.vocab_size,
+        hidden_size=c.hidden_size,
+        intermediate_size=c.intermediate_size,
+        num_hidden_layers=c.num_layers,
+        num_attention_heads=c.num_heads,
+        num_key_value_heads=c.num_kv_heads,
+        max_position_embeddings=c.context_length,
+        rope_theta=c.rope_theta,
+        rms_norm_eps=c.rms_norm_eps,
+        tie_word_embeddings=True,
+        hidden_act="silu",
     )
     config._attn_implementation = "eager"
     twin = Qwen2ForCausalLM(config)
@@ -43,16 +55,21 @@ def _transformers_twin(model: TinyLM) -> Qwen2ForCausalLM:
         p = f"model.layers.{i}."
         # torch Linear stores [out, in]; the numpy model multiplies x @ W with W [in, out].
         state |= {
-            p + "input_layernorm.weight": layer.input_norm, p + "post_attention_layernorm.weight": layer.post_norm,
-            p + "self_attn.q_proj.weight": layer.q.T, p + "self_attn.k_proj.weight": layer.k.T,
-            p + "self_attn.v_proj.weight": layer.v.T, p + "self_attn.o_proj.weight": layer.o.T,
-            p + "mlp.gate_proj.weight": layer.gate.T, p + "mlp.up_proj.weight": layer.up.T,
+            p + "input_layernorm.weight": layer.input_norm,
+            p + "post_attention_layernorm.weight": layer.post_norm,
+            p + "self_attn.q_proj.weight": layer.q.T,
+            p + "self_attn.k_proj.weight": layer.k.T,
+            p + "self_attn.v_proj.weight": layer.v.T,
+            p + "self_attn.o_proj.weight": layer.o.T,
+            p + "mlp.gate_proj.weight": layer.gate.T,
+            p + "mlp.up_proj.weight": layer.up.T,
             p + "mlp.down_proj.weight": layer.down.T,
         }
         for proj in ("q", "k", "v"):  # Qwen2 initialises the q/k/v biases to zero
             state[p + f"self_attn.{proj}_proj.bias"] = np.zeros(getattr(layer, proj).shape[1], np.float32)
     missing, unexpected = twin.load_state_dict(
-        {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()}, strict=False,
+        {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()},
+        strict=False,
     )
     assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
     twin.tie_weights()
@@ -117,12 +134,20 @@ REUSE_TOLERANCE = 1e-5
 
 @pytest.fixture(scope="module")
 def context(tokenizer: Any) -> PolicyContext:
-    return PolicyContext(tokenizer=tokenizer, chat_format=ChatFormat.from_tokenizer(tokenizer), tasks_file=None,
-                         seed=0, context_length=32768)
+    return PolicyContext(
+        tokenizer=tokenizer,
+        chat_format=ChatFormat.from_tokenizer(tokenizer),
+        tasks_file=None,
+        seed=0,
+        context_length=32768,
+    )
 
 
 def _turn(
-    policy: TinyLMPolicy, input_ids: list[int], seed: int, steps: int = 12,
+    policy: TinyLMPolicy,
+    input_ids: list[int],
+    seed: int,
+    steps: int = 12,
 ) -> tuple[TinyLMGeneration, list[TokenSample]]:
     generation = policy.start(input_ids, SamplingConfig(temperature=1.0, top_p=1.0, top_k=-1, seed=seed))
     samples = [generation.next_token() for _ in range(steps)]

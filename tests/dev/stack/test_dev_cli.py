@@ -14,14 +14,19 @@ from pathlib import Path
 import httpx
 import pytest
 
+from swerollout.kube import NODES, PODS, SECRETS, KubeClient, NotFound
 from swerollout_dev.stack.paths import DevPaths
 from swerollout_dev.stack.state import DevState
-from swerollout.kube import NODES, PODS, SECRETS, KubeClient, NotFound
 
 
 def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "swerollout.cli.main", *args], capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "swerollout.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 @pytest.fixture
@@ -70,8 +75,15 @@ def test_dev_up_status_logs_down(workdir: Path) -> None:
     admin_key = paths.inference_admin_key.read_text().strip()
     abort = {"rid": "", "abort_all": True}
     assert httpx.post(f"{state.sglang_url}/abort_request", json=abort, timeout=10).status_code == 401
-    assert httpx.post(f"{state.sglang_url}/abort_request", json=abort, timeout=10,
-                      headers={"Authorization": f"Bearer {admin_key}"}).status_code == 200
+    assert (
+        httpx.post(
+            f"{state.sglang_url}/abort_request",
+            json=abort,
+            timeout=10,
+            headers={"Authorization": f"Bearer {admin_key}"},
+        ).status_code
+        == 200
+    )
 
     with KubeClient.from_kubeconfig(paths.kubeconfig) as kube:
         stored = kube.get(SECRETS, "swerollout-inference-keys", "default")["data"]["admin-key"]
@@ -83,9 +95,21 @@ def test_dev_up_status_logs_down(workdir: Path) -> None:
         # a pod gets no Kubernetes credentials: the dev directory is hidden from containers
         hello = f"echo hello dev; echo on stderr >&2; test -e {paths.kubeconfig} && echo leaked; true"
         for name, script in (("hello", hello), ("forever", "sleep 300")):
-            kube.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
-                "restartPolicy": "Never", "tolerations": toleration, "terminationGracePeriodSeconds": 1,
-                "containers": [{"name": "main", "image": "swerollout:dev", "command": ["sh", "-c", script]}]}}, "default")
+            kube.create(
+                PODS,
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": name},
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "tolerations": toleration,
+                        "terminationGracePeriodSeconds": 1,
+                        "containers": [{"name": "main", "image": "swerollout:dev", "command": ["sh", "-c", script]}],
+                    },
+                },
+                "default",
+            )
         wait_phase(kube, "hello", ("Succeeded",))
         running = wait_phase(kube, "forever", ("Running",))
         pid = int(running["status"]["containerStatuses"][0]["containerID"].rpartition("/")[2])
@@ -108,9 +132,20 @@ def test_dev_up_status_logs_down(workdir: Path) -> None:
     with KubeClient.from_kubeconfig(paths.kubeconfig) as kube:
         again = wait_phase(kube, "forever", ("Running",))
         assert again["status"]["containerStatuses"][0]["containerID"] == f"local://{pid}"
-        kube.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "after"}, "spec": {
-            "restartPolicy": "Never", "tolerations": toleration,
-            "containers": [{"name": "main", "image": "swerollout:dev", "command": ["true"]}]}}, "default")
+        kube.create(
+            PODS,
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "after"},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "tolerations": toleration,
+                    "containers": [{"name": "main", "image": "swerollout:dev", "command": ["true"]}],
+                },
+            },
+            "default",
+        )
         wait_phase(kube, "after", ("Succeeded",))
     state = DevState.read(paths.state) or state
 
@@ -128,8 +163,17 @@ def test_dev_up_status_logs_down(workdir: Path) -> None:
 
 
 def test_dev_up_that_fails_says_why_and_leaves_nothing_running(workdir: Path) -> None:
-    up = cli("dev", "up", "--workdir", str(workdir), "--policy", "oracle", "--tasks", str(workdir / "missing.jsonl"),
-             "--no-operator")
+    up = cli(
+        "dev",
+        "up",
+        "--workdir",
+        str(workdir),
+        "--policy",
+        "oracle",
+        "--tasks",
+        str(workdir / "missing.jsonl"),
+        "--no-operator",
+    )
     assert up.returncode == 1
     assert "policy server did not listen" in up.stdout and "dev up failed" in up.stderr
     state = DevState.read(DevPaths.under(workdir).state)

@@ -13,9 +13,9 @@ import pytest
 
 from agent_runner.grading import parse_pytest_log
 from swerollout import instances
-from swerollout_dev import tasks
 from swerollout.api.v1alpha1 import Instance, LogParser
 from swerollout.cli.main import main
+from swerollout_dev import tasks
 
 TASK_NAMES = [p.name for p in tasks.task_dirs()]
 COMMITTED_INDEX = tasks.DEFAULT_TASKS_DIR / tasks.INDEX_FILE
@@ -121,7 +121,10 @@ def test_to_api_instance_maps_every_field() -> None:
     api = instances.to_api_instance(instance, workdir="/work/repo")
     assert isinstance(api, Instance)
     assert (api.instance_id, api.repo, api.base_commit, api.image) == (
-        instance.instance_id, instance.repo, instance.base_commit, instance.image,
+        instance.instance_id,
+        instance.repo,
+        instance.base_commit,
+        instance.image,
     )
     assert api.workdir == "/work/repo" and api.problem_statement == instance.problem_statement
     assert api.evaluation.fail_to_pass == instance.FAIL_TO_PASS
@@ -150,7 +153,7 @@ def test_loads_swebench_json_string_test_lists(tmp_path: Path) -> None:
 
 
 def test_bad_index_line_names_file_and_line(tmp_path: Path) -> None:
-    (tmp_path / "i.jsonl").write_text(COMMITTED_INDEX.read_text().splitlines()[0] + "\n{\"instance_id\": 3}\n")
+    (tmp_path / "i.jsonl").write_text(COMMITTED_INDEX.read_text().splitlines()[0] + '\n{"instance_id": 3}\n')
     with pytest.raises(instances.InstanceError, match=r"i\.jsonl:2"):
         tasks.load_instances(tmp_path / "i.jsonl")
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import yaml
@@ -68,10 +69,20 @@ BAD_INPUTS: list[tuple[str, str, Any, str]] = [
     ("image-with-space", "spec.instance.image", "registry.example/calc 1", "spec.instance.image: Invalid value"),
     ("image-uppercase-path", "spec.instance.image", "registry.example/Calc:1", "spec.instance.image: Invalid value"),
     ("image-bad-tag", "spec.instance.image", "registry.example/calc:", "spec.instance.image: Invalid value"),
-    ("problem-too-long", "spec.instance.problemStatement", "x" * (256 * 1024 + 1), "spec.instance.problemStatement: Too long"),
+    (
+        "problem-too-long",
+        "spec.instance.problemStatement",
+        "x" * (256 * 1024 + 1),
+        "spec.instance.problemStatement: Too long",
+    ),
     ("issue-image-not-url", "spec.instance.issueImages", ["a screenshot of the bug"], "spec.instance.issueImages[0]"),
     ("issue-image-no-host", "spec.instance.issueImages", ["http:///shot.png"], "spec.instance.issueImages[0]"),
-    ("issue-image-bad-port", "spec.instance.issueImages", ["https://img.example:99999/a.png"], "spec.instance.issueImages[0]"),
+    (
+        "issue-image-bad-port",
+        "spec.instance.issueImages",
+        ["https://img.example:99999/a.png"],
+        "spec.instance.issueImages[0]",
+    ),
     ("unknown-parser", "spec.instance.evaluation.logParser", "junit", "spec.instance.evaluation.logParser"),
     ("unknown-eval-type", "spec.instance.evaluation.evalType", "all", "spec.instance.evaluation.evalType"),
     ("empty-test-id", "spec.instance.evaluation.failToPass", [""], "spec.instance.evaluation.failToPass[0]"),
@@ -95,14 +106,34 @@ BAD_INPUTS: list[tuple[str, str, Any, str]] = [
     ("too-many-turns", "spec.agent.maxTurns", 5000, "spec.agent.maxTurns"),
     ("too-many-requeries", "spec.agent.maxRequeries", 21, "spec.agent.maxRequeries"),
     ("zero-command-timeout", "spec.agent.commandTimeoutSeconds", 0, "spec.agent.commandTimeoutSeconds"),
-    ("template-too-long", "spec.agent.templates.systemTemplate", "x" * (16 * 1024 + 1), "spec.agent.templates.systemTemplate: Too long"),
+    (
+        "template-too-long",
+        "spec.agent.templates.systemTemplate",
+        "x" * (16 * 1024 + 1),
+        "spec.agent.templates.systemTemplate: Too long",
+    ),
     ("typo-field", "spec.agent.maxTurn", 10, 'unknown field "spec.agent.maxTurn"'),
     ("no-tools", "spec.agent.tools.enabled", [], "spec.agent.tools.enabled"),
     ("unknown-tool", "spec.agent.tools.enabled", ["python"], "spec.agent.tools.enabled[0]: Unsupported value"),
-    ("duplicate-tools", "spec.agent.tools.enabled", ["bash", "bash", "submit"], "spec.agent.tools.enabled[1]: Duplicate value"),
-    ("no-submit-tool", "spec.agent.tools.enabled", ["bash", "str_replace_editor"], "spec.agent.tools.enabled: Invalid value"),
+    (
+        "duplicate-tools",
+        "spec.agent.tools.enabled",
+        ["bash", "bash", "submit"],
+        "spec.agent.tools.enabled[1]: Duplicate value",
+    ),
+    (
+        "no-submit-tool",
+        "spec.agent.tools.enabled",
+        ["bash", "str_replace_editor"],
+        "spec.agent.tools.enabled: Invalid value",
+    ),
     ("env-not-a-shell-name", "spec.agent.tools.env", {"1 BAD": "x"}, "spec.agent.tools.env: Invalid value"),
-    ("duplicate-blocklist", "spec.agent.tools.blocklist", ["vim", "vim"], "spec.agent.tools.blocklist[1]: Duplicate value"),
+    (
+        "duplicate-blocklist",
+        "spec.agent.tools.blocklist",
+        ["vim", "vim"],
+        "spec.agent.tools.blocklist[1]: Duplicate value",
+    ),
     ("unknown-mode", "spec.mode", "eval", "spec.mode: Unsupported value"),
     ("suspend-not-bool", "spec.suspend", "yes", "spec.suspend"),
     ("negative-keepalive", "spec.sandbox.keepAliveSecondsAfterAbort", -5, "spec.sandbox.keepAliveSecondsAfterAbort"),
@@ -113,23 +144,93 @@ BAD_INPUTS: list[tuple[str, str, Any, str]] = [
     ("quantity-negative-int", f"{_RES}.requests", {"cpu": -1}, f"{_RES}.requests[cpu]: Invalid value"),
     ("quantity-bad-suffix", f"{_RES}.limits", {"memory": "4GB"}, f"{_RES}.limits[memory]: Invalid value"),
     ("resource-name-typo", f"{_RES}.requests", {"memroy": "1Gi"}, f"{_RES}.requests: Invalid value"),
-    ("request-above-limit", _RES, {"requests": {"memory": "8Gi"}, "limits": {"memory": "4Gi"}}, f"{_RES}: Invalid value"),
-    ("cpu-request-above-int-limit", _RES, {"requests": {"cpu": "1500m"}, "limits": {"cpu": 1}}, f"{_RES}: Invalid value"),
-    ("eval-request-above-limit", "spec.reward.resources", {"requests": {"cpu": 2}, "limits": {"cpu": "1"}}, "spec.reward.resources: Invalid value"),
+    (
+        "request-above-limit",
+        _RES,
+        {"requests": {"memory": "8Gi"}, "limits": {"memory": "4Gi"}},
+        f"{_RES}: Invalid value",
+    ),
+    (
+        "cpu-request-above-int-limit",
+        _RES,
+        {"requests": {"cpu": "1500m"}, "limits": {"cpu": 1}},
+        f"{_RES}: Invalid value",
+    ),
+    (
+        "eval-request-above-limit",
+        "spec.reward.resources",
+        {"requests": {"cpu": 2}, "limits": {"cpu": "1"}},
+        "spec.reward.resources: Invalid value",
+    ),
     ("node-selector-key", "spec.sandbox.nodeSelector", {"bad key!": "x"}, "spec.sandbox.nodeSelector: Invalid value"),
-    ("node-selector-value", "spec.sandbox.nodeSelector", {"disk": "not ok!"}, "spec.sandbox.nodeSelector[disk]: Invalid value"),
+    (
+        "node-selector-value",
+        "spec.sandbox.nodeSelector",
+        {"disk": "not ok!"},
+        "spec.sandbox.nodeSelector[disk]: Invalid value",
+    ),
     ("bad-toleration", "spec.sandbox.tolerations", [{"operator": "Sometimes"}], "spec.sandbox.tolerations[0].operator"),
-    ("toleration-exists-with-value", "spec.sandbox.tolerations", [{"key": "gpu", "operator": "Exists", "value": "a100"}], "spec.sandbox.tolerations[0]: Invalid value"),
-    ("toleration-no-key-equal", "spec.sandbox.tolerations", [{"operator": "Equal", "value": "x"}], "spec.sandbox.tolerations[0]: Invalid value"),
-    ("toleration-seconds-not-noexecute", "spec.sandbox.tolerations", [{"key": "a", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 5}], "spec.sandbox.tolerations[0]: Invalid value"),
-    ("toleration-bad-key", "spec.sandbox.tolerations", [{"key": "bad key", "operator": "Exists"}], "spec.sandbox.tolerations[0].key: Invalid value"),
-    ("runtime-class-name", "spec.sandbox.runtimeClassName", "Not_Valid", "spec.sandbox.runtimeClassName: Invalid value"),
-    ("pull-secret-name", "spec.sandbox.imagePullSecrets", ["My Secret"], "spec.sandbox.imagePullSecrets[0]: Invalid value"),
-    ("pull-secret-duplicate", "spec.sandbox.imagePullSecrets", ["regcred", "regcred"], "spec.sandbox.imagePullSecrets[1]: Duplicate value"),
+    (
+        "toleration-exists-with-value",
+        "spec.sandbox.tolerations",
+        [{"key": "gpu", "operator": "Exists", "value": "a100"}],
+        "spec.sandbox.tolerations[0]: Invalid value",
+    ),
+    (
+        "toleration-no-key-equal",
+        "spec.sandbox.tolerations",
+        [{"operator": "Equal", "value": "x"}],
+        "spec.sandbox.tolerations[0]: Invalid value",
+    ),
+    (
+        "toleration-seconds-not-noexecute",
+        "spec.sandbox.tolerations",
+        [{"key": "a", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 5}],
+        "spec.sandbox.tolerations[0]: Invalid value",
+    ),
+    (
+        "toleration-bad-key",
+        "spec.sandbox.tolerations",
+        [{"key": "bad key", "operator": "Exists"}],
+        "spec.sandbox.tolerations[0].key: Invalid value",
+    ),
+    (
+        "runtime-class-name",
+        "spec.sandbox.runtimeClassName",
+        "Not_Valid",
+        "spec.sandbox.runtimeClassName: Invalid value",
+    ),
+    (
+        "pull-secret-name",
+        "spec.sandbox.imagePullSecrets",
+        ["My Secret"],
+        "spec.sandbox.imagePullSecrets[0]: Invalid value",
+    ),
+    (
+        "pull-secret-duplicate",
+        "spec.sandbox.imagePullSecrets",
+        ["regcred", "regcred"],
+        "spec.sandbox.imagePullSecrets[1]: Duplicate value",
+    ),
     ("short-reward-timeout", "spec.reward.timeoutSeconds", 5, "spec.reward.timeoutSeconds"),
-    ("api-key-secret-name", "spec.inference.apiKeySecretRef", {"name": "My Keys", "key": "api-key"}, "spec.inference.apiKeySecretRef.name: Invalid value"),
-    ("admin-key-secret-key", "spec.inference.adminKeySecretRef", {"name": "keys", "key": "admin key"}, "spec.inference.adminKeySecretRef.key: Invalid value"),
-    ("api-key-ref-without-key", "spec.inference.apiKeySecretRef", {"name": "keys"}, "spec.inference.apiKeySecretRef.key: Required value"),
+    (
+        "api-key-secret-name",
+        "spec.inference.apiKeySecretRef",
+        {"name": "My Keys", "key": "api-key"},
+        "spec.inference.apiKeySecretRef.name: Invalid value",
+    ),
+    (
+        "admin-key-secret-key",
+        "spec.inference.adminKeySecretRef",
+        {"name": "keys", "key": "admin key"},
+        "spec.inference.adminKeySecretRef.key: Invalid value",
+    ),
+    (
+        "api-key-ref-without-key",
+        "spec.inference.apiKeySecretRef",
+        {"name": "keys"},
+        "spec.inference.apiKeySecretRef.key: Required value",
+    ),
 ]
 
 
@@ -151,8 +252,10 @@ def test_bad_input_is_rejected_naming_the_field(
     # its annotation's size error for the oversized case, and the API server a note that
     # it skipped CEL rules after a schema error.)
     others = [
-        line for line in result.stderr.splitlines()
-        if line.startswith("* ") and expected not in line
+        line
+        for line in result.stderr.splitlines()
+        if line.startswith("* ")
+        and expected not in line
         and not line.startswith(("* <nil>", "* metadata.annotations: Too long"))
     ]
     assert not others, result.stderr
@@ -183,32 +286,81 @@ def _good(**changes: Any) -> dict[str, Any]:
 _DIGEST = "sha256:" + "0123456789abcdef" * 4
 # Written the way core/v1 users write them; all must be accepted by both sides.
 GOOD_INPUTS: list[tuple[str, dict[str, Any]]] = [
-    ("int-cpu", _good(sandbox__resources={"requests": {"cpu": 2, "memory": "1Gi"}, "limits": {"cpu": 4, "memory": "2Gi"}})),
-    ("equal-in-other-units", _good(sandbox__resources={"requests": {"memory": "1024Mi", "cpu": "0.5"}, "limits": {"memory": "1Gi", "cpu": "500m"}})),
-    ("exponent-and-extended", _good(sandbox__resources={"requests": {"memory": "1e9", "hugepages-2Mi": "64Mi"}, "limits": {"nvidia.com/gpu": 1, "memory": "1Gi", "hugepages-2Mi": "64Mi"}})),
-    ("tolerations", _good(sandbox__tolerations=[
-        {"operator": "Exists"},
-        {"key": "example.com/gpu", "operator": "Equal", "value": "a100", "effect": "NoSchedule"},
-        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30},
-    ])),
-    ("placement", _good(sandbox__nodeSelector={"kubernetes.io/arch": "amd64", "pool": ""}, sandbox__runtimeClassName="gvisor", sandbox__imagePullSecrets=["regcred", "ghcr.creds"])),
+    (
+        "int-cpu",
+        _good(sandbox__resources={"requests": {"cpu": 2, "memory": "1Gi"}, "limits": {"cpu": 4, "memory": "2Gi"}}),
+    ),
+    (
+        "equal-in-other-units",
+        _good(
+            sandbox__resources={
+                "requests": {"memory": "1024Mi", "cpu": "0.5"},
+                "limits": {"memory": "1Gi", "cpu": "500m"},
+            }
+        ),
+    ),
+    (
+        "exponent-and-extended",
+        _good(
+            sandbox__resources={
+                "requests": {"memory": "1e9", "hugepages-2Mi": "64Mi"},
+                "limits": {"nvidia.com/gpu": 1, "memory": "1Gi", "hugepages-2Mi": "64Mi"},
+            }
+        ),
+    ),
+    (
+        "tolerations",
+        _good(
+            sandbox__tolerations=[
+                {"operator": "Exists"},
+                {"key": "example.com/gpu", "operator": "Equal", "value": "a100", "effect": "NoSchedule"},
+                {
+                    "key": "node.kubernetes.io/unreachable",
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 30,
+                },
+            ]
+        ),
+    ),
+    (
+        "placement",
+        _good(
+            sandbox__nodeSelector={"kubernetes.io/arch": "amd64", "pool": ""},
+            sandbox__runtimeClassName="gvisor",
+            sandbox__imagePullSecrets=["regcred", "ghcr.creds"],
+        ),
+    ),
     ("image-with-port-and-digest", _good(instance__image=f"localhost:5000/org/sweb.eval.x86_64.calc__1@{_DIGEST}")),
     ("image-bare-name", _good(instance__image="ubuntu")),
     ("image-dev-repo", _good(instance__image="file:///tmp/swerollout-tasks/calc")),
     ("endpoint-ipv6", _good(inference__endpoint="http://[::1]:30000")),
     ("endpoint-path", _good(inference__endpoint="https://sglang.inference.svc.cluster.local:65535/v1")),
     ("top-k-one", _good(inference__sampling={"topK": 1})),
-    ("issue-images", _good(instance__issueImages=["https://img.example/shot.png", "data:image/png;base64,iVBORw0KGgo="])),
+    (
+        "issue-images",
+        _good(instance__issueImages=["https://img.example/shot.png", "data:image/png;base64,iVBORw0KGgo="]),
+    ),
     ("no-reward-no-tests", _good(instance__evaluation={}, reward={"enabled": False})),
-    ("inference-keys", _good(inference__apiKeySecretRef={"name": "sglang-keys", "key": "api-key"}, inference__adminKeySecretRef={"name": "sglang.admin", "key": "ADMIN_key.txt"})),
+    (
+        "inference-keys",
+        _good(
+            inference__apiKeySecretRef={"name": "sglang-keys", "key": "api-key"},
+            inference__adminKeySecretRef={"name": "sglang.admin", "key": "ADMIN_key.txt"},
+        ),
+    ),
     ("pass-to-pass-only", _good(instance__evaluation={"passToPass": ["tests/test_calc.py::test_sub"]})),
 ]
 
 
 @cluster
 @pytest.mark.parametrize("case, obj", GOOD_INPUTS, ids=[c[0] for c in GOOD_INPUTS])
-def test_core_v1_style_input_is_accepted(kubectl: Callable[..., Any], namespace: str, case: str, obj: dict[str, Any]) -> None:
-    result = kubectl("apply", "-n", namespace, "-f", "-", "--dry-run=server", "-o", "json", input=json.dumps(obj), check=False)
+def test_core_v1_style_input_is_accepted(
+    kubectl: Callable[..., Any], namespace: str, case: str, obj: dict[str, Any]
+) -> None:
+    result = kubectl(
+        "apply", "-n", namespace, "-f", "-", "--dry-run=server", "-o", "json", input=json.dumps(obj), check=False
+    )
     assert result.returncode == 0, result.stderr
     stored = json.loads(result.stdout)["spec"]
     # The server keeps what was written (`cpu: 2` stays an integer) and it parses back unchanged.
@@ -262,18 +414,24 @@ def test_the_largest_rollout_applies_server_side_and_stays_under_one_mib(
         api.SWERollout.model_validate(over)
     # The status at its bounds too: conditions with the longest messages.
     conditions = [
-        {"type": f"Condition{i}", "status": "True", "reason": "R" * 1024, "message": "m" * 32768,
-         "lastTransitionTime": "2026-01-01T00:00:00Z"}
+        {
+            "type": f"Condition{i}",
+            "status": "True",
+            "reason": "R" * 1024,
+            "message": "m" * 32768,
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }
         for i in range(8)
     ]
     status = {"status": {"phase": "Failed", "message": "m" * 32768, "conditions": conditions}}
     patch = tmp_path / "status.json"
     patch.write_text(json.dumps(status))
-    kubectl("patch", "swer", "largest", "-n", namespace, "--subresource=status", "--type=merge", "--patch-file", str(patch))
+    kubectl(
+        "patch", "swer", "largest", "-n", namespace, "--subresource=status", "--type=merge", "--patch-file", str(patch)
+    )
     stored = kubectl("get", "swer", "largest", "-n", namespace, "-o", "json").stdout
     size = len(stored.encode())
     assert 900 * api.KiB < size < 1024 * api.KiB, size  # etcd refuses requests over 1.5 MiB
-
 
 
 @cluster
@@ -333,15 +491,37 @@ def test_status_is_a_subresource(kubectl: Callable[..., Any], namespace: str) ->
     stored = json.loads(kubectl("get", "swer", "status-sub", "-n", namespace, "-o", "json").stdout)
     # The main resource ignores status; only the status subresource writes it.
     assert "phase" not in stored.get("status", {})
-    patch = {"status": {"phase": "Running", "conditions": [
-        {"type": "SandboxReady", "status": "True", "reason": "PodReady", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"},
-    ]}}
-    kubectl("patch", "swer", "status-sub", "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps(patch))
+    patch = {
+        "status": {
+            "phase": "Running",
+            "conditions": [
+                {
+                    "type": "SandboxReady",
+                    "status": "True",
+                    "reason": "PodReady",
+                    "message": "",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z",
+                },
+            ],
+        }
+    }
+    kubectl(
+        "patch", "swer", "status-sub", "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps(patch)
+    )
     stored = json.loads(kubectl("get", "swer", "status-sub", "-n", namespace, "-o", "json").stdout)
     assert stored["status"]["phase"] == "Running"
     bad = {"status": {"phase": "Exploded"}}
     result = kubectl(
-        "patch", "swer", "status-sub", "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps(bad), check=False
+        "patch",
+        "swer",
+        "status-sub",
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps(bad),
+        check=False,
     )
     assert result.returncode != 0 and "status.phase" in result.stderr
 
@@ -360,8 +540,9 @@ def test_every_example_applies_cleanly(kubectl: Callable[..., Any], namespace: s
 @cluster
 def test_batch_object_defaults_bounds_and_name(kubectl: Callable[..., Any], namespace: str) -> None:
     def batch(name: str, **spec: Any) -> str:
-        return json.dumps({"apiVersion": api.API_VERSION, "kind": api.BATCH_KIND, "metadata": {"name": name},
-                           "spec": spec})
+        return json.dumps(
+            {"apiVersion": api.API_VERSION, "kind": api.BATCH_KIND, "metadata": {"name": name}, "spec": spec}
+        )
 
     kubectl("apply", "-n", namespace, "-f", "-", input=batch("step-1"))
     stored = json.loads(kubectl("get", "swerb", "step-1", "-n", namespace, "-o", "json").stdout)

@@ -63,8 +63,9 @@ def test_batch_spec_is_strict_and_bounded() -> None:
         batch(suspended=True)  # a misspelt field is refused, not ignored
     whole = api.SWERolloutBatch.model_validate({"metadata": {"name": "step-7"}, "spec": {"suspend": True}})
     assert whole.to_wire() == {
-        "apiVersion": api.API_VERSION, "kind": api.BATCH_KIND, "metadata": {"name": "step-7", "labels": {},
-                                                                            "annotations": {}},
+        "apiVersion": api.API_VERSION,
+        "kind": api.BATCH_KIND,
+        "metadata": {"name": "step-7", "labels": {}, "annotations": {}},
         "spec": {"suspend": True},
     }
 

@@ -36,7 +36,19 @@ FILES: dict[str, str] = {
     "bad-id.jsonl": json.dumps({**ROW, "instance_id": "bad id!"}) + "\n",
     "broken.jsonl": json.dumps(ROW) + "\n{not json\n",
 }
-SUBMIT = ["submit", "-f", "good.jsonl", "-G", "1", "--batch", "b", "--endpoint", "http://h:1", "--tokenizer", "qwen-2.5"]
+SUBMIT = [
+    "submit",
+    "-f",
+    "good.jsonl",
+    "-G",
+    "1",
+    "--batch",
+    "b",
+    "--endpoint",
+    "http://h:1",
+    "--tokenizer",
+    "qwen-2.5",
+]
 
 
 def _with(args: list[str], **changes: str) -> list[str]:
@@ -60,29 +72,58 @@ CASES: list[tuple[str, list[str], list[str]]] = [
     ("kubeconfig missing", ["list", "--kubeconfig", "missing.yaml"], ["missing.yaml", "no such file", "--kubeconfig"]),
     ("unknown context", ["list", "--kubeconfig", "ok.yaml", "--context", "nope"], ["no context named 'nope'"]),
     ("row without instance_id", _with(SUBMIT, file="no-id.jsonl"), ["no-id.jsonl:1", "instance_id"]),
-    ("row with a bad field", _with(SUBMIT, file="bad-commit.jsonl"), ["bad-commit.jsonl:1", "base_commit", "fix this field"]),
+    (
+        "row with a bad field",
+        _with(SUBMIT, file="bad-commit.jsonl"),
+        ["bad-commit.jsonl:1", "base_commit", "fix this field"],
+    ),
     ("row with a bad test list", _with(SUBMIT, file="bad-f2p.jsonl"), ["FAIL_TO_PASS", "JSON list"]),
     ("row with a bad id", _with(SUBMIT, file="bad-id.jsonl"), ["instance_id", "pattern"]),
     ("row not JSON", _with(SUBMIT, file="broken.jsonl"), ["broken.jsonl:2", "not a JSON object"]),
     ("rows file missing", _with(SUBMIT, file="nothing.jsonl"), ["nothing.jsonl", "does not exist"]),
-    ("endpoint without host", _with(SUBMIT, endpoint="http:///generate"), ["spec.inference.endpoint", "http://sglang:30000"]),
+    (
+        "endpoint without host",
+        _with(SUBMIT, endpoint="http:///generate"),
+        ["spec.inference.endpoint", "http://sglang:30000"],
+    ),
     ("endpoint port out of range", _with(SUBMIT, endpoint="http://h:99999"), ["spec.inference.endpoint", "65535"]),
     ("endpoint not http", _with(SUBMIT, endpoint="ftp://h:1"), ["spec.inference.endpoint", "http(s)"]),
     ("group size 0", _with(SUBMIT, group_size="0"), ["--group-size", "at least 1"]),
     ("batch name", _with(SUBMIT, batch="B_x"), ["batch name 'B_x'", "lowercase"]),
     ("max turns", _with(SUBMIT, max_turns="-3"), ["spec.agent.maxTurns"]),
     ("temperature", _with(SUBMIT, temperature="20"), ["spec.inference.sampling.temperature"]),
-    ("no tokenizer", [a for a in SUBMIT if a not in ("--tokenizer", "qwen-2.5")], ["spec.inference.tokenizer", "qwen-2.5"]),
+    (
+        "no tokenizer",
+        [a for a in SUBMIT if a not in ("--tokenizer", "qwen-2.5")],
+        ["spec.inference.tokenizer", "qwen-2.5"],
+    ),
     ("label", [*SUBMIT, "--label", "novalue"], ["--label", "KEY=VALUE"]),
     ("results format", ["results", "--batch", "b", "--out", "x.csv"], [".parquet or .jsonl"]),
-    ("results token file", ["results", "--batch", "b", "--out", "x.jsonl", "--results-url", "http://h:1",
-                            "--results-token-file", "no-token"], ["--results-token-file", "no-token"]),
+    (
+        "results token file",
+        [
+            "results",
+            "--batch",
+            "b",
+            "--out",
+            "x.jsonl",
+            "--results-url",
+            "http://h:1",
+            "--results-token-file",
+            "no-token",
+        ],
+        ["--results-token-file", "no-token"],
+    ),
 ]
 
 
 @pytest.mark.parametrize(("case", "args", "named"), CASES, ids=[c[0] for c in CASES])
 def test_a_mistake_is_one_line_naming_the_field(
-    case: str, args: list[str], named: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    case: str,
+    args: list[str],
+    named: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     for name, text in FILES.items():

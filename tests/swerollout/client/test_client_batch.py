@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.client_support import INFERENCE, finish, instance, make_trajectory, run
 from swerollout.api.suspension import is_suspended
 from swerollout.api.v1alpha1 import SWERolloutBatchSpec
 from swerollout.client import AsyncRolloutClient, ClientConfigError
 from swerollout.kube import SWEROLLOUTBATCHES, SWEROLLOUTS, AsyncKubeClient, NotFound
 from swerollout.store import ResultStore
+from tests.support.client_support import INFERENCE, finish, instance, make_trajectory, run
 
 
 async def _state(akube: AsyncKubeClient, namespace: str, batch: str) -> dict[str, bool]:
@@ -49,7 +49,10 @@ async def test_resume_by_name_inside_a_suspended_batch(
     await run(akube, namespace, "sp-0-0")
     await finish(akube, store, namespace, "sp-2-0", trajectory=make_trajectory(4))
     assert await client.abort("sp") == ["sp-0-0", "sp-1-0"]
-    before = {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in (await akube.list(SWEROLLOUTS, namespace))["items"]}
+    before = {
+        o["metadata"]["name"]: o["metadata"]["resourceVersion"]
+        for o in (await akube.list(SWEROLLOUTS, namespace))["items"]
+    }
 
     assert await client.resume(names=["sp-0-0"]) == ["sp-0-0"]
     state = await _state(akube, namespace, "sp")

@@ -19,11 +19,12 @@ import pytest
 
 from swerollout.cli.main import main
 from swerollout.client import AsyncRolloutClient, BatchProgress, ClientConfigError, UnknownBatch, aclient
-from swerollout_dev.controlplane import ControlPlane
-from swerollout_dev.policy_server.launch import PolicyServerHandle
 from swerollout.kube import SWEROLLOUTBATCHES, SWEROLLOUTS, AsyncKubeClient, NotFound
 from swerollout.store import ResultStore
+from swerollout_dev.controlplane import ControlPlane
+from swerollout_dev.policy_server.launch import PolicyServerHandle
 from tests.support.client_support import INFERENCE, finish, instance, make_trajectory, run
+
 
 @dataclass(frozen=True)
 class Ran:
@@ -34,7 +35,9 @@ class Ran:
 
 @pytest.fixture
 def swerollout(
-    crd: ControlPlane, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture,
+    crd: ControlPlane,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> object:
     """``await swerollout("list", "-n", ns)``: the command's exit code and output. The
@@ -132,8 +135,11 @@ async def test_a_leftover_suspended_batch_object_is_refused_at_submit(
 
 
 async def test_submitting_into_a_live_suspended_batch_warns_and_joins_it(
-    client: AsyncRolloutClient, akube: AsyncKubeClient, namespace: str,
-    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+    client: AsyncRolloutClient,
+    akube: AsyncKubeClient,
+    namespace: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(aclient.log, "disabled", False)
     caplog.set_level(logging.WARNING, logger=aclient.log.name)
@@ -179,8 +185,13 @@ async def test_delete_batch_removes_the_members_then_the_object(
 
 
 async def test_cli_abort_reads_the_admin_key_from_a_file_or_an_env_name(
-    client: AsyncRolloutClient, swerollout: Any, namespace: str, keyed_server: PolicyServerHandle,
-    server_aborts: list[bool], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    client: AsyncRolloutClient,
+    swerollout: Any,
+    namespace: str,
+    keyed_server: PolicyServerHandle,
+    server_aborts: list[bool],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     inference = {"endpoint": keyed_server.url, "tokenizer": "qwen-2.5"}

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from tests.support.client_support import finish, make_trajectory, run
-from swerollout_dev.controlplane import ControlPlane
 from swerollout.kube import SWEROLLOUTBATCHES, SWEROLLOUTS, AsyncKubeClient
 from swerollout.store import ResultStore
+from swerollout_dev.controlplane import ControlPlane
 from swerollout_dev.tasks import DEFAULT_TASKS_DIR, load_instances
+from tests.support.client_support import finish, make_trajectory, run
 
 ROOT = Path(__file__).resolve().parents[3]
 INSTANCES = DEFAULT_TASKS_DIR / "instances.jsonl"
@@ -28,15 +28,32 @@ def cli_env(plane: ControlPlane) -> dict[str, str]:
 
 def swerollout(plane: ControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "swerollout.cli.main", *args], env=cli_env(plane), cwd=ROOT,
-        capture_output=True, text=True, timeout=120,
+        [sys.executable, "-m", "swerollout.cli.main", *args],
+        env=cli_env(plane),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
 def submit_args(namespace: str, batch: str, group: int = 2) -> list[str]:
     return [
-        "submit", "-f", str(INSTANCES), "--group-size", str(group), "--batch", batch,
-        "--endpoint", "http://127.0.0.1:9", "--tokenizer", "qwen-2.5", "--mode", "validate", "-n", namespace,
+        "submit",
+        "-f",
+        str(INSTANCES),
+        "--group-size",
+        str(group),
+        "--batch",
+        batch,
+        "--endpoint",
+        "http://127.0.0.1:9",
+        "--tokenizer",
+        "qwen-2.5",
+        "--mode",
+        "validate",
+        "-n",
+        namespace,
     ]
 
 
@@ -82,8 +99,19 @@ async def test_watch_follows_until_done_and_exits_1_on_failures(
     assert done.returncode == 0, done.stderr
     names = sorted(o["metadata"]["name"] for o in (await akube.list(SWEROLLOUTS, namespace))["items"])
     watcher = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "swerollout.cli.main", "watch", "--batch", "wb", "-n", namespace, "--rollouts",
-        env=cli_env(crd), cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "swerollout.cli.main",
+        "watch",
+        "--batch",
+        "wb",
+        "-n",
+        namespace,
+        "--rollouts",
+        env=cli_env(crd),
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     try:
         await asyncio.sleep(1.0)
@@ -114,8 +142,18 @@ async def test_watch_ends_quietly_on_ctrl_c(crd: ControlPlane, akube: AsyncKubeC
     # A suite started in the background of a non-interactive shell inherits SIGINT ignored.
     # As in a terminal, the live table is drawn as it changes (rich draws it at exit on a pipe).
     watcher = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "swerollout.cli.main", "watch", "--batch", "wc", "-n", namespace,
-        env={**cli_env(crd), "TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1"}, cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "swerollout.cli.main",
+        "watch",
+        "--batch",
+        "wc",
+        "-n",
+        namespace,
+        env={**cli_env(crd), "TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1"},
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
@@ -194,14 +232,24 @@ def test_usage_errors_exit_2_with_a_clear_message(crd: ControlPlane, namespace: 
     assert no_rollout.returncode == 2 and "no SWERollout named 'nope-0-0'" in no_rollout.stderr
     wrong_ns = swerollout(crd, "list", "-n", "no-such-namespace")
     assert wrong_ns.returncode == 2 and "no-such-namespace" in wrong_ns.stderr
-    bad_file = swerollout(crd, *submit_args(namespace, "x")[:2], str(tmp_path / "missing.jsonl"), *submit_args(namespace, "x")[3:])
+    bad_file = swerollout(
+        crd, *submit_args(namespace, "x")[:2], str(tmp_path / "missing.jsonl"), *submit_args(namespace, "x")[3:]
+    )
     assert bad_file.returncode == 2 and "does not exist" in bad_file.stderr
     bad_out = swerollout(crd, "results", "--batch", "x", "--out", str(tmp_path / "x.csv"), "-n", namespace)
     assert bad_out.returncode == 2 and ".parquet or .jsonl" in bad_out.stderr
     missing_arg = swerollout(crd, "submit", "-f", str(INSTANCES), "-n", namespace)
     assert missing_arg.returncode == 2 and "--group-size" in missing_arg.stderr
     no_config = subprocess.run(
-        [sys.executable, "-m", "swerollout.cli.main", "list"], cwd=ROOT, capture_output=True, text=True, timeout=60,
-        env={k: v for k, v in {**os.environ, "HOME": str(tmp_path)}.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")},
+        [sys.executable, "-m", "swerollout.cli.main", "list"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={
+            k: v
+            for k, v in {**os.environ, "HOME": str(tmp_path)}.items()
+            if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")
+        },
     )
     assert no_config.returncode == 2 and "KUBECONFIG" in no_config.stderr

@@ -18,9 +18,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from swerollout.api.v1alpha1 import API_VERSION, KIND, SWERolloutSpec
-from swerollout_dev.controlplane import ControlPlane
 from swerollout.instances import instance_from_row, to_api_instance
 from swerollout.kube import SWEROLLOUTS, AsyncKubeClient
+from swerollout_dev.controlplane import ControlPlane
 from tests.support.published_rows import (
     VERIFIED_SCRIPT,
     swe_gym,
@@ -47,9 +47,17 @@ def test_published_row_is_a_valid_swerollout(case: str, crd: ControlPlane, names
     row = make_row()
     instance = instance_from_row(row, dataset=dataset)
     spec = SWERolloutSpec.model_validate(
-        {"instance": to_api_instance(instance), "inference": {"endpoint": "http://sglang:30000", "tokenizer": "glm-4.5v"}}
+        {
+            "instance": to_api_instance(instance),
+            "inference": {"endpoint": "http://sglang:30000", "tokenizer": "glm-4.5v"},
+        }
     )
-    body = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": f"ds-{case}", "namespace": namespace}, "spec": spec.to_wire()}
+    body = {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": f"ds-{case}", "namespace": namespace},
+        "spec": spec.to_wire(),
+    }
     result = crd.kubectl("apply", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(body))
     assert result.returncode == 0, result.stderr
     served = json.loads(result.stdout)["spec"]["instance"]
@@ -75,9 +83,28 @@ async def test_cli_submits_a_published_parquet_with_filter_and_limit(
     path = tmp_path / "SWE-bench_Verified-test.parquet"
     pq.write_table(pa.Table.from_pylist(rows), path)
     args = [
-        sys.executable, "-m", "swerollout.cli.main", "submit", "-f", str(path), "--filter", r"django__django-1\d?",
-        "--limit", "2", "--image-template", "mirror.local/{id_1776}", "--group-size", "1", "--batch", "pub",
-        "--endpoint", "http://127.0.0.1:9", "--tokenizer", "qwen-2.5", "-n", namespace,
+        sys.executable,
+        "-m",
+        "swerollout.cli.main",
+        "submit",
+        "-f",
+        str(path),
+        "--filter",
+        r"django__django-1\d?",
+        "--limit",
+        "2",
+        "--image-template",
+        "mirror.local/{id_1776}",
+        "--group-size",
+        "1",
+        "--batch",
+        "pub",
+        "--endpoint",
+        "http://127.0.0.1:9",
+        "--tokenizer",
+        "qwen-2.5",
+        "-n",
+        namespace,
     ]
     env = {**os.environ, "KUBECONFIG": str(crd.kubeconfig_path)}
     done = await asyncio.to_thread(subprocess.run, args, env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -85,11 +112,19 @@ async def test_cli_submits_a_published_parquet_with_filter_and_limit(
     assert "2 rollouts (2 instances x 1)" in done.stdout
     items = sorted((await akube.list(SWEROLLOUTS, namespace))["items"], key=lambda o: o["metadata"]["name"])
     assert [o["spec"]["instance"]["instanceId"] for o in items] == ["django__django-1", "django__django-10"]
-    assert [o["spec"]["instance"]["image"] for o in items] == ["mirror.local/django_1776_django-1", "mirror.local/django_1776_django-10"]
+    assert [o["spec"]["instance"]["image"] for o in items] == [
+        "mirror.local/django_1776_django-1",
+        "mirror.local/django_1776_django-10",
+    ]
 
     bad = await asyncio.to_thread(
-        subprocess.run, [*args[:5], str(tmp_path / "nope.parquet"), *args[6:]], env=env, cwd=ROOT,
-        capture_output=True, text=True, timeout=120,
+        subprocess.run,
+        [*args[:5], str(tmp_path / "nope.parquet"), *args[6:]],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert bad.returncode == 2 and "nope.parquet does not exist" in bad.stderr
 
@@ -100,19 +135,43 @@ async def test_cli_refuses_multimodal_images_for_a_text_only_template(
     path = tmp_path / "SWE-bench_Multimodal-dev.jsonl"
     path.write_text(json.dumps(swebench_multimodal()) + "\n")
     args = [
-        sys.executable, "-m", "swerollout.cli.main", "submit", "-f", str(path), "--group-size", "1", "--batch", "mm",
-        "--endpoint", "http://127.0.0.1:9", "--tokenizer", "qwen-2.5", "-n", namespace,
+        sys.executable,
+        "-m",
+        "swerollout.cli.main",
+        "submit",
+        "-f",
+        str(path),
+        "--group-size",
+        "1",
+        "--batch",
+        "mm",
+        "--endpoint",
+        "http://127.0.0.1:9",
+        "--tokenizer",
+        "qwen-2.5",
+        "-n",
+        namespace,
     ]
     env = {**os.environ, "KUBECONFIG": str(crd.kubeconfig_path)}
-    refused = await asyncio.to_thread(subprocess.run, args, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    refused = await asyncio.to_thread(
+        subprocess.run, args, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
     assert refused.returncode != 0
     assert "its chat template cannot show images, and spec.instance.issueImages holds 2" in refused.stderr
     assert "spec.agent.issueImageMode: Links" in refused.stderr
     links = await asyncio.to_thread(
-        subprocess.run, [*args, "--issue-image-mode", "Links"], env=env, cwd=ROOT, capture_output=True, text=True,
+        subprocess.run,
+        [*args, "--issue-image-mode", "Links"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
         timeout=600,
     )
     assert links.returncode == 0, links.stderr
     (obj,) = (await akube.list(SWEROLLOUTS, namespace))["items"]
     assert obj["spec"]["agent"]["issueImageMode"] == "Links"
-    assert obj["spec"]["instance"]["issueImages"] == ["https://user-images.example/a.png", "https://user-images.example/b.png"]
+    assert obj["spec"]["instance"]["issueImages"] == [
+        "https://user-images.example/a.png",
+        "https://user-images.example/b.png",
+    ]

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from tests.support.client_support import INFERENCE, instance
 from swerollout.client import (
     AsyncRolloutClient,
     ClientConfigError,
@@ -22,8 +21,9 @@ from swerollout.client import (
     RolloutClient,
     UnknownBatch,
 )
-from swerollout_dev.controlplane import ControlPlane
 from swerollout.kube import SWEROLLOUTS, AsyncKubeClient
+from swerollout_dev.controlplane import ControlPlane
+from tests.support.client_support import INFERENCE, instance
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -118,9 +118,12 @@ async def test_endpoint_check_refuses_a_dead_server_and_accepts_a_live_one(
 def test_cli_exit_code_2_when_the_crd_is_missing(plane_without_crd: ControlPlane) -> None:
     env = {**os.environ, "KUBECONFIG": str(plane_without_crd.kubeconfig_path)}
     done = subprocess.run(
-        [sys.executable, "-m", "swerollout.cli.main", "list"], env=env, cwd=ROOT, capture_output=True, text=True,
+        [sys.executable, "-m", "swerollout.cli.main", "list"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
         timeout=60,
     )
     assert done.returncode == 2, done.stderr
     assert "install the CRD" in done.stderr
-

@@ -7,7 +7,6 @@ import asyncio
 import numpy as np
 import pytest
 
-from tests.support.client_support import INFERENCE, finish, instance, make_trajectory, run, set_status
 from swerollout.client import (
     AsyncRolloutClient,
     BatchProgress,
@@ -18,9 +17,10 @@ from swerollout.client import (
     UnknownBatch,
     WaitTimeout,
 )
-from swerollout_dev.controlplane import ControlPlane
 from swerollout.kube import SWEROLLOUTS, AsyncKubeClient
 from swerollout.store import ResultStore
+from swerollout_dev.controlplane import ControlPlane
+from tests.support.client_support import INFERENCE, finish, instance, make_trajectory, run, set_status
 
 
 async def test_wait_reports_progress_and_returns_when_all_are_terminal(
@@ -41,7 +41,9 @@ async def test_wait_reports_progress_and_returns_when_all_are_terminal(
     await finish(akube, store, namespace, "w-1-0", trajectory=make_trajectory(2), reward=0.0, resolved=False)
     await asyncio.sleep(0.3)
     assert not waiter.done()
-    await finish(akube, store, namespace, "w-1-1", trajectory=make_trajectory(3), phase="Failed", reward=0.0, resolved=False)
+    await finish(
+        akube, store, namespace, "w-1-1", trajectory=make_trajectory(3), phase="Failed", reward=0.0, resolved=False
+    )
     await finish(akube, store, namespace, "w-0-0", trajectory=make_trajectory(4))
     final = await waiter
 
@@ -95,8 +97,16 @@ async def test_results_return_the_stored_arrays_and_a_trainer_status_per_outcome
     for seed, (name, (exit_status, phase, _)) in enumerate(outcomes.items()):
         trajectories[name] = make_trajectory(seed, exit_status)
         # An ungraded infrastructure exit is failed even when Succeeded (an older operator wrote that).
-        await finish(akube, store, namespace, name, trajectory=trajectories[name], phase=phase, reward=seed / 10,
-                     graded=exit_status != "exit_environment_error")
+        await finish(
+            akube,
+            store,
+            namespace,
+            name,
+            trajectory=trajectories[name],
+            phase=phase,
+            reward=seed / 10,
+            graded=exit_status != "exit_environment_error",
+        )
     await set_status(akube, namespace, "r-2-1", {"phase": "Aborted"})
 
     records = await client.results("r")

@@ -9,17 +9,19 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.support.client_support import INFERENCE, instance
 from swerollout.client import AsyncRolloutClient, ClientConfigError, KubeApiError, RolloutClient
-from swerollout_dev.controlplane import ControlPlane
 from swerollout.kube import ROLEBINDINGS, ROLES, AsyncKubeClient
+from swerollout_dev.controlplane import ControlPlane
+from tests.support.client_support import INFERENCE, instance
 
 TRAINER_VERBS = ["get", "list", "watch", "create", "patch"]
 BATCH_VERBS = ["get", "create", "patch"]
 """What abort(batch)/resume(batch) need on swerolloutbatches (docs/client.md, Permissions)."""
 
 
-def pod_identity(plane: ControlPlane, namespace: str, token: str, directory: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def pod_identity(
+    plane: ControlPlane, namespace: str, token: str, directory: Path, monkeypatch: pytest.MonkeyPatch
+) -> Path:
     """What Kubernetes mounts into a pod, plus the service environment variables."""
     directory.mkdir()
     (directory / "token").write_text(token)
@@ -37,14 +39,27 @@ async def bind(
     rules = [{"apiGroups": ["swerollout.io"], "resources": ["swerollouts"], "verbs": verbs}]
     if batch_verbs:
         rules.append({"apiGroups": ["swerollout.io"], "resources": ["swerolloutbatches"], "verbs": batch_verbs})
-    await kube.create(ROLES, {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": account}, "rules": rules,
-    }, namespace)
-    await kube.create(ROLEBINDINGS, {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": account},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
-        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
-    }, namespace)
+    await kube.create(
+        ROLES,
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": account},
+            "rules": rules,
+        },
+        namespace,
+    )
+    await kube.create(
+        ROLEBINDINGS,
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": account},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+        },
+        namespace,
+    )
 
 
 async def test_a_trainer_pod_submits_and_aborts_with_its_serviceaccount(

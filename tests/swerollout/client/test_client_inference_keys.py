@@ -18,8 +18,12 @@ def _refusals(caplog: pytest.LogCaptureFixture) -> int:
 
 
 def test_batch_abort_carries_the_admin_key(
-    crd: ControlPlane, namespace: str, keyed_server: PolicyServerHandle, server_aborts: list[bool],
-    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+    crd: ControlPlane,
+    namespace: str,
+    keyed_server: PolicyServerHandle,
+    server_aborts: list[bool],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # The refusal is the client's own warning to the user; keep it reaching caplog even if
     # an earlier import's dictConfig (disable_existing_loggers) switched the logger off.
@@ -52,10 +56,31 @@ def test_cli_submit_names_the_key_secrets(crd: ControlPlane, namespace: str) -> 
 
     def submit(*extra: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "swerollout.cli.main", "submit", "-f", str(DEFAULT_TASKS_DIR / "instances.jsonl"),
-             "--limit", "1", "-G", "1", "--batch", "cli-keys", "--endpoint", "http://127.0.0.1:9",
-             "--tokenizer", "qwen-2.5", "-n", namespace, *extra],
-            env={**os.environ, "KUBECONFIG": str(crd.kubeconfig_path)}, capture_output=True, text=True, timeout=120,
+            [
+                sys.executable,
+                "-m",
+                "swerollout.cli.main",
+                "submit",
+                "-f",
+                str(DEFAULT_TASKS_DIR / "instances.jsonl"),
+                "--limit",
+                "1",
+                "-G",
+                "1",
+                "--batch",
+                "cli-keys",
+                "--endpoint",
+                "http://127.0.0.1:9",
+                "--tokenizer",
+                "qwen-2.5",
+                "-n",
+                namespace,
+                *extra,
+            ],
+            env={**os.environ, "KUBECONFIG": str(crd.kubeconfig_path)},
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
 
     bad = submit("--admin-key-secret", "just-a-name")

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from swerollout.client import AsyncRolloutClient, BatchProgress, aclient
+from swerollout.kube import NAMESPACES, SWEROLLOUTBATCHES, SWEROLLOUTS, NotFound
 from swerollout_dev.binaries import find_binaries
 from swerollout_dev.controlplane import ControlPlane
-from swerollout.kube import NAMESPACES, SWEROLLOUTBATCHES, SWEROLLOUTS, NotFound
 from tests.support.client_support import INFERENCE, instance
 from tests.support.cluster import BATCH_CRD_NAME, CRD_NAME, wait_established
 
@@ -65,7 +65,10 @@ async def test_an_install_without_the_batch_crd_works_and_the_documented_step_en
 
         # The documented step: the chart's CRDs, applied with kubectl (helm upgrade does not).
         crds = subprocess.run(
-            [str(find_binaries().helm), "show", "crds", str(CHART)], capture_output=True, text=True, timeout=120,
+            [str(find_binaries().helm), "show", "crds", str(CHART)],
+            capture_output=True,
+            text=True,
+            timeout=120,
             check=True,
         ).stdout
         applied = old_install.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=crds)

@@ -15,13 +15,13 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.client_support import INFERENCE, instance, make_trajectory
 from swerollout.api.v1alpha1 import LABEL_ROLLOUT
 from swerollout.client import AsyncRolloutClient, ResultUnavailable, TrainerStatus
-from swerollout_dev.controlplane import ControlPlane
 from swerollout.kube import PODS, ROLEBINDINGS, ROLES, SWEROLLOUTS, AsyncKubeClient
 from swerollout.wire import ingest as wire
+from swerollout_dev.controlplane import ControlPlane
 from swerollout_operator.tokens import TokenKey, TokenKind
+from tests.support.client_support import INFERENCE, instance, make_trajectory
 from tests.support.operator import OperatorProcess
 from tests.support.operator import operator as operator  # noqa: F401  (the fixture)
 
@@ -40,15 +40,29 @@ async def until(what: str, probe: Any, timeout: float = 60.0) -> Any:
 async def grant_reader(kube: AsyncKubeClient, plane: ControlPlane, namespace: str) -> str:
     """A ServiceAccount allowed to get swerollouts in the namespace; returns its token."""
     token = await asyncio.to_thread(plane.mint_token, namespace, "trainer")
-    await kube.create(ROLES, {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "trainer"},
-        "rules": [{"apiGroups": ["swerollout.io"], "resources": ["swerollouts"], "verbs": ["get", "list", "watch"]}],
-    }, namespace)
-    await kube.create(ROLEBINDINGS, {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "trainer"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "trainer"},
-        "subjects": [{"kind": "ServiceAccount", "name": "trainer", "namespace": namespace}],
-    }, namespace)
+    await kube.create(
+        ROLES,
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "trainer"},
+            "rules": [
+                {"apiGroups": ["swerollout.io"], "resources": ["swerollouts"], "verbs": ["get", "list", "watch"]}
+            ],
+        },
+        namespace,
+    )
+    await kube.create(
+        ROLEBINDINGS,
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "trainer"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "trainer"},
+            "subjects": [{"kind": "ServiceAccount", "name": "trainer", "namespace": namespace}],
+        },
+        namespace,
+    )
     return token
 
 
@@ -67,10 +81,18 @@ async def test_results_through_the_operator_endpoint(
             return items[0]["metadata"]["name"] if items else None
 
         pod_name = await until("the rollout pod", pod)
-        await akube.patch_status(PODS, pod_name, {"status": {
-            "phase": "Running", "podIP": "10.1.2.3",
-            "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}],
-        }}, namespace)
+        await akube.patch_status(
+            PODS,
+            pod_name,
+            {
+                "status": {
+                    "phase": "Running",
+                    "podIP": "10.1.2.3",
+                    "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}],
+                }
+            },
+            namespace,
+        )
 
         async def phase() -> str:
             return str(((await akube.get(SWEROLLOUTS, name, namespace)).get("status") or {}).get("phase"))
@@ -86,7 +108,9 @@ async def test_results_through_the_operator_endpoint(
             stored = (await http.put(f"{base}/objects/trajectory", content=trajectory.to_bytes(), headers=auth)).json()
             assignment = (await http.get(f"{base}/assignment", headers=auth)).json()
             event = wire.RunnerEvent(
-                kind=wire.EventKind.FINISHED, assignment_id=assignment["id"], exit_status="exit_max_iter_out",
+                kind=wire.EventKind.FINISHED,
+                assignment_id=assignment["id"],
+                exit_status="exit_max_iter_out",
                 trajectory=wire.StoredObjectRef.model_validate(stored),
             )
             answer = await http.post(f"{base}/events", content=event.model_dump_json(), headers=auth)
@@ -106,9 +130,26 @@ async def test_results_through_the_operator_endpoint(
     out = tmp_path / "op.jsonl"
     exported = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "swerollout.cli.main", "results", "--batch", "op", "--out", str(out), "-n", namespace,
-         "--results-url", operator.ingest_url, "--results-token-file", str(token_file)],
-        env={**os.environ, "KUBECONFIG": str(crd.kubeconfig_path)}, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "swerollout.cli.main",
+            "results",
+            "--batch",
+            "op",
+            "--out",
+            str(out),
+            "-n",
+            namespace,
+            "--results-url",
+            operator.ingest_url,
+            "--results-token-file",
+            str(token_file),
+        ],
+        env={**os.environ, "KUBECONFIG": str(crd.kubeconfig_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert exported.returncode == 0, exported.stderr
     [row] = [json.loads(line) for line in out.read_text().splitlines()]

@@ -24,10 +24,10 @@ from swerollout.client import (
     align_routed_experts,
 )
 from swerollout.client.records import versions_to_int
-from swerollout_dev.controlplane import ControlPlane
 from swerollout.kube import SWEROLLOUTS, AsyncKubeClient
 from swerollout.store import Owner, ResultStore, open_store
 from swerollout.wire.trajectory import Trajectory
+from swerollout_dev.controlplane import ControlPlane
 from tests.support.client_support import INFERENCE, finish, instance, make_trajectory, now, run, set_status
 
 WIDTH = 4  # 2 layers x top-2, as the stand-in policy server reports
@@ -37,9 +37,13 @@ def routed(trajectory: Trajectory, rows: int) -> Trajectory:
     """The trajectory with ``rows`` routing rows whose values name their row."""
     values = np.repeat(np.arange(rows, dtype="<i4"), WIDTH)
     # model_copy does not validate: other row counts than the runner's are built on purpose.
-    return trajectory.model_copy(update={
-        "routed_experts": values.tobytes(), "routed_experts_width": WIDTH, "routed_experts_forwarded": rows - 1,
-    })
+    return trajectory.model_copy(
+        update={
+            "routed_experts": values.tobytes(),
+            "routed_experts_width": WIDTH,
+            "routed_experts_forwarded": rows - 1,
+        }
+    )
 
 
 def with_int_versions(seed: int, exit_status: str = "submitted") -> Trajectory:
@@ -61,15 +65,32 @@ async def test_submit_one_and_result_share_one_watch(
     client.kube.watch = counting_watch  # type: ignore[method-assign]
     names = [
         await client.submit_one(
-            instance(s), batch="one", sample=s, member=m, inference=INFERENCE, weight_version="7",
-            max_sampled_tokens=5000, trainer_labels={"uid": f"u-{s}", "index": s * 2 + m},
+            instance(s),
+            batch="one",
+            sample=s,
+            member=m,
+            inference=INFERENCE,
+            weight_version="7",
+            max_sampled_tokens=5000,
+            trainer_labels={"uid": f"u-{s}", "index": s * 2 + m},
         )
-        for s in range(3) for m in range(2)
+        for s in range(3)
+        for m in range(2)
     ]
     assert names == [f"one-{s}-{m}" for s in range(3) for m in range(2)]
     # The same call again is a no-op (server-side apply), as for submit_batch.
-    assert await client.submit_one(instance(0), batch="one", sample=0, inference=INFERENCE, weight_version="7",
-                                   max_sampled_tokens=5000, trainer_labels={"uid": "u-0", "index": 0}) == "one-0-0"
+    assert (
+        await client.submit_one(
+            instance(0),
+            batch="one",
+            sample=0,
+            inference=INFERENCE,
+            weight_version="7",
+            max_sampled_tokens=5000,
+            trainer_labels={"uid": "u-0", "index": 0},
+        )
+        == "one-0-0"
+    )
     obj = await akube.get(SWEROLLOUTS, "one-2-1", namespace)
     assert obj["spec"]["inference"]["maxSampledTokens"] == 5000
     assert obj["spec"]["inference"]["weightVersion"] == "7"
@@ -131,19 +152,30 @@ async def test_abort_and_resume_by_names(
     await finish(akube, store, namespace, "nm-1-1", trajectory=make_trajectory(1))
 
     assert await client.abort(names=["nm-0-0", "nm-1-1", "nm-0-0"]) == ["nm-0-0"]  # finished members are left alone
-    suspend = {o["metadata"]["name"]: o["spec"].get("suspend") for o in (await akube.list(SWEROLLOUTS, namespace))["items"]}
+    suspend = {
+        o["metadata"]["name"]: o["spec"].get("suspend") for o in (await akube.list(SWEROLLOUTS, namespace))["items"]
+    }
     assert suspend == {"nm-0-0": True, "nm-0-1": False, "nm-1-0": False, "nm-1-1": False}
 
     # The runner reports the abort; the record carries where it stopped.
     obj = await akube.get(SWEROLLOUTS, "nm-0-0", namespace)
     snapshot = await store.put(Owner(namespace=namespace, uid=obj["metadata"]["uid"]), "snapshot", b"state")
-    await set_status(akube, namespace, "nm-0-0", {
-        "phase": "Aborted",
-        "partial": {
-            "snapshot": {"ref": snapshot.ref, "sha256": snapshot.sha256, "bytes": snapshot.bytes},
-            "turns": 2, "tokens": 345, "weightVersion": "3", "abortedAt": now(), "reason": "Suspended",
+    await set_status(
+        akube,
+        namespace,
+        "nm-0-0",
+        {
+            "phase": "Aborted",
+            "partial": {
+                "snapshot": {"ref": snapshot.ref, "sha256": snapshot.sha256, "bytes": snapshot.bytes},
+                "turns": 2,
+                "tokens": 345,
+                "weightVersion": "3",
+                "abortedAt": now(),
+                "reason": "Suspended",
+            },
         },
-    })
+    )
     record = await client.record(await client.get_rollout("nm-0-0"))
     assert record.status is TrainerStatus.ABORTED and record.phase is Phase.ABORTED
     assert record.partial is not None
@@ -204,8 +236,14 @@ async def _with_kube(crd: ControlPlane, namespace: str, store_url: str, names: l
         store = open_store(store_url)
         try:
             for i, name in enumerate(names):
-                await finish(kube, store, namespace, name, trajectory=make_trajectory(i),
-                             phase="Failed" if i == 1 else "Succeeded")
+                await finish(
+                    kube,
+                    store,
+                    namespace,
+                    name,
+                    trajectory=make_trajectory(i),
+                    phase="Failed" if i == 1 else "Succeeded",
+                )
         finally:
             await store.aclose()
 

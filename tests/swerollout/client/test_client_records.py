@@ -17,21 +17,25 @@ from swerollout.client.records import build_record, parse_status
         # validate mode grades an autosubmission after exit_api: its reward is real
         (Phase.SUCCEEDED, "submitted (exit_api)", False, TrainerStatus.COMPLETED, True),
         (Phase.FAILED, "exit_api", False, TrainerStatus.FAILED, False),
-    ] + [(*row, False) for row in [
-        (Phase.SUCCEEDED, "submitted", False, TrainerStatus.COMPLETED),
-        (Phase.SUCCEEDED, "exit_format", False, TrainerStatus.COMPLETED),
-        (Phase.SUCCEEDED, "submitted (exit_max_iter_out)", False, TrainerStatus.COMPLETED),
-        (Phase.SUCCEEDED, "exit_context", False, TrainerStatus.TRUNCATED),
-        (Phase.SUCCEEDED, "submitted (exit_context)", False, TrainerStatus.TRUNCATED),
-        (Phase.SUCCEEDED, "submitted (exit_api)", False, TrainerStatus.FAILED),
-        (Phase.SUCCEEDED, "submitted", True, TrainerStatus.TRUNCATED),
-        (Phase.SUCCEEDED, "exit_environment_error", False, TrainerStatus.FAILED),
-        (Phase.SUCCEEDED, "exit_api", False, TrainerStatus.FAILED),
-        (Phase.SUCCEEDED, None, False, TrainerStatus.FAILED),
-        (Phase.FAILED, "submitted", False, TrainerStatus.FAILED),
-        (Phase.ABORTED, None, False, TrainerStatus.ABORTED),
-        (Phase.RUNNING, None, False, TrainerStatus.ABORTED),
-    ]],
+    ]
+    + [
+        (*row, False)
+        for row in [
+            (Phase.SUCCEEDED, "submitted", False, TrainerStatus.COMPLETED),
+            (Phase.SUCCEEDED, "exit_format", False, TrainerStatus.COMPLETED),
+            (Phase.SUCCEEDED, "submitted (exit_max_iter_out)", False, TrainerStatus.COMPLETED),
+            (Phase.SUCCEEDED, "exit_context", False, TrainerStatus.TRUNCATED),
+            (Phase.SUCCEEDED, "submitted (exit_context)", False, TrainerStatus.TRUNCATED),
+            (Phase.SUCCEEDED, "submitted (exit_api)", False, TrainerStatus.FAILED),
+            (Phase.SUCCEEDED, "submitted", True, TrainerStatus.TRUNCATED),
+            (Phase.SUCCEEDED, "exit_environment_error", False, TrainerStatus.FAILED),
+            (Phase.SUCCEEDED, "exit_api", False, TrainerStatus.FAILED),
+            (Phase.SUCCEEDED, None, False, TrainerStatus.FAILED),
+            (Phase.FAILED, "submitted", False, TrainerStatus.FAILED),
+            (Phase.ABORTED, None, False, TrainerStatus.ABORTED),
+            (Phase.RUNNING, None, False, TrainerStatus.ABORTED),
+        ]
+    ],
 )
 def test_trainer_status(
     phase: Phase, exit_status: str | None, truncated: bool, expected: TrainerStatus, graded: bool

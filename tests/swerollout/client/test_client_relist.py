@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from tests.support.client_support import INFERENCE, finish, instance, make_trajectory
 from swerollout.client import AsyncRolloutClient, BatchProgress
-from swerollout_dev.controlplane import ControlPlane
 from swerollout.kube import AsyncKubeClient, ResourceType, load_kubeconfig
 from swerollout.store import ResultStore
+from swerollout_dev.controlplane import ControlPlane
+from tests.support.client_support import INFERENCE, finish, instance, make_trajectory
 
 
 class ExpiredFirstList(AsyncKubeClient):

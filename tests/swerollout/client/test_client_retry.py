@@ -14,8 +14,8 @@ import pytest
 from swerollout.api.v1alpha1 import GROUP, PLURAL, VERSION
 from swerollout.backoff import Backoff
 from swerollout.client import AsyncRolloutClient, KubeApiError, aclient
-from swerollout_dev.controlplane import ControlPlane
 from swerollout.kube import SWEROLLOUTS, AsyncKubeClient
+from swerollout_dev.controlplane import ControlPlane
 from tests.support.client_support import INFERENCE, instance, run
 from tests.support.kube_fault_proxy import FaultProxy, fault_proxy
 
@@ -55,9 +55,16 @@ async def test_abort_and_resume_retry_transient_failures_and_never_patch_twice(
         # one is applied and answered 503, one is throttled.
         proxy.fail("PATCH", "drop", "lose", 503, 429)
         assert await client.abort(names=names) == names, "a mark whose answer was lost is still reported"
-        assert proxy.pending() == 0 and sorted(map(str, (f for _, _, f in proxy.faulted))) == ["429", "503", "drop", "lose"]
+        assert proxy.pending() == 0 and sorted(map(str, (f for _, _, f in proxy.faulted))) == [
+            "429",
+            "503",
+            "drop",
+            "lose",
+        ]
         assert patches(proxy, namespace, names) == Counter(dict.fromkeys(names, 1)), "each mark reached the server once"
-        suspended = {o["metadata"]["name"]: o["spec"]["suspend"] for o in (await akube.list(SWEROLLOUTS, namespace))["items"]}
+        suspended = {
+            o["metadata"]["name"]: o["spec"]["suspend"] for o in (await akube.list(SWEROLLOUTS, namespace))["items"]
+        }
         assert suspended == dict.fromkeys(names, True)
 
         proxy.fail("PATCH", "lose", 503)
@@ -76,7 +83,11 @@ async def test_abort_and_resume_retry_transient_failures_and_never_patch_twice(
 
 
 async def test_a_mark_that_keeps_failing_names_the_rollout_and_is_retryable(
-    crd: ControlPlane, akube: AsyncKubeClient, namespace: str, store_url: str, tmp_path: Path,
+    crd: ControlPlane,
+    akube: AsyncKubeClient,
+    namespace: str,
+    store_url: str,
+    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     names = await running_members(crd, akube, namespace, store_url)
@@ -95,7 +106,7 @@ async def test_reads_by_name_and_batch_ride_out_transient_failures(
 ) -> None:
     names = await running_members(crd, akube, namespace, store_url)
     async with proxied(crd, namespace, store_url, tmp_path) as (proxy, client):
-        await client.get_rollout(names[0])   # the cluster check is done once; the faults hit the reads
+        await client.get_rollout(names[0])  # the cluster check is done once; the faults hit the reads
         proxy.fail("GET", 503, "drop")
         assert (await client.get_rollout(names[1]))["metadata"]["name"] == names[1]
         proxy.fail("GET", 503)

@@ -6,21 +6,26 @@ from typing import Any
 
 import pytest
 
-from tests.support.client_support import INFERENCE, finish, instance, make_trajectory, run
 from swerollout.api.v1alpha1 import LABEL_BATCH, LABEL_MEMBER
 from swerollout.client import FIELD_MANAGER, LABEL_SAMPLE, AsyncRolloutClient, ClientConfigError
-from swerollout_dev.controlplane import ControlPlane
 from swerollout.kube import SWEROLLOUTBATCHES, SWEROLLOUTS, AsyncKubeClient, ResourceType, load_kubeconfig
 from swerollout.store import ResultStore
+from swerollout_dev.controlplane import ControlPlane
 from swerollout_dev.tasks import DEFAULT_TASKS_DIR, load_instances
+from tests.support.client_support import INFERENCE, finish, instance, make_trajectory, run
 
 
 async def test_submit_creates_samples_times_members_with_names_and_labels(
     client: AsyncRolloutClient, akube: AsyncKubeClient, namespace: str
 ) -> None:
     names = await client.submit_batch(
-        [instance(0), instance(1), instance(2)], 2, batch="step-7", inference=INFERENCE,
-        labels={"team": "rl"}, weight_version="w-11", mode="validate",
+        [instance(0), instance(1), instance(2)],
+        2,
+        batch="step-7",
+        inference=INFERENCE,
+        labels={"team": "rl"},
+        weight_version="w-11",
+        mode="validate",
     )
     expected = [f"step-7-{s}-{m}" for s in range(3) for m in range(2)]
     assert names == expected
@@ -46,10 +51,16 @@ async def test_resubmitting_the_same_batch_changes_nothing(
     client: AsyncRolloutClient, akube: AsyncKubeClient, namespace: str
 ) -> None:
     await client.submit_batch([instance(0), instance(1)], 3, batch="again", inference=INFERENCE)
-    before = {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in (await akube.list(SWEROLLOUTS, namespace))["items"]}
+    before = {
+        o["metadata"]["name"]: o["metadata"]["resourceVersion"]
+        for o in (await akube.list(SWEROLLOUTS, namespace))["items"]
+    }
     await client.abort("again")
     # The batch is suspended by its SWERolloutBatch: not one member is written.
-    suspended = {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in (await akube.list(SWEROLLOUTS, namespace))["items"]}
+    suspended = {
+        o["metadata"]["name"]: o["metadata"]["resourceVersion"]
+        for o in (await akube.list(SWEROLLOUTS, namespace))["items"]
+    }
     assert suspended == before
     assert (await akube.get(SWEROLLOUTBATCHES, "again", namespace))["spec"]["suspend"] is True
     names = await client.submit_batch([instance(0), instance(1)], 3, batch="again", inference=INFERENCE)
@@ -60,7 +71,9 @@ async def test_resubmitting_the_same_batch_changes_nothing(
     assert (await akube.get(SWEROLLOUTBATCHES, "again", namespace))["spec"]["suspend"] is True
 
 
-async def test_submit_accepts_swebench_jsonl_instances(client: AsyncRolloutClient, akube: AsyncKubeClient, namespace: str) -> None:
+async def test_submit_accepts_swebench_jsonl_instances(
+    client: AsyncRolloutClient, akube: AsyncKubeClient, namespace: str
+) -> None:
     instances = load_instances(DEFAULT_TASKS_DIR / "instances.jsonl")[:2]
     await client.submit_batch(instances, 1, batch="jsonl", inference=INFERENCE)
     obj = await akube.get(SWEROLLOUTS, "jsonl-1-0", namespace)
@@ -96,8 +109,9 @@ async def test_invalid_inputs_name_the_problem(client: AsyncRolloutClient) -> No
     # A template typo is refused at submit, in one line naming the template (the operator and
     # the runner refuse it the same way).
     with pytest.raises(ClientConfigError) as typo:
-        await client.submit_batch([instance(0)], 1, batch="b", inference=INFERENCE,
-                                  agent={"templates": {"instanceTemplate": "{{ problem }}"}})
+        await client.submit_batch(
+            [instance(0)], 1, batch="b", inference=INFERENCE, agent={"templates": {"instanceTemplate": "{{ problem }}"}}
+        )
     assert str(typo.value).startswith(
         "the rollout spec is not valid: spec.agent.templates.instanceTemplate: instance_template uses unknown variable(s) ['problem']"
     )
@@ -119,7 +133,9 @@ async def test_abort_and_resume_touch_only_unfinished_members(
     await finish(akube, store, namespace, "ab-1-1", trajectory=make_trajectory(3))
     assert await client.resume("ab") == ["ab-0-0"]
     assert (await akube.get(SWEROLLOUTBATCHES, "ab", namespace))["spec"] == {"suspend": False}
-    suspend = {o["metadata"]["name"]: o["spec"].get("suspend") for o in (await akube.list(SWEROLLOUTS, namespace))["items"]}
+    suspend = {
+        o["metadata"]["name"]: o["spec"].get("suspend") for o in (await akube.list(SWEROLLOUTS, namespace))["items"]
+    }
     assert suspend == {"ab-0-0": False, "ab-0-1": False, "ab-1-0": False, "ab-1-1": False}
 
 
@@ -152,14 +168,20 @@ async def test_member_inference_gives_each_group_member_its_own_policy(
     oracle = {**INFERENCE, "endpoint": "http://oracle:30000"}
     null = {**INFERENCE, "endpoint": "http://null:30000"}
     await client.submit_batch(
-        [instance(0), instance(1)], 2, batch="ab", inference=INFERENCE, member_inference=[oracle, null],
+        [instance(0), instance(1)],
+        2,
+        batch="ab",
+        inference=INFERENCE,
+        member_inference=[oracle, null],
         weight_version="w-3",
     )
     items = (await akube.list(SWEROLLOUTS, namespace))["items"]
     endpoints = {o["metadata"]["name"]: o["spec"]["inference"]["endpoint"] for o in items}
     assert endpoints == {
-        "ab-0-0": "http://oracle:30000", "ab-0-1": "http://null:30000",
-        "ab-1-0": "http://oracle:30000", "ab-1-1": "http://null:30000",
+        "ab-0-0": "http://oracle:30000",
+        "ab-0-1": "http://null:30000",
+        "ab-1-0": "http://oracle:30000",
+        "ab-1-1": "http://null:30000",
     }
     assert {o["spec"]["inference"]["weightVersion"] for o in items} == {"w-3"}
     with pytest.raises(ClientConfigError, match="one per group member"):
@@ -173,11 +195,18 @@ async def test_issue_images_for_a_text_only_template_are_refused_at_submit(
     shot = {**instance(7), "issueImages": ["https://user-images.example/a.png"]}
     with pytest.raises(ClientConfigError) as refused:
         await client.submit_batch([shot], 1, batch="img", inference=INFERENCE)
-    assert str(refused.value).startswith("demo__lib-7: spec.inference.tokenizer 'qwen-2.5': its chat template cannot show images")
+    assert str(refused.value).startswith(
+        "demo__lib-7: spec.inference.tokenizer 'qwen-2.5': its chat template cannot show images"
+    )
     assert "spec.agent.issueImageMode: Links" in str(refused.value)
     with pytest.raises(ClientConfigError, match="cannot show images"):
-        await client.submit_batch([shot], 2, batch="img", inference=INFERENCE,
-                                  member_inference=[{**INFERENCE, "tokenizer": "glm-4.5v"}, INFERENCE])
+        await client.submit_batch(
+            [shot],
+            2,
+            batch="img",
+            inference=INFERENCE,
+            member_inference=[{**INFERENCE, "tokenizer": "glm-4.5v"}, INFERENCE],
+        )
     await client.submit_batch([shot], 1, batch="img-links", inference=INFERENCE, agent={"issueImageMode": "Links"})
     await client.submit_batch([shot], 1, batch="img-vision", inference={**INFERENCE, "tokenizer": "glm-4.5v"})
     links = await akube.get(SWEROLLOUTS, "img-links-0-0", namespace)

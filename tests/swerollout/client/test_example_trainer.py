@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from tests.support.client_support import INFERENCE, finish, instance, make_trajectory
 from swerollout.client import AsyncRolloutClient
 from swerollout.kube import SWEROLLOUTS, AsyncKubeClient
 from swerollout.store import ResultStore
+from tests.support.client_support import INFERENCE, finish, instance, make_trajectory
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "trainer_rollout.py"
 
@@ -46,8 +46,16 @@ async def test_generate_rollout_fills_every_sample(
                 if name in pending:
                     phase = "Failed" if name == "ex-1-0" else "Succeeded"
                     sent[name] = make_trajectory(seed, pending.pop(name))
-                    await finish(akube, store, namespace, name, trajectory=sent[name],
-                                 phase=phase, reward=1.0 if name == "ex-1-1" else 0.0, resolved=name == "ex-1-1")
+                    await finish(
+                        akube,
+                        store,
+                        namespace,
+                        name,
+                        trajectory=sent[name],
+                        phase=phase,
+                        reward=1.0 if name == "ex-1-1" else 0.0,
+                        resolved=name == "ex-1-1",
+                    )
                     seed += 1
             await asyncio.sleep(0.1)
 
@@ -71,7 +79,11 @@ async def test_generate_rollout_fills_every_sample(
     assert [s.reward for g in groups for s in g] == [0.0, 0.0, 0.0, 1.0]
     stats = example.group_stats(groups)
     assert stats == {
-        "samples": 4, "mean_reward": 0.25, "completed": 2, "truncated": 1, "failed": 1,
+        "samples": 4,
+        "mean_reward": 0.25,
+        "completed": 2,
+        "truncated": 1,
+        "failed": 1,
         "response_tokens": sum(s.response_length for g in groups for s in g),
     }
     obj = await akube.get(SWEROLLOUTS, "ex-0-0", namespace)

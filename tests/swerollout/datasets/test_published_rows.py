@@ -39,12 +39,16 @@ def test_verified_row_keeps_its_image_and_eval_script_and_ignores_unknown_fields
 
 def test_classic_row_without_eval_script_names_the_fix() -> None:
     # swebench 5 (the lock's) reads eval scripts from the rows and has no builder for classic rows.
-    with pytest.raises(InstanceError, match=r"astropy__astropy-12907: the row has no eval_script.*swebench>=4,<5.*SWE-bench_Verified"):
+    with pytest.raises(
+        InstanceError, match=r"astropy__astropy-12907: the row has no eval_script.*swebench>=4,<5.*SWE-bench_Verified"
+    ):
         instance_from_row(swebench_classic())
 
 
 def test_images_follow_each_datasets_naming_rule() -> None:
-    assert instance_from_row(swe_gym(), dataset="swe-gym").image == "xingyaoww/sweb.eval.x86_64.getmoto_s_moto-5406:latest"
+    assert (
+        instance_from_row(swe_gym(), dataset="swe-gym").image == "xingyaoww/sweb.eval.x86_64.getmoto_s_moto-5406:latest"
+    )
     smith = swe_smith()
     assert instance_from_row(smith).image == "jyangballin/swesmith.x86_64.oauthlib_1776_oauthlib.1fd52536"
     del smith["image_name"]
@@ -60,7 +64,10 @@ def test_images_follow_each_datasets_naming_rule() -> None:
 
 def test_image_template_overrides_row_and_rule() -> None:
     template = "mirror.local:5000/{id_1776}:v1"
-    assert instance_from_row(swebench_verified(), image_template=template).image == "mirror.local:5000/astropy_1776_astropy-12907:v1"
+    assert (
+        instance_from_row(swebench_verified(), image_template=template).image
+        == "mirror.local:5000/astropy_1776_astropy-12907:v1"
+    )
     assert instance_from_row(swe_gym(), dataset="swe-gym", image_template="m/{id_s}").image == "m/getmoto_s_moto-5406"
     with pytest.raises(InstanceError, match=r"\['tag'\].*\{instance_id\}"):
         instance_from_row(swebench_verified(), image_template="m/{tag}")

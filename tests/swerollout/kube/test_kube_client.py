@@ -17,7 +17,6 @@ import yaml
 from aiohttp import web
 
 from swerollout.backoff import Backoff
-from swerollout_dev.controlplane import ControlPlane, free_port
 from swerollout.kube import (
     CONFIGMAPS,
     CRDS,
@@ -44,6 +43,7 @@ from swerollout.kube import (
     retry,
 )
 from swerollout.kube._base import RequestSpec
+from swerollout_dev.controlplane import ControlPlane, free_port
 
 WIDGETS = ResourceType("test.swerollout.io/v1", "widgets")
 
@@ -279,7 +279,9 @@ def test_watch_receives_added_modified_deleted(kube: KubeClient, namespace: str)
         if event.type == "DELETED":
             break
     assert [(e.type, e.object["metadata"]["name"]) for e in seen] == [
-        ("ADDED", "w"), ("MODIFIED", "w"), ("DELETED", "w")
+        ("ADDED", "w"),
+        ("MODIFIED", "w"),
+        ("DELETED", "w"),
     ]
     assert seen[1].object["data"] == {"v": "2"}
 
@@ -331,7 +333,11 @@ def test_watch_error_line_becomes_gone() -> None:
         {
             "type": "ERROR",
             "object": {
-                "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Expired", "code": 410,
+                "kind": "Status",
+                "apiVersion": "v1",
+                "status": "Failure",
+                "reason": "Expired",
+                "code": 410,
                 "message": "too old resource version: 1 (202)",
             },
         }
@@ -405,8 +411,9 @@ async def test_http2_client_speaks_h2_to_the_api_server_and_works(control_plane:
             await kube.get(CONFIGMAPS, "h2-missing", namespace)
         # The protocol the TLS handshake agreed (ALPN), read off the transport the client
         # uses: a client that silently fell back to HTTP/1.1 would pass the rest.
-        answer = await kube._http.get(f"/api/v1/namespaces/{namespace}/configmaps/h2-0",
-                                      headers=kube._headers(RequestSpec("GET", "")))
+        answer = await kube._http.get(
+            f"/api/v1/namespaces/{namespace}/configmaps/h2-0", headers=kube._headers(RequestSpec("GET", ""))
+        )
         assert answer.status_code == 200 and answer.http_version == "HTTP/2"
 
 
@@ -501,7 +508,9 @@ def test_kubeconfig_with_certificate_files(control_plane: ControlPlane, tmp_path
     doc = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {"server": control_plane.server_url, "certificate-authority": str(pki.ca_cert)}}],
+        "clusters": [
+            {"name": "c", "cluster": {"server": control_plane.server_url, "certificate-authority": str(pki.ca_cert)}}
+        ],
         # Relative paths resolve against the kubeconfig's directory, as kubectl does.
         "users": [{"name": "u", "user": {"client-certificate": "admin.crt", "client-key": "admin.key"}}],
         "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u", "namespace": "kube-system"}}],

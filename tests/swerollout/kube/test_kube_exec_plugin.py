@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from swerollout.client import AsyncRolloutClient
-from swerollout_dev.controlplane import ControlPlane
 from swerollout.kube import CONFIGMAPS, SECRETS, Forbidden, KubeClient, TransportError, load_config
+from swerollout_dev.controlplane import ControlPlane
 
 PLUGIN = """#!{python}
 # An exec credential plugin, as EKS/GKE/AKS ship them: prints an ExecCredential with a
@@ -34,7 +34,8 @@ json.dump({{"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCreden
 
 def _whoami(kube: KubeClient) -> str:
     review = kube.request(
-        "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        "POST",
+        "/apis/authentication.k8s.io/v1/selfsubjectreviews",
         body={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
     )
     return str(review["status"]["userInfo"]["username"])
@@ -47,7 +48,15 @@ def plugin_kubeconfig(control_plane: ControlPlane, namespace: str, tmp_path: Pat
     for args in (
         ("create", "serviceaccount", "trainer", "-n", namespace),
         ("create", "role", "cm-reader", "--verb=get,list", "--resource=configmaps", "-n", namespace),
-        ("create", "rolebinding", "trainer-cm", "--role=cm-reader", f"--serviceaccount={namespace}:trainer", "-n", namespace),
+        (
+            "create",
+            "rolebinding",
+            "trainer-cm",
+            "--role=cm-reader",
+            f"--serviceaccount={namespace}:trainer",
+            "-n",
+            namespace,
+        ),
     ):
         done = run(*args)
         assert done.returncode == 0, done.stderr
@@ -55,22 +64,38 @@ def plugin_kubeconfig(control_plane: ControlPlane, namespace: str, tmp_path: Pat
     calls = tmp_path / "calls.log"
     plugin = tmp_path / "token-plugin"
     kubectl = str(control_plane.binaries.kubectl)
-    plugin.write_text(PLUGIN.format(
-        python=sys.executable, calls=str(calls), kubectl=kubectl, admin=str(control_plane.kubeconfig_path),
-        namespace=namespace,
-    ))
+    plugin.write_text(
+        PLUGIN.format(
+            python=sys.executable,
+            calls=str(calls),
+            kubectl=kubectl,
+            admin=str(control_plane.kubeconfig_path),
+            namespace=namespace,
+        )
+    )
     plugin.chmod(plugin.stat().st_mode | stat.S_IXUSR)
     cluster = dict(admin["clusters"][0]["cluster"])
     cluster["tls-server-name"] = "kubernetes.default.svc"
     first: dict[str, Any] = {
-        "apiVersion": "v1", "kind": "Config",
+        "apiVersion": "v1",
+        "kind": "Config",
         "clusters": [{"name": "managed", "cluster": cluster}],
-        "users": [{"name": "sa", "user": {"exec": {
-            "apiVersion": "client.authentication.k8s.io/v1", "command": str(plugin), "interactiveMode": "Never",
-        }}}],
+        "users": [
+            {
+                "name": "sa",
+                "user": {
+                    "exec": {
+                        "apiVersion": "client.authentication.k8s.io/v1",
+                        "command": str(plugin),
+                        "interactiveMode": "Never",
+                    }
+                },
+            }
+        ],
     }
     second = {
-        "apiVersion": "v1", "kind": "Config",
+        "apiVersion": "v1",
+        "kind": "Config",
         "contexts": [{"name": "managed", "context": {"cluster": "managed", "user": "sa", "namespace": namespace}}],
         "current-context": "managed",
     }
@@ -116,7 +141,9 @@ async def test_client_connects_with_the_plugin_kubeconfig(
 
 def test_proxy_url_reaches_the_http_client(tmp_path: Path) -> None:
     doc = {
-        "clusters": [{"name": "c", "cluster": {"server": "https://10.0.0.1:6443", "proxy-url": "http://127.0.0.1:3128"}}],
+        "clusters": [
+            {"name": "c", "cluster": {"server": "https://10.0.0.1:6443", "proxy-url": "http://127.0.0.1:3128"}}
+        ],
         "users": [{"name": "u", "user": {"tokenFile": "token"}}],
         "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
         "current-context": "x",

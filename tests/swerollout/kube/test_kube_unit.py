@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from swerollout.backoff import Backoff
 from swerollout.kube import (
     NAMESPACES,
     PODS,
@@ -22,7 +23,6 @@ from swerollout.kube import (
     load_kubeconfig,
     retry,
 )
-from swerollout.backoff import Backoff
 from swerollout.kube.config import ProjectedToken
 from swerollout.kube.errors import ApiError, error_from_response
 
@@ -51,7 +51,9 @@ def test_status_bodies_map_to_the_error_family() -> None:
     assert isinstance(error_from_response(409, b'{"kind":"Status","reason":"AlreadyExists"}'), AlreadyExists)
     conflict = error_from_response(409, b'{"kind":"Status","reason":"Conflict"}')
     assert isinstance(conflict, Conflict) and not isinstance(conflict, AlreadyExists)
-    throttled = error_from_response(429, b'{"kind":"Status","reason":"TooManyRequests","details":{"retryAfterSeconds":2}}')
+    throttled = error_from_response(
+        429, b'{"kind":"Status","reason":"TooManyRequests","details":{"retryAfterSeconds":2}}'
+    )
     assert isinstance(throttled, TooManyRequests)
     assert throttled.retryable and throttled.retry_after_seconds == 2
     gateway = error_from_response(503, b"<html>upstream down</html>")
@@ -82,8 +84,24 @@ def test_kubeconfig_errors_name_the_problem(tmp_path: Path) -> None:
         "current-context": "x",
     }
     # A plugin that cannot run is named, with what to do.
-    path.write_text(yaml.safe_dump({**base, "users": [{"name": "u", "user": {"exec": {
-        "apiVersion": "client.authentication.k8s.io/v1", "command": str(tmp_path / "no-such-plugin")}}}]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                **base,
+                "users": [
+                    {
+                        "name": "u",
+                        "user": {
+                            "exec": {
+                                "apiVersion": "client.authentication.k8s.io/v1",
+                                "command": str(tmp_path / "no-such-plugin"),
+                            }
+                        },
+                    }
+                ],
+            }
+        )
+    )
     with pytest.raises(ConfigError, match="exec credential plugin .*no-such-plugin.* gave no credentials"):
         load_kubeconfig(path)
     path.write_text(yaml.safe_dump({**base, "users": []}))

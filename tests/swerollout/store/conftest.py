@@ -18,8 +18,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.support.store_support import BUCKET, FileRaw, MotoServer, RawAccess, S3Raw, start_moto
 from swerollout.store import ResultStore, open_store
+from tests.support.store_support import BUCKET, FileRaw, MotoServer, RawAccess, S3Raw, start_moto
+
 
 @pytest.fixture(scope="session")
 def moto() -> Iterator[MotoServer]:

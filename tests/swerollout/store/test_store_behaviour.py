@@ -11,7 +11,6 @@ from urllib.parse import urlsplit
 import pytest
 from pydantic import ValidationError
 
-from tests.support.store_support import RawAccess
 from swerollout.store import (
     IntegrityError,
     InvalidRefError,
@@ -24,6 +23,7 @@ from swerollout.store import (
     open_store,
 )
 from swerollout.store.base import SPOOL_IN_MEMORY
+from tests.support.store_support import RawAccess
 
 ROLLOUT = Owner(namespace="team-a", uid="0b6f7c1e-5d1a-4f7e-9a51-2c3d4e5f6a7b")
 OTHER_ROLLOUT = Owner(namespace="team-a", uid="77d0e2b4-8c3f-4a6d-b1e2-9f8a7b6c5d4e")
@@ -58,7 +58,9 @@ async def test_every_kind_is_accepted_and_kinds_are_separate_objects(store: Resu
 
 
 async def test_unknown_kind_is_refused_naming_the_valid_ones(store: ResultStore) -> None:
-    with pytest.raises(InvalidRefError, match="unknown object kind 'logs'.*trajectory, snapshot, report, patch, log, other"):
+    with pytest.raises(
+        InvalidRefError, match="unknown object kind 'logs'.*trajectory, snapshot, report, patch, log, other"
+    ):
         await store.put(ROLLOUT, "logs", b"x")
     assert await store.usage() == StoreUsage(objects=0, bytes=0)
 
@@ -187,8 +189,17 @@ async def test_refs_outside_the_store_are_refused(store: ResultStore, store_url:
 
 
 def test_owner_names_cannot_carry_paths() -> None:
-    for namespace, uid in [("..", "x"), ("team-a", ".."), ("team-a/b", "x"), ("team-a", "a/b"), ("Team", "x"),
-                           ("team-a", ""), ("", "x"), ("team-a", "a%2fb"), ("team-a", "a.b")]:
+    for namespace, uid in [
+        ("..", "x"),
+        ("team-a", ".."),
+        ("team-a/b", "x"),
+        ("team-a", "a/b"),
+        ("Team", "x"),
+        ("team-a", ""),
+        ("", "x"),
+        ("team-a", "a%2fb"),
+        ("team-a", "a.b"),
+    ]:
         with pytest.raises(ValidationError):
             Owner(namespace=namespace, uid=uid)
 

@@ -11,7 +11,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tests.support.store_support import BUCKET, MotoServer
 from swerollout.store import (
     NotFoundError,
     Owner,
@@ -22,6 +21,7 @@ from swerollout.store import (
     open_store,
 )
 from swerollout.store.s3 import MIN_PART_SIZE
+from tests.support.store_support import BUCKET, MotoServer
 
 ROLLOUT = Owner(namespace="team-s3", uid="9f2a1c3e-0000-4000-8000-000000000001")
 

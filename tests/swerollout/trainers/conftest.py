@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from swerollout.client import AsyncRolloutClient, RolloutRecord
-from swerollout_dev.policy_server.launch import launch
 from swerollout.trainers._settings import AdapterSettings
+from swerollout_dev.policy_server.launch import launch
 from tests.support.devstack import DevStack, running_dev_stack
 
 # siiRL opens a log file under ./siirl_logs when it is imported (and logs INFO to stderr):
@@ -42,10 +42,14 @@ class Stack:
 
     def settings(self, **overrides: Any) -> AdapterSettings:
         raw: dict[str, Any] = {
-            "endpoints": [self.stack.oracle_url], "tokenizer": "qwen-2.5",
-            "kubeconfig": str(self.stack.paths.kubeconfig), "namespace": "default",
-            "store_url": self.stack.store_dir.as_uri(), "batch_prefix": "tr",
-            "sandbox": {"startupTimeoutSeconds": 900}, "timeout_seconds": 900,
+            "endpoints": [self.stack.oracle_url],
+            "tokenizer": "qwen-2.5",
+            "kubeconfig": str(self.stack.paths.kubeconfig),
+            "namespace": "default",
+            "store_url": self.stack.store_dir.as_uri(),
+            "batch_prefix": "tr",
+            "sandbox": {"startupTimeoutSeconds": 900},
+            "timeout_seconds": 900,
         }
         raw.update(overrides)
         return AdapterSettings.model_validate(raw)
@@ -69,8 +73,12 @@ async def _run_shared_batch(stack: DevStack, null_url: str) -> list[RolloutRecor
     ) as client:
         inference = {"endpoint": stack.oracle_url, "tokenizer": "qwen-2.5"}
         await client.submit_batch(
-            [stack.instances[i] for i in range(TASKS)], GROUP, batch=SHARED_BATCH, inference=inference,
-            weight_version="7", sandbox={"startupTimeoutSeconds": 900},
+            [stack.instances[i] for i in range(TASKS)],
+            GROUP,
+            batch=SHARED_BATCH,
+            inference=inference,
+            weight_version="7",
+            sandbox={"startupTimeoutSeconds": 900},
             member_inference=[inference, {**inference, "endpoint": null_url}],
         )
         await client.wait(SHARED_BATCH, timeout=900)
@@ -104,8 +112,12 @@ def slow_oracle(trainer_stack: DevStack) -> Iterator[str]:
     """The oracle (solves the bundled tasks: reward 1) slowed so a pause lands in the middle
     of its first turn; integer weight versions, as the trainers count them."""
     with launch(
-        "oracle", subprocess=True, tokenizer="qwen-2.5", tasks=trainer_stack.workdir / "tasks" / "instances.jsonl",
-        weight_version="1", faults={"delay_per_token": 0.05},
+        "oracle",
+        subprocess=True,
+        tokenizer="qwen-2.5",
+        tasks=trainer_stack.workdir / "tasks" / "instances.jsonl",
+        weight_version="1",
+        faults={"delay_per_token": 0.05},
     ) as server:
         yield server.url
 

@@ -64,8 +64,14 @@ def test_groups_of_a_real_batch_pass_areals_own_checks(shared: Shared) -> None:
 def test_a_group_with_a_member_without_tokens_is_rejected_and_caps_fail_loudly(shared: Shared) -> None:
     record = shared.records[0]
     empty = RolloutRecord(
-        name="x-0-1", namespace="default", batch="x", sample=0, member=1, instance_id=record.instance_id,
-        phase=record.phase, status=record.status,
+        name="x-0-1",
+        namespace="default",
+        batch="x",
+        sample=0,
+        member=1,
+        instance_id=record.instance_id,
+        phase=record.phase,
+        status=record.status,
     )
     assert group_tensors([record, empty]) is None and check_trajectory_format(None)
     total = record.prompt_ids.size + record.response_ids.size
@@ -83,7 +89,8 @@ def test_an_episode_rides_a_pause_for_a_weight_update_in_the_middle(stack: Stack
     gconfig = GenerationHyperparameters(n_samples=GROUP, max_new_tokens=SLOW_SAMPLING["maxNewTokens"], temperature=1.0)
     workflow = SWERolloutWorkflow(
         shared.settings(endpoints=[slow_policy], agent=SLOW_AGENT, batch_prefix="areal", inference={"onAbort": "Keep"}),
-        GROUP, gconfig=gconfig,
+        GROUP,
+        gconfig=gconfig,
     )
     assert isinstance(workflow, RolloutWorkflow)
 

@@ -48,8 +48,9 @@ def _start(output: Path, script: str, *args: str) -> Example:
     # The repository root on the path: the slime examples take the test double's Sample.
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     with output.with_suffix(".out").open("wb") as out, output.with_suffix(".err").open("wb") as err:
-        process = subprocess.Popen([sys.executable, str(EXAMPLES / script), *args], cwd=ROOT, env=env,
-                                   stdout=out, stderr=err)
+        process = subprocess.Popen(
+            [sys.executable, str(EXAMPLES / script), *args], cwd=ROOT, env=env, stdout=out, stderr=err
+        )
     return Example(process, output)
 
 
@@ -57,28 +58,85 @@ def _start(output: Path, script: str, *args: str) -> Example:
 def examples(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Example]]:
     dev = stack.stack
     instances = str(dev.workdir / "tasks" / "instances.jsonl")
-    common = ["--instances", instances, "--endpoint", dev.oracle_url, "--kubeconfig", str(dev.paths.kubeconfig),
-              "--store-url", dev.store_dir.as_uri()]
+    common = [
+        "--instances",
+        instances,
+        "--endpoint",
+        dev.oracle_url,
+        "--kubeconfig",
+        str(dev.paths.kubeconfig),
+        "--store-url",
+        dev.store_dir.as_uri(),
+    ]
     out = tmp_path_factory.mktemp("trainer-examples")
     config = out / "swerollout.yaml"
-    config.write_text(yaml.safe_dump({"swerollout": {
-        "endpoints": [dev.oracle_url], "tokenizer": "qwen-2.5", "kubeconfig": str(dev.paths.kubeconfig),
-        "namespace": "default", "store_url": dev.store_dir.as_uri(), "timeout_seconds": 900,
-        "sandbox": {"startupTimeoutSeconds": 900},
-    }}))
-    slime = ["--prompt-data", instances, "--custom-config-path", str(config), "--sample-class", SLIME_DOUBLE,
-             "--n-samples-per-prompt", "1", "--rollout-max-response-len", "8192"]
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "swerollout": {
+                    "endpoints": [dev.oracle_url],
+                    "tokenizer": "qwen-2.5",
+                    "kubeconfig": str(dev.paths.kubeconfig),
+                    "namespace": "default",
+                    "store_url": dev.store_dir.as_uri(),
+                    "timeout_seconds": 900,
+                    "sandbox": {"startupTimeoutSeconds": 900},
+                }
+            }
+        )
+    )
+    slime = [
+        "--prompt-data",
+        instances,
+        "--custom-config-path",
+        str(config),
+        "--sample-class",
+        SLIME_DOUBLE,
+        "--n-samples-per-prompt",
+        "1",
+        "--rollout-max-response-len",
+        "8192",
+    ]
     started = {
-        "verl": _start(out / "verl", "verl_step.py", *common, "--n", "1", "--step", "4",
-                       "--model-path", str(resolve_tokenizer_dir("qwen-2.5"))),
-        "areal": _start(out / "areal", "areal_episode.py", *common, "--group-size", "1", "--task", "1", "--version", "5"),
+        "verl": _start(
+            out / "verl",
+            "verl_step.py",
+            *common,
+            "--n",
+            "1",
+            "--step",
+            "4",
+            "--model-path",
+            str(resolve_tokenizer_dir("qwen-2.5")),
+        ),
+        "areal": _start(
+            out / "areal", "areal_episode.py", *common, "--group-size", "1", "--task", "1", "--version", "5"
+        ),
         # The flags of docs/trainers-slime.md: the rollout function with partial rollout over two
         # steps, and the generate function inside slime's own rollout.
-        "slime_rollout": _start(out / "slime_rollout", "slime_step.py", *slime, "--rollout-function-path",
-                                "swerollout.trainers.slime.generate_rollout", "--partial-rollout",
-                                "--over-sampling-batch-size", "2", "--rollout-batch-size", "1", "--steps", "2"),
-        "slime_generate": _start(out / "slime_generate", "slime_step.py", *slime, "--custom-generate-function-path",
-                                 "swerollout.trainers.slime.generate", "--rollout-batch-size", "1"),
+        "slime_rollout": _start(
+            out / "slime_rollout",
+            "slime_step.py",
+            *slime,
+            "--rollout-function-path",
+            "swerollout.trainers.slime.generate_rollout",
+            "--partial-rollout",
+            "--over-sampling-batch-size",
+            "2",
+            "--rollout-batch-size",
+            "1",
+            "--steps",
+            "2",
+        ),
+        "slime_generate": _start(
+            out / "slime_generate",
+            "slime_step.py",
+            *slime,
+            "--custom-generate-function-path",
+            "swerollout.trainers.slime.generate",
+            "--rollout-batch-size",
+            "1",
+        ),
         # siiRL's own GRPO pipeline with our rollout node, then its reward and advantage nodes.
         "siirl": _start(out / "siirl", "siirl_pipeline.py", *common, "--group-size", "1", "--task", "1", "--step", "5"),
     }

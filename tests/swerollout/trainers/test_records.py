@@ -50,7 +50,9 @@ def test_length_caps_fail_loudly_naming_the_setting() -> None:
     assert token_arrays(record, fits).response_ids.size == response
     assert fits.max_sampled_tokens == response and fits.max_context_tokens == prompt + response
     short = LengthCaps(prompt=prompt, response=response - 1, response_setting="rollout.response_length")
-    with pytest.raises(LengthOverflow, match=rf"response has {response} tokens.*rollout.response_length={response - 1}"):
+    with pytest.raises(
+        LengthOverflow, match=rf"response has {response} tokens.*rollout.response_length={response - 1}"
+    ):
         token_arrays(record, short)
     with pytest.raises(LengthOverflow, match=rf"prompt has {prompt} tokens"):
         token_arrays(record, LengthCaps(prompt=prompt - 1))
@@ -61,7 +63,9 @@ def test_length_caps_fail_loudly_naming_the_setting() -> None:
 def test_reward_and_sampling_mapping() -> None:
     assert reward_of(record_of(make_trajectory(1), reward=0.5)) == 0.5
     assert sampling_from({"temperature": 0.7, "top_p": 0.9, "top_k": 0, "logprobs": True}) == {
-        "temperature": 0.7, "topP": 0.9, "topK": -1,
+        "temperature": 0.7,
+        "topP": 0.9,
+        "topK": -1,
     }
     assert sampling_from({"top_k": 20}) == {"topK": 20}
     assert sampling_from({"top_k": 100_000_000}) == {"topK": -1}  # AReaL's default: no top-k

@@ -24,8 +24,12 @@ current-context: x
 def test_one_client_per_loop_and_settings_and_none_kept_for_a_closed_loop(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(KUBECONFIG)
-    first = AdapterSettings(endpoints=["http://127.0.0.1:1"], tokenizer="qwen-2.5", kubeconfig=str(kubeconfig), batch_prefix="a")
-    other = AdapterSettings(endpoints=["http://127.0.0.1:1"], tokenizer="qwen-2.5", kubeconfig=str(kubeconfig), batch_prefix="b")
+    first = AdapterSettings(
+        endpoints=["http://127.0.0.1:1"], tokenizer="qwen-2.5", kubeconfig=str(kubeconfig), batch_prefix="a"
+    )
+    other = AdapterSettings(
+        endpoints=["http://127.0.0.1:1"], tokenizer="qwen-2.5", kubeconfig=str(kubeconfig), batch_prefix="b"
+    )
 
     loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
 

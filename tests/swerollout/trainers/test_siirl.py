@@ -75,20 +75,30 @@ def siirl_batch(stack: Stack, tasks: list[int], n: int) -> TensorDict:
     rows = []
     for task in tasks:
         ids = torch.tensor([11, 12, 13, 14])
-        rows.append({
-            "input_ids": ids, "attention_mask": torch.ones_like(ids), "position_ids": torch.arange(ids.numel()),
-            "data_source": "swe-bench", "extra_info": {"instance": stack.instance_row(task)},
-        })
+        rows.append(
+            {
+                "input_ids": ids,
+                "attention_mask": torch.ones_like(ids),
+                "position_ids": torch.arange(ids.numel()),
+                "data_source": "swe-bench",
+                "extra_info": {"instance": stack.instance_row(task)},
+            }
+        )
     batch: TensorDict = preprocess_dataloader(collate_fn(rows), n)
     return batch
 
 
-def run_node(graph: TaskGraph, node_id: str, batch: TensorDict, config: SiiRLArguments, worker: DAGWorker) -> NodeOutput:
+def run_node(
+    graph: TaskGraph, node_id: str, batch: TensorDict, config: SiiRLArguments, worker: DAGWorker
+) -> NodeOutput:
     """One node of the graph with the arguments siiRL's DAG worker passes it."""
     node = graph.get_node(node_id)
     assert node is not None
     kwargs: dict[str, Any] = {
-        "_dag_worker_instance": worker, "process_group": None, "agent_group": {}, "cur_tp_rank": 0,
+        "_dag_worker_instance": worker,
+        "process_group": None,
+        "agent_group": {},
+        "cur_tp_rank": 0,
     }
     if node.node_role == NodeRole.REWARD:
         kwargs["tp_size"] = 1
@@ -109,15 +119,20 @@ def downstream(graph: TaskGraph, output: NodeOutput, config: SiiRLArguments, wor
 def check_rows(batch: TensorDict, records: list[RolloutRecord], prompt_length: int, response_length: int) -> None:
     """siiRL's batch holds exactly our tokens and mask, and the reward on the last response token."""
     size = len(records)
-    for key, width in (("prompts", prompt_length), ("responses", response_length), ("response_mask", response_length),
-                       ("input_ids", prompt_length + response_length), ("attention_mask", prompt_length + response_length),
-                       ("position_ids", prompt_length + response_length)):
+    for key, width in (
+        ("prompts", prompt_length),
+        ("responses", response_length),
+        ("response_mask", response_length),
+        ("input_ids", prompt_length + response_length),
+        ("attention_mask", prompt_length + response_length),
+        ("position_ids", prompt_length + response_length),
+    ):
         assert batch[key].shape == (size, width) and batch[key].dtype == torch.int64, key
     for key in ("token_level_scores", "token_level_rewards"):
         assert batch[key].shape == (size, response_length) and batch[key].dtype == torch.float32
     for row, record in enumerate(records):
         p, r = record.prompt_ids.size, record.response_ids.size
-        assert batch["prompts"][row, prompt_length - p:].tolist() == record.prompt_ids.tolist()
+        assert batch["prompts"][row, prompt_length - p :].tolist() == record.prompt_ids.tolist()
         assert batch["responses"][row, :r].tolist() == record.response_ids.tolist()
         mask = batch["response_mask"][row]
         assert mask[:r].tolist() == record.loss_mask.tolist() and not mask[r:].any()
@@ -136,7 +151,9 @@ def test_records_of_a_real_batch_go_through_siirls_grpo_steps(shared: Shared) ->
     response_length = max(r.response_ids.size for r in records) + 5
     config = siirl_config(prompt_length, response_length, GROUP)
     batch = siirl_batch(shared, list(range(TASKS)), GROUP)
-    assert batch["uid"].dtype == torch.int64 and batch["uid"].tolist() == [t for t in range(TASKS) for _ in range(GROUP)]
+    assert batch["uid"].dtype == torch.int64 and batch["uid"].tolist() == [
+        t for t in range(TASKS) for _ in range(GROUP)
+    ]
     node = SWERolloutNode(shared.settings(batch_prefix="siirl"))
     graph = with_swe_rollout(grpo_pipeline(), node)
     rollout = graph.get_node("rollout_actor")
@@ -177,7 +194,9 @@ def test_status_mapping_and_lengths_fail_loudly() -> None:
     failed_empty = record_of(None, "Failed", None, "x-0-1")
     failed_with_tokens = record_of(trajectory, "Failed", None, "x-0-2")
     assert [r.status for r in (completed, failed_empty, failed_with_tokens)] == [
-        TrainerStatus.COMPLETED, TrainerStatus.FAILED, TrainerStatus.FAILED,
+        TrainerStatus.COMPLETED,
+        TrainerStatus.FAILED,
+        TrainerStatus.FAILED,
     ]
     p, r = completed.prompt_ids.size, completed.response_ids.size
     config = siirl_config(p, r, 3)
@@ -208,8 +227,9 @@ def test_status_mapping_and_lengths_fail_loudly() -> None:
 async def test_the_node_rides_an_abort_and_resume_in_the_middle_of_a_step(stack: Stack, slow_policy: str) -> None:
     config = siirl_config(4096, 4096, GROUP)
     node = SWERolloutNode(
-        stack.settings(endpoints=[slow_policy], agent=SLOW_AGENT, inference={"sampling": SLOW_SAMPLING},
-                       batch_prefix="siirl"),
+        stack.settings(
+            endpoints=[slow_policy], agent=SLOW_AGENT, inference={"sampling": SLOW_SAMPLING}, batch_prefix="siirl"
+        ),
         pad_token_id=0,
     )
     worker = dag_worker(1)
@@ -218,13 +238,22 @@ async def test_the_node_rides_an_abort_and_resume_in_the_middle_of_a_step(stack:
         stack.stack.paths.kubeconfig, namespace="default", store_url=stack.stack.store_dir.as_uri()
     ) as client:
         await asyncio.to_thread(_post, f"{slow_policy}/update_weight_version", {"new_version": "1"})
-        step = asyncio.create_task(asyncio.to_thread(
-            node, config, siirl_batch(stack, [0], GROUP), _dag_worker_instance=worker, process_group=None,
-            agent_group={}, cur_tp_rank=0,
-        ))
+        step = asyncio.create_task(
+            asyncio.to_thread(
+                node,
+                config,
+                siirl_batch(stack, [0], GROUP),
+                _dag_worker_instance=worker,
+                process_group=None,
+                agent_group={},
+                cur_tp_rank=0,
+            )
+        )
         name = await _first_member(client, batch_name, step, lambda o: _turns(o) >= 1)
         assert await client.abort(names=[name]) == [name]
-        await _first_member(client, batch_name, step, lambda o: o["metadata"]["name"] == name and _phase(o) == "Aborted")
+        await _first_member(
+            client, batch_name, step, lambda o: o["metadata"]["name"] == name and _phase(o) == "Aborted"
+        )
         await asyncio.to_thread(_post, f"{slow_policy}/update_weight_version", {"new_version": "2"})
         assert await client.resume(names=[name], weight_version="2") == [name]
         output = await asyncio.wait_for(step, timeout=900)

@@ -39,12 +39,14 @@ def _sample_class(path: Path) -> tuple[list[tuple[str, str, str]], dict[str, str
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Sample")
     fields = [
         (n.target.id, ast.unparse(n.annotation), ast.unparse(n.value) if n.value else "")
-        for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+        for n in cls.body
+        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
     ]
     status = next(n for n in cls.body if isinstance(n, ast.ClassDef) and n.name == "Status")
     members = {
         n.targets[0].id: ast.literal_eval(n.value)
-        for n in status.body if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name)
+        for n in status.body
+        if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name)
     }
     return fields, members
 
@@ -53,16 +55,26 @@ def test_the_double_carries_slimes_sample_fields_exactly() -> None:
     slime_fields, slime_status = _sample_class(FIXTURE)
     double_fields, double_status = _sample_class(DOUBLE)
     assert double_fields == slime_fields
-    assert double_status == slime_status == {
-        "PENDING": "pending", "COMPLETED": "completed", "TRUNCATED": "truncated", "ABORTED": "aborted",
-        "FAILED": "failed",
-    }
+    assert (
+        double_status
+        == slime_status
+        == {
+            "PENDING": "pending",
+            "COMPLETED": "completed",
+            "TRUNCATED": "truncated",
+            "ABORTED": "aborted",
+            "FAILED": "failed",
+        }
+    )
     # The adapter maps our statuses onto slime's by value.
     assert {s.value for s in TrainerStatus} <= set(slime_status.values())
 
 
-SETTINGS: dict[str, Any] = {"endpoints": [INFERENCE["endpoint"]], "tokenizer": INFERENCE["tokenizer"],
-                            "timeout_seconds": 120}
+SETTINGS: dict[str, Any] = {
+    "endpoints": [INFERENCE["endpoint"]],
+    "tokenizer": INFERENCE["tokenizer"],
+    "timeout_seconds": 120,
+}
 
 
 def _adapter(prefix: str, client: AsyncRolloutClient) -> slime.SlimeAdapter:
@@ -73,8 +85,15 @@ def _adapter(prefix: str, client: AsyncRolloutClient) -> slime.SlimeAdapter:
 
 def _args(**extra: Any) -> Namespace:
     values: dict[str, Any] = dict(
-        rollout_batch_size=1, n_samples_per_prompt=2, partial_rollout=True, over_sampling_batch_size=3, moe_router_topk=TOP_K,
-        rollout_temperature=0.7, rollout_top_p=0.9, rollout_top_k=0, rollout_max_response_len=3000,
+        rollout_batch_size=1,
+        n_samples_per_prompt=2,
+        partial_rollout=True,
+        over_sampling_batch_size=3,
+        moe_router_topk=TOP_K,
+        rollout_temperature=0.7,
+        rollout_top_p=0.9,
+        rollout_top_k=0,
+        rollout_max_response_len=3000,
     )
     return Namespace(**{**values, **extra})
 
@@ -91,10 +110,15 @@ def _trajectory(seed: int, exit_status: str = "submitted") -> Trajectory:
         {"rid": "c", "finish": "stop", "sampled": 5, "kept": True, "weight_version": "5"},
         {"rid": "d", "finish": "stop", "sampled": 1, "kept": True, "weight_version": None},
     ]
-    return Trajectory.model_validate({
-        **t.model_dump(), "routed_experts": routing.tobytes(), "routed_experts_width": LAYERS * TOP_K,
-        "routed_experts_forwarded": rows - 1, "info": {"turn_log": turn_log},
-    })
+    return Trajectory.model_validate(
+        {
+            **t.model_dump(),
+            "routed_experts": routing.tobytes(),
+            "routed_experts_width": LAYERS * TOP_K,
+            "routed_experts_forwarded": rows - 1,
+            "info": {"turn_log": turn_log},
+        }
+    )
 
 
 def test_settings_come_from_slimes_args() -> None:
@@ -108,8 +132,14 @@ def test_settings_come_from_slimes_args() -> None:
     adapter = slime.SlimeAdapter.from_args(args)
     assert adapter.batch == f"run7-{adapter.run_id}" and adapter.client is None
 
-    explicit = slime.settings_from_slime(Namespace(swerollout={"endpoints": ["http://a:1"]}, sglang_router_ip="r",
-                                                   sglang_router_port=1, hf_checkpoint="/models/q"))
+    explicit = slime.settings_from_slime(
+        Namespace(
+            swerollout={"endpoints": ["http://a:1"]},
+            sglang_router_ip="r",
+            sglang_router_port=1,
+            hf_checkpoint="/models/q",
+        )
+    )
     assert explicit.endpoints == ["http://a:1"] and explicit.tokenizer == "/models/q"
     with pytest.raises(ClientConfigError, match=r"`swerollout:` section .*endpoints"):
         slime.settings_from_slime(Namespace(hf_checkpoint="/m"))
@@ -128,22 +158,35 @@ def test_the_rollout_function_refuses_evaluations_and_wrong_group_sizes() -> Non
     assert adapter.client is None, "nothing was connected"
 
 
-async def _play(akube: AsyncKubeClient, store: ResultStore, namespace: str, outcomes: dict[str, tuple[str, str]],
-                sent: dict[str, Trajectory]) -> None:
+async def _play(
+    akube: AsyncKubeClient,
+    store: ResultStore,
+    namespace: str,
+    outcomes: dict[str, tuple[str, str]],
+    sent: dict[str, Trajectory],
+) -> None:
     """Finish each named rollout (exit status, phase) once it exists and is not suspended
     (a suspended rollout does not run), in the given order."""
     pending = dict(outcomes)
     while pending:
         existing = {
-            o["metadata"]["name"] for o in (await akube.list(SWEROLLOUTS, namespace))["items"]
+            o["metadata"]["name"]
+            for o in (await akube.list(SWEROLLOUTS, namespace))["items"]
             if not o["spec"].get("suspend")
         }
         name = next(iter(pending))
         if name in existing:
             exit_status, phase = pending.pop(name)
             sent[name] = _trajectory(len(sent), exit_status)
-            await finish(akube, store, namespace, name, trajectory=sent[name], phase=phase,
-                         reward=1.0 if exit_status == "submitted" else 0.0)
+            await finish(
+                akube,
+                store,
+                namespace,
+                name,
+                trajectory=sent[name],
+                phase=phase,
+                reward=1.0 if exit_status == "submitted" else 0.0,
+            )
             continue
         await asyncio.sleep(0.1)
 
@@ -154,8 +197,11 @@ async def test_generate_maps_a_record_onto_slimes_sample(
     adapter = _adapter("sl", client)
     samples = [Sample(group_index=4, index=8 + m, metadata={"instance": instance(4)}) for m in range(3)]
     sent: dict[str, Trajectory] = {}
-    outcomes = {"sl-x-4-8": ("submitted", "Succeeded"), "sl-x-4-9": ("exit_context", "Succeeded"),
-                "sl-x-4-10": ("exit_error", "Failed")}
+    outcomes = {
+        "sl-x-4-8": ("submitted", "Succeeded"),
+        "sl-x-4-9": ("exit_context", "Succeeded"),
+        "sl-x-4-10": ("exit_error", "Failed"),
+    }
     player = asyncio.create_task(_play(akube, store, namespace, outcomes, sent))
     params = {"temperature": 0.7, "top_p": 0.9, "top_k": 0, "max_new_tokens": 3000}
     out = await asyncio.gather(*(adapter.generate(_args(), s, params) for s in samples))
@@ -164,8 +210,12 @@ async def test_generate_maps_a_record_onto_slimes_sample(
 
     obj = await akube.get(SWEROLLOUTS, "sl-x-4-8", namespace)
     assert obj["spec"]["inference"]["maxSampledTokens"] == 3000
-    assert obj["spec"]["inference"]["sampling"] == {**obj["spec"]["inference"]["sampling"],
-                                                    "temperature": 0.7, "topP": 0.9, "topK": -1}
+    assert obj["spec"]["inference"]["sampling"] == {
+        **obj["spec"]["inference"]["sampling"],
+        "temperature": 0.7,
+        "topP": 0.9,
+        "topK": -1,
+    }
     for sample in samples:
         t = sent[sample.metadata[slime.META_ROLLOUT]]
         assert sample.tokens == t.prompt_ids + t.response_ids
@@ -196,10 +246,19 @@ async def test_partial_rollout_returns_running_groups_and_resumes_them_by_name(
     groups = source.get_samples(3)
     sent: dict[str, Trajectory] = {}
     # One member of group 2 finishes, then group 1; groups 0 and 2 are still running then.
-    player = asyncio.create_task(_play(akube, store, namespace, {
-        "pr-x-2-4": ("submitted", "Succeeded"), "pr-x-1-2": ("submitted", "Succeeded"),
-        "pr-x-1-3": ("exit_format", "Succeeded"),
-    }, sent))
+    player = asyncio.create_task(
+        _play(
+            akube,
+            store,
+            namespace,
+            {
+                "pr-x-2-4": ("submitted", "Succeeded"),
+                "pr-x-1-2": ("submitted", "Succeeded"),
+                "pr-x-1-3": ("exit_format", "Succeeded"),
+            },
+            sent,
+        )
+    )
     finished, left = await asyncio.wait_for(adapter.rollout_groups(_args(), groups, 1), timeout=120)
     await player
     assert finished == [groups[1]] and left == [groups[0], groups[2]]
@@ -210,15 +269,24 @@ async def test_partial_rollout_returns_running_groups_and_resumes_them_by_name(
     assert groups[2][0].status in (Sample.Status.COMPLETED, Sample.Status.ABORTED)
     assert groups[2][1].status is Sample.Status.ABORTED
     suspend = {o["metadata"]["name"]: o["spec"]["suspend"] for o in (await akube.list(SWEROLLOUTS, namespace))["items"]}
-    assert suspend == {"pr-x-0-0": True, "pr-x-0-1": True, "pr-x-1-2": False, "pr-x-1-3": False,
-                       "pr-x-2-4": False, "pr-x-2-5": True}
+    assert suspend == {
+        "pr-x-0-0": True,
+        "pr-x-0-1": True,
+        "pr-x-1-2": False,
+        "pr-x-1-3": False,
+        "pr-x-2-4": False,
+        "pr-x-2-5": True,
+    }
 
     # Next step: slime hands the buffered groups out again; the aborted members resume by name.
     source.add_samples(left)
     again = source.get_samples(2)
     assert again == [groups[0], groups[2]]
-    player = asyncio.create_task(_play(akube, store, namespace, {
-        n: ("submitted", "Succeeded") for n in ("pr-x-0-0", "pr-x-0-1", "pr-x-2-5")}, sent))
+    player = asyncio.create_task(
+        _play(
+            akube, store, namespace, {n: ("submitted", "Succeeded") for n in ("pr-x-0-0", "pr-x-0-1", "pr-x-2-5")}, sent
+        )
+    )
     finished, left = await asyncio.wait_for(adapter.rollout_groups(_args(), again, 2), timeout=120)
     await player
     assert finished == again and left == []
@@ -231,8 +299,15 @@ async def test_partial_rollout_returns_running_groups_and_resumes_them_by_name(
 def test_the_rollout_function_runs_steps_on_its_own_loop(crd: Any, namespace: str, store_url: str) -> None:
     """generate_rollout is synchronous (slime's rollout manager calls it step after step)."""
     adapter = slime.SlimeAdapter(
-        AdapterSettings.model_validate({**SETTINGS, "batch_prefix": "gr", "kubeconfig": str(crd.kubeconfig_path),
-                                        "namespace": namespace, "store_url": store_url}),
+        AdapterSettings.model_validate(
+            {
+                **SETTINGS,
+                "batch_prefix": "gr",
+                "kubeconfig": str(crd.kubeconfig_path),
+                "namespace": namespace,
+                "store_url": store_url,
+            }
+        ),
         run_id="x",
     )
     source = DataSource([instance(0)], group_size=2)
@@ -240,15 +315,22 @@ def test_the_rollout_function_runs_steps_on_its_own_loop(crd: Any, namespace: st
 
     async def play() -> None:
         from swerollout.store import open_store
+
         async with crd.admin_async_client() as kube:
             opened = open_store(store_url)
             try:
-                await _play(kube, opened, namespace, {"gr-x-0-0": ("submitted", "Succeeded"),
-                                                      "gr-x-0-1": ("submitted", "Succeeded")}, sent)
+                await _play(
+                    kube,
+                    opened,
+                    namespace,
+                    {"gr-x-0-0": ("submitted", "Succeeded"), "gr-x-0-1": ("submitted", "Succeeded")},
+                    sent,
+                )
             finally:
                 await opened.aclose()
 
     import threading
+
     player = threading.Thread(target=asyncio.run, args=(play(),))
     player.start()
     try:
@@ -293,8 +375,9 @@ async def _ride_out(adapter: slime.SlimeAdapter, client: AsyncRolloutClient, sta
     await _until("it sampled", lambda: _load(slow_oracle)["num_used_tokens"] >= used + 8, task)
     # slime's weight update (update_weight_from_disk): pause, load with the new version, continue.
     post(f"{slow_oracle}/pause_generation", json={}).raise_for_status()
-    post(f"{slow_oracle}/update_weights_from_disk", json={"model_path": "/ckpt/weight_v000002",
-                                                          "weight_version": "2"}).raise_for_status()
+    post(
+        f"{slow_oracle}/update_weights_from_disk", json={"model_path": "/ckpt/weight_v000002", "weight_version": "2"}
+    ).raise_for_status()
     post(f"{slow_oracle}/continue_generation", json={}).raise_for_status()
     used = _load(slow_oracle)["num_used_tokens"]
     await _until("it sampled again", lambda: _load(slow_oracle)["num_used_tokens"] >= used + 8, task)

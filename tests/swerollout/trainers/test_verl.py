@@ -42,19 +42,24 @@ def tokenizer() -> Any:
 
 def verl_config(shared: Stack, prompt_length: int, response_length: int, **settings: Any) -> Any:
     """The slice of verl's trainer config the adapters and verl's post-processing read."""
-    return OmegaConf.create({
-        "actor_rollout_ref": {
-            "rollout": {
-                "prompt_length": prompt_length, "response_length": response_length,
-                "temperature": 1.0, "top_p": 1.0, "top_k": -1,
-                "val_kwargs": {"temperature": 0.0, "top_p": 1.0, "top_k": -1},
-                "multi_turn": {"tool_config_path": None},
+    return OmegaConf.create(
+        {
+            "actor_rollout_ref": {
+                "rollout": {
+                    "prompt_length": prompt_length,
+                    "response_length": response_length,
+                    "temperature": 1.0,
+                    "top_p": 1.0,
+                    "top_k": -1,
+                    "val_kwargs": {"temperature": 0.0, "top_p": 1.0, "top_k": -1},
+                    "multi_turn": {"tool_config_path": None},
+                },
+                "model": {},
             },
-            "model": {},
-        },
-        "data": {"tool_config_path": None, "apply_chat_template_kwargs": {}},
-        "swerollout": json.loads(shared.settings(**settings).model_dump_json()),
-    })
+            "data": {"tool_config_path": None, "apply_chat_template_kwargs": {}},
+            "swerollout": json.loads(shared.settings(**settings).model_dump_json()),
+        }
+    )
 
 
 def lengths(records: list[RolloutRecord]) -> tuple[int, int]:
@@ -66,7 +71,7 @@ def check_rows(batch: DataProto, records: list[RolloutRecord]) -> None:
     prompt_length = batch.batch["prompts"].shape[1]
     for row, record in enumerate(records):
         p, r = record.prompt_ids.size, record.response_ids.size
-        assert batch.batch["prompts"][row, prompt_length - p:].tolist() == record.prompt_ids.tolist()
+        assert batch.batch["prompts"][row, prompt_length - p :].tolist() == record.prompt_ids.tolist()
         assert batch.batch["responses"][row, :r].tolist() == record.response_ids.tolist()
         mask = batch.batch["response_mask"][row]
         assert mask[:r].tolist() == record.loss_mask.tolist() and not mask[r:].any()
@@ -101,8 +106,7 @@ async def test_records_of_a_real_batch_pass_verls_own_postprocessing(shared: Sha
     ]
     # Two worker chunks concatenated as verl's manager does.
     chunks = [
-        worker._postprocess(padded[i : i + 2], input_non_tensor_batch={"index": objects([i, i + 1])})
-        for i in (0, 2)
+        worker._postprocess(padded[i : i + 2], input_non_tensor_batch={"index": objects([i, i + 1])}) for i in (0, 2)
     ]
     batch = DataProto.concat(chunks)
     assert batch.batch["responses"].shape == (TASKS * GROUP, response_length + 5)
@@ -160,22 +164,36 @@ async def test_the_agent_loop_rides_an_abort_and_resume_in_the_middle(
 ) -> None:
     shared = stack
     config = verl_config(
-        shared, 4096, 4096, endpoints=[slow_policy], agent=SLOW_AGENT, inference={"sampling": SLOW_SAMPLING},
+        shared,
+        4096,
+        4096,
+        endpoints=[slow_policy],
+        agent=SLOW_AGENT,
+        inference={"sampling": SLOW_SAMPLING},
     )
     assert _agent_loop_registry[AGENT_NAME] == {"_target_": "swerollout.trainers.verl.SWERolloutAgentLoop"}
     loop = SWERolloutAgentLoop(
-        trainer_config=DictConfigWrap(config), server_manager=None, tokenizer=tokenizer, processor=None,
-        dataset_cls=RLHFDataset, data_config=DictConfigWrap(config.data),
+        trainer_config=DictConfigWrap(config),
+        server_manager=None,
+        tokenizer=tokenizer,
+        processor=None,
+        dataset_cls=RLHFDataset,
+        data_config=DictConfigWrap(config.data),
     )
     assert isinstance(loop, AgentLoopBase)
     async with AsyncRolloutClient.connect(
         shared.stack.paths.kubeconfig, namespace="default", store_url=shared.stack.store_dir.as_uri()
     ) as client:
         httpx_post(f"{slow_policy}/update_weight_version", {"new_version": "1"})
-        run = asyncio.create_task(loop.run(
-            {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True},
-            raw_prompt=RAW_PROMPT, uid="u-slow", index=9, extra_info={"instance": shared.instance_row(0)},
-        ))
+        run = asyncio.create_task(
+            loop.run(
+                {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True},
+                raw_prompt=RAW_PROMPT,
+                uid="u-slow",
+                index=9,
+                extra_info={"instance": shared.instance_row(0)},
+            )
+        )
         name = await wait_for(client, lambda o: trainer_uid(o) == "u-slow" and turns(o) >= 1)
         assert await client.abort(names=[name]) == [name]
         await wait_for(client, lambda o: o["metadata"]["name"] == name and phase(o) == "Aborted")

@@ -31,9 +31,9 @@ from agent_runner.sglang import RetryPolicy, SamplingParams, SGLangClient
 from swerollout.api.v1alpha1 import LABEL_BATCH, LABEL_MEMBER
 from swerollout.cli.results import write_jsonl, write_parquet
 from swerollout.client.records import ANNOTATION_INSTANCE_ID, LABEL_SAMPLE, RolloutRecord, build_record
-from swerollout_dev.policy_server.launch import launch
 from swerollout.tokenizers import load_tokenizer
 from swerollout.wire.trajectory import Trajectory
+from swerollout_dev.policy_server.launch import launch
 
 REPO = Path(__file__).resolve().parents[3]
 TASKS = REPO / "examples" / "tasks" / "instances.jsonl"
@@ -43,26 +43,39 @@ TASK_COUNT = 3
 ARTIFACTS = REPO / ".swerollout" / "test-artifacts" / "viewer"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 TOOLS = [
-    {"type": "function", "function": {
-        "name": "bash", "description": "Run a bash command in the repository.",
-        "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
-    }},
-    {"type": "function", "function": {
-        "name": "submit", "description": "Submit the current diff.", "parameters": {"type": "object", "properties": {}},
-    }},
+    {
+        "type": "function",
+        "function": {
+            "name": "bash",
+            "description": "Run a bash command in the repository.",
+            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "submit",
+            "description": "Submit the current diff.",
+            "parameters": {"type": "object", "properties": {}},
+        },
+    },
 ]
-HOSTILE_MARKUP = "<script>window.__pwned = 1</script><img src=x onerror=\"window.__pwned = 2\"><b>bold?</b>"
+HOSTILE_MARKUP = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2"><b>bold?</b>'
 # Invalid UTF-8 as the runner would hold it after decoding with surrogateescape.
 INVALID_UTF8 = b"bytes: \xff\xfe\xc3( end".decode("utf-8", "surrogateescape")
 HUGE_LINE = "A" * 200_000
 # A 4x4 red PNG, as a problem statement's image would arrive inline; and a remote one.
-INLINE_IMAGE = (
-    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAQAAAAECAIAAAAmkwkpAAAAEElEQVR4nGP4z8AARwzEcQCukw/x0F8jngAAAABJRU5ErkJggg=="
-)
+INLINE_IMAGE = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAQAAAAECAIAAAAmkwkpAAAAEElEQVR4nGP4z8AARwzEcQCukw/x0F8jngAAAABJRU5ErkJggg=="
 REMOTE_IMAGE = "http://203.0.113.7/issue.png"
 
 
@@ -81,18 +94,29 @@ def _instances() -> list[dict[str, Any]]:
 
 
 async def _run_member(
-    url: str, problem: str, run_uid: str, *, observation: str = "applied the patch",
-    before_turn: Any = None, on_abort: Any = None,
+    url: str,
+    problem: str,
+    run_uid: str,
+    *,
+    observation: str = "applied the patch",
+    before_turn: Any = None,
+    on_abort: Any = None,
 ) -> Trajectory:
     client = SGLangClient(url, retry=RetryPolicy(attempts=3, base_delay=0.01))
     model = RLTokenModel(
-        load_tokenizer(TOKENIZER), client, sampling=SamplingParams(max_new_tokens=2048, temperature=0.0),
-        max_context_tokens=32768, run_uid=run_uid, tools=TOOLS,
+        load_tokenizer(TOKENIZER),
+        client,
+        sampling=SamplingParams(max_new_tokens=2048, temperature=0.0),
+        max_context_tokens=32768,
+        run_uid=run_uid,
+        tools=TOOLS,
     )
-    model.add_messages([
-        {"role": "system", "content": "You are a software engineer. Fix the issue with the tools, then submit."},
-        {"role": "user", "content": problem},
-    ])
+    model.add_messages(
+        [
+            {"role": "system", "content": "You are a software engineer. Fix the issue with the tools, then submit."},
+            {"role": "user", "content": problem},
+        ]
+    )
     exit_status, submission = "exit_max_iter_out", ""
     try:
         for number in range(6):
@@ -115,29 +139,44 @@ async def _run_member(
     return model.trajectory(exit_status=exit_status, submission=submission, timings={"total_seconds": 1.0})
 
 
-def _object(name: str, sample: int, member: int, instance_id: str, trajectory: Trajectory,
-            start: datetime, resolved: bool, graded: bool) -> dict[str, Any]:
+def _object(
+    name: str,
+    sample: int,
+    member: int,
+    instance_id: str,
+    trajectory: Trajectory,
+    start: datetime,
+    resolved: bool,
+    graded: bool,
+) -> dict[str, Any]:
     """The SWERollout object as the operator leaves it after this run (Succeeded)."""
     at = [(start + timedelta(seconds=s)).isoformat().replace("+00:00", "Z") for s in (0, 2, 5, 30, 41)]
     return {
         "metadata": {
-            "name": name, "namespace": "default", "uid": f"uid-{name}", "creationTimestamp": at[0],
+            "name": name,
+            "namespace": "default",
+            "uid": f"uid-{name}",
+            "creationTimestamp": at[0],
             "labels": {LABEL_BATCH: BATCH, LABEL_SAMPLE: str(sample), LABEL_MEMBER: str(member)},
             "annotations": {ANNOTATION_INSTANCE_ID: instance_id},
         },
         "spec": {"inference": {"endpoint": "http://127.0.0.1:30000", "tokenizer": TOKENIZER}},
         "status": {
-            "phase": "Succeeded", "attempts": 1,
+            "phase": "Succeeded",
+            "attempts": 1,
             "sandbox": {"podName": name, "startedAt": at[1]},
             "conditions": [{"type": "SandboxReady", "status": "True", "lastTransitionTime": at[2], "reason": "Ready"}],
             "result": {
-                "exitStatus": trajectory.exit_status, "turns": trajectory.turns,
-                "promptTokens": len(trajectory.prompt_ids), "responseTokens": len(trajectory.response_ids),
+                "exitStatus": trajectory.exit_status,
+                "turns": trajectory.turns,
+                "promptTokens": len(trajectory.prompt_ids),
+                "responseTokens": len(trajectory.response_ids),
                 "hasPatch": bool(trajectory.submission),
             },
             "evaluation": {"startedAt": at[3]},
             "reward": {"value": 1.0 if resolved else 0.0, "resolved": resolved, "graded": graded},
-            "startTime": at[0], "completionTime": at[4],
+            "startTime": at[0],
+            "completionTime": at[4],
         },
     }
 
@@ -145,9 +184,14 @@ def _object(name: str, sample: int, member: int, instance_id: str, trajectory: T
 def _report(instance: dict[str, Any], resolved: bool) -> dict[str, Any]:
     f2p, p2p = instance["FAIL_TO_PASS"], instance["PASS_TO_PASS"]
     return {
-        "instance_id": instance["instance_id"], "resolved": resolved, "reward": 1.0 if resolved else 0.0,
-        "graded": True, "message": f"FAIL_TO_PASS {len(f2p) if resolved else 0}/{len(f2p)}", "backend": "builtin",
-        "parser": "parse_log_pytest", "patch_applied": resolved,
+        "instance_id": instance["instance_id"],
+        "resolved": resolved,
+        "reward": 1.0 if resolved else 0.0,
+        "graded": True,
+        "message": f"FAIL_TO_PASS {len(f2p) if resolved else 0}/{len(f2p)}",
+        "backend": "builtin",
+        "parser": "parse_log_pytest",
+        "patch_applied": resolved,
         "fail_to_pass": {"success": f2p if resolved else [], "failure": [] if resolved else f2p},
         "pass_to_pass": {"success": p2p, "failure": []},
     }
@@ -181,30 +225,45 @@ async def _make_batch(tmp: Path) -> DemoBatch:
                 if member == 1:
                     trajectory = await _run_member(null.url, problem, f"uid-{name}")
                 elif sample == 1:
-                    trajectory = await _run_member(flaky.url, problem, f"uid-{name}", before_turn=abort_second_turn, on_abort=new_weights)
+                    trajectory = await _run_member(
+                        flaky.url, problem, f"uid-{name}", before_turn=abort_second_turn, on_abort=new_weights
+                    )
                 else:
                     trajectory = await _run_member(oracle.url, problem, f"uid-{name}")
                 resolved = member == 0
-                obj = _object(name, sample, member, instance["instance_id"], trajectory,
-                              start + timedelta(seconds=3 * len(records)), resolved, graded=True)
+                obj = _object(
+                    name,
+                    sample,
+                    member,
+                    instance["instance_id"],
+                    trajectory,
+                    start + timedelta(seconds=3 * len(records)),
+                    resolved,
+                    graded=True,
+                )
                 records.append(build_record(obj, trajectory, _report(instance, resolved)))
         hostile_name = f"{BATCH}-{len(instances)}-0"
         hostile_observation = f"{HOSTILE_MARKUP}\n{HUGE_LINE}\n{INVALID_UTF8}"
         trajectory = await _run_member(
-            oracle.url, f"Task {instances[0]['instance_id']}:\n{instances[0]['problem_statement']}",
+            oracle.url,
+            f"Task {instances[0]['instance_id']}:\n{instances[0]['problem_statement']}",
             f"uid-{hostile_name}",
             # The tokenizer sees what the runner sends (invalid bytes replaced); the record keeps the raw text.
             observation=hostile_observation.encode("utf-8", "surrogateescape").decode("utf-8", "replace"),
         )
+
         def hostile(message: dict[str, Any]) -> dict[str, Any]:
             if message.get("role") == "tool":
                 return {**message, "content": hostile_observation}
             if message.get("role") == "user":  # a multimodal problem statement: one inline image, one remote
-                return {**message, "content": [
-                    {"type": "text", "text": str(message["content"])},
-                    {"type": "image_url", "image_url": {"url": INLINE_IMAGE}},
-                    {"type": "image_url", "image_url": {"url": REMOTE_IMAGE}},
-                ]}
+                return {
+                    **message,
+                    "content": [
+                        {"type": "text", "text": str(message["content"])},
+                        {"type": "image_url", "image_url": {"url": INLINE_IMAGE}},
+                        {"type": "image_url", "image_url": {"url": REMOTE_IMAGE}},
+                    ],
+                }
             return message
 
         trajectory.messages = [hostile(m) for m in trajectory.messages]

@@ -22,7 +22,10 @@ def served(demo_batch: Any) -> Iterator[str]:
     """`swerollout view --from results.jsonl --port 0` as the user runs it; yields its URL."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "swerollout.cli.main", "view", "--from", str(demo_batch.jsonl), "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
         assert proc.stdout is not None
@@ -70,8 +73,12 @@ def _check_rollout_page(page: Any, record: Any) -> None:
     assert page.locator("[data-testid=tokens] .tk").count() == total
     assert page.locator("[data-testid=tokens] .tk.m1").count() == int(record.loss_mask.sum())
     report = record.report
-    tests = len(report["fail_to_pass"]["success"] + report["fail_to_pass"]["failure"]
-                + report["pass_to_pass"]["success"] + report["pass_to_pass"]["failure"])
+    tests = len(
+        report["fail_to_pass"]["success"]
+        + report["fail_to_pass"]["failure"]
+        + report["pass_to_pass"]["success"]
+        + report["pass_to_pass"]["failure"]
+    )
     assert page.locator("tr.eval-test").count() == tests
     assert page.locator("[data-testid=patch] .add").count() >= 1
 
@@ -94,10 +101,12 @@ def test_served_rollout_page_token_view(page: Any, served: str, demo_batch: Any,
     # Hovering a trained token shows its logprob and weight version.
     page.hover("[data-testid=tokens] .tk.m1 >> nth=-1")
     tip = page.inner_text("#tip")
-    assert "trained (loss mask 1)" in tip and "logprob 0" in tip and "weights \"v2\"" in tip
+    assert "trained (loss mask 1)" in tip and "logprob 0" in tip and 'weights "v2"' in tip
     # The token view's end: the resumed turn with its abort, resume and version markers.
-    page.evaluate("document.querySelector('.legend').scrollIntoView();"
-                  "const box = document.querySelector('[data-testid=tokens]'); box.scrollTop = box.scrollHeight")
+    page.evaluate(
+        "document.querySelector('.legend').scrollIntoView();"
+        "const box = document.querySelector('[data-testid=tokens]'); box.scrollTop = box.scrollHeight"
+    )
     page.mouse.move(0, 0)
     screenshot(page, "rollout-tokens")
     assert page.eval_on_selector("[data-testid=tokens] .tk.m1", "el => el.style.background") == ""
@@ -159,7 +168,9 @@ def test_report_file_works_offline(page: Any, demo_batch: Any, tmp_path: Path, s
     out = tmp_path / "report.html"
     run = subprocess.run(
         [sys.executable, "-m", "swerollout.cli.main", "view", "--from", str(demo_batch.parquet), "--out", str(out)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert run.returncode == 0, run.stderr
     requests: list[str] = []

@@ -79,8 +79,12 @@ def test_bad_input_gets_one_line_naming_the_field(tmp_path: Path, demo_batch: An
         load_file(bad)
     with pytest.raises(SourceError, match=r"must end in .jsonl or .parquet"):
         load_file(tmp_path / "x.csv")
-    run = subprocess.run([sys.executable, "-m", "swerollout.cli.main", "view", "--from", str(tmp_path / "none.jsonl")],
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-m", "swerollout.cli.main", "view", "--from", str(tmp_path / "none.jsonl")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 2 and run.stderr.count("\n") == 1 and "no such file" in run.stderr
 
 
@@ -90,13 +94,19 @@ def test_a_kept_abort_is_marked_inside_its_turn() -> None:
     from swerollout.viewer.model import ViewRecord
 
     record = ViewRecord(
-        name="keep", prompt_ids=[1, 2], response_ids=[10, 11, 12, 13, 3, 20],
-        loss_mask=[1, 1, 1, 1, 0, 1], logprobs=[0.0] * 6, weight_versions=["v1", "v1", "v2", "v2", None, "v2"],
-        info={"turn_log": [
-            {"finish": "abort", "sampled": 3, "kept": True, "kept_tokens": 2, "weight_version": "v1"},
-            {"finish": "stop", "sampled": 2, "kept": True, "kept_tokens": 2, "weight_version": "v2"},
-            {"finish": "stop", "sampled": 1, "kept": True, "kept_tokens": 1, "weight_version": "v2"},
-        ]},
+        name="keep",
+        prompt_ids=[1, 2],
+        response_ids=[10, 11, 12, 13, 3, 20],
+        loss_mask=[1, 1, 1, 1, 0, 1],
+        logprobs=[0.0] * 6,
+        weight_versions=["v1", "v1", "v2", "v2", None, "v2"],
+        info={
+            "turn_log": [
+                {"finish": "abort", "sampled": 3, "kept": True, "kept_tokens": 2, "weight_version": "v1"},
+                {"finish": "stop", "sampled": 2, "kept": True, "kept_tokens": 2, "weight_version": "v2"},
+                {"finish": "stop", "sampled": 1, "kept": True, "kept_tokens": 1, "weight_version": "v2"},
+            ]
+        },
     )
     marks, aborts, resumes = turn_marks(record)
     assert (aborts, resumes) == (1, 1)

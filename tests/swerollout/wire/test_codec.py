@@ -34,7 +34,9 @@ def _trajectory() -> Trajectory:
 
 
 def test_round_trip_arrays_and_meta() -> None:
-    blob = encode("thing", {"a": [1, "x"]}, {"ids": [1, 2, 3], "mask": np.array([0, 1], dtype="|u1")}, dtypes={"ids": "<i4"})
+    blob = encode(
+        "thing", {"a": [1, "x"]}, {"ids": [1, 2, 3], "mask": np.array([0, 1], dtype="|u1")}, dtypes={"ids": "<i4"}
+    )
     got = decode(blob, kind="thing")
     assert got.meta == {"a": [1, "x"]}
     assert got.arrays["ids"].dtype.str == "<i4" and got.arrays["ids"].tolist() == [1, 2, 3]
@@ -60,15 +62,20 @@ def test_trajectory_routed_experts_one_row_per_token() -> None:
 def test_trajectory_v2_routed_experts_read_as_one_row_per_token() -> None:
     """A v2 blob stored only the forwarded rows (one fewer than tokens): read with a filler row."""
     v3 = _trajectory()
-    meta = v3.model_dump(exclude={"prompt_ids", "response_ids", "loss_mask", "logprobs", "weight_versions", "routed_experts"})
+    meta = v3.model_dump(
+        exclude={"prompt_ids", "response_ids", "loss_mask", "logprobs", "weight_versions", "routed_experts"}
+    )
     meta.pop("routed_experts_forwarded")
     table: list[str | None] = [None, "v1", "v2"]
     blob = encode(
         "trajectory",
         {**meta, "schema_version": 2, "version_table": table},
         {
-            "prompt_ids": v3.prompt_ids, "response_ids": v3.response_ids, "loss_mask": v3.loss_mask,
-            "logprobs": v3.logprobs, "version_index": np.array([table.index(v) for v in v3.weight_versions], dtype="<u2"),
+            "prompt_ids": v3.prompt_ids,
+            "response_ids": v3.response_ids,
+            "loss_mask": v3.loss_mask,
+            "logprobs": v3.logprobs,
+            "version_index": np.array([table.index(v) for v in v3.weight_versions], dtype="<u2"),
             "routed_experts": np.arange(40, dtype="<i4"),
         },
         dtypes={"prompt_ids": "<i4", "response_ids": "<i4", "loss_mask": "|u1", "logprobs": "<f4"},
@@ -123,10 +130,22 @@ def test_newer_format_version_is_refused() -> None:
 
 
 def test_newer_trajectory_schema_is_refused() -> None:
-    meta = _trajectory().model_dump(exclude={"prompt_ids", "response_ids", "loss_mask", "logprobs", "weight_versions", "routed_experts"})
+    meta = _trajectory().model_dump(
+        exclude={"prompt_ids", "response_ids", "loss_mask", "logprobs", "weight_versions", "routed_experts"}
+    )
     meta["schema_version"] = 99
     meta["version_table"] = [None]
-    blob = encode("trajectory", meta, {"prompt_ids": np.zeros(0, "<i4"), "response_ids": np.zeros(0, "<i4"), "loss_mask": np.zeros(0, "|u1"), "logprobs": np.zeros(0, "<f4"), "version_index": np.zeros(0, "<u2")})
+    blob = encode(
+        "trajectory",
+        meta,
+        {
+            "prompt_ids": np.zeros(0, "<i4"),
+            "response_ids": np.zeros(0, "<i4"),
+            "loss_mask": np.zeros(0, "|u1"),
+            "logprobs": np.zeros(0, "<f4"),
+            "version_index": np.zeros(0, "<u2"),
+        },
+    )
     with pytest.raises(UnsupportedVersionError, match="schema v99"):
         Trajectory.from_bytes(blob)
 

@@ -13,8 +13,14 @@ def _env(tmp_path: Path) -> RunnerEnv:
     (tmp_path / "ingest").write_text("tok-ingest\n")
     (tmp_path / "swerex").write_text("tok-swerex")
     return RunnerEnv(
-        role=RunnerRole.EVAL, ingest_url="http://op:8081", namespace="ns", name="r-1", uid="u-1", attempt=3,
-        ingest_token_file=str(tmp_path / "ingest"), swerex_url="http://127.0.0.1:8000",
+        role=RunnerRole.EVAL,
+        ingest_url="http://op:8081",
+        namespace="ns",
+        name="r-1",
+        uid="u-1",
+        attempt=3,
+        ingest_token_file=str(tmp_path / "ingest"),
+        swerex_url="http://127.0.0.1:8000",
         swerex_token_file=str(tmp_path / "swerex"),
     )
 
@@ -44,8 +50,9 @@ def test_pod_spec_env_round_trips_into_the_runner(tmp_path: Path) -> None:
 def test_inference_keys_are_read_from_their_files_and_never_printed(tmp_path: Path) -> None:
     (tmp_path / "api").write_text("k-api\n")
     (tmp_path / "admin").write_text("k-admin")
-    env = _env(tmp_path).model_copy(update={
-        "inference_api_key_file": str(tmp_path / "api"), "inference_admin_key_file": str(tmp_path / "admin")})
+    env = _env(tmp_path).model_copy(
+        update={"inference_api_key_file": str(tmp_path / "api"), "inference_admin_key_file": str(tmp_path / "admin")}
+    )
     back = RunnerEnv.from_environ(_as_environ(env.to_env(), "p"))
     keys = back.read_inference_keys()
     assert (keys.api_key, keys.admin_key) == ("k-api", "k-admin")

@@ -86,9 +86,12 @@ def apply_patch_command(patch: str) -> str:
         raise PolicyConfigError(f"the gold patch contains the heredoc delimiter {HEREDOC_DELIMITER}")
     body = patch if patch.endswith("\n") else patch + "\n"
     return (
-        'patch_file="$(mktemp)" && cat > "$patch_file" <<\'' + HEREDOC_DELIMITER + "'\n"
+        'patch_file="$(mktemp)" && cat > "$patch_file" <<\''
+        + HEREDOC_DELIMITER
+        + "'\n"
         + body
-        + HEREDOC_DELIMITER + "\n"
+        + HEREDOC_DELIMITER
+        + "\n"
         + 'git apply --whitespace=nowarn "$patch_file" && rm -f "$patch_file"'
     )
 
@@ -208,7 +211,10 @@ class OraclePolicy(_ScriptedPolicy):
         turn = self._format.prior_assistant_turns(prompt)
         if turn < self._ledger:
             return self._action(
-                prompt, tool="bash", arguments={"command": ledger_command(turn)}, thought=f"Ledger step {turn}.",
+                prompt,
+                tool="bash",
+                arguments={"command": ledger_command(turn)},
+                thought=f"Ledger step {turn}.",
             )
         if turn > self._ledger:
             return self._submit(prompt)

@@ -111,8 +111,9 @@ class KVCache:
 
     def __init__(self, config: TinyConfig) -> None:
         self.length = 0
-        self._keys: list[Array] = [np.empty((0, config.num_kv_heads, config.head_dim), np.float32)
-                                   for _ in range(config.num_layers)]
+        self._keys: list[Array] = [
+            np.empty((0, config.num_kv_heads, config.head_dim), np.float32) for _ in range(config.num_layers)
+        ]
         self._values: list[Array] = list(self._keys)
 
     def append(self, layer: int, k: Array, v: Array) -> tuple[Array, Array]:
@@ -176,7 +177,7 @@ def _attention(q: Array, keys: Array, values: Array, start: int, c: TinyConfig) 
         block_q = grouped[:, :, lo:hi].reshape(kv, group * rows, dim)
         scores = (block_q @ k[:, :, :visible]).reshape(kv, group, rows, visible)
         # Row i sits at position start + lo + i: of the block's own keys it sees 0..i.
-        scores[..., visible - rows:][..., np.triu(np.ones((rows, rows), dtype=bool), 1)] = -np.inf
+        scores[..., visible - rows :][..., np.triu(np.ones((rows, rows), dtype=bool), 1)] = -np.inf
         scores -= scores.max(axis=-1, keepdims=True)
         np.exp(scores, out=scores)
         total = scores.sum(axis=-1, keepdims=True)  # [kv, group, rows, 1]
@@ -197,10 +198,14 @@ def build_model(vocab_size: int, *, seed: int, context_length: int) -> TinyLM:
     embed = normal(vocab_size, c.hidden_size)
     layers = tuple(
         Layer(
-            input_norm=ones, q=normal(c.hidden_size, c.num_heads * c.head_dim),
-            k=normal(c.hidden_size, c.num_kv_heads * c.head_dim), v=normal(c.hidden_size, c.num_kv_heads * c.head_dim),
-            o=normal(c.num_heads * c.head_dim, c.hidden_size), post_norm=ones,
-            gate=normal(c.hidden_size, c.intermediate_size), up=normal(c.hidden_size, c.intermediate_size),
+            input_norm=ones,
+            q=normal(c.hidden_size, c.num_heads * c.head_dim),
+            k=normal(c.hidden_size, c.num_kv_heads * c.head_dim),
+            v=normal(c.hidden_size, c.num_kv_heads * c.head_dim),
+            o=normal(c.num_heads * c.head_dim, c.hidden_size),
+            post_norm=ones,
+            gate=normal(c.hidden_size, c.intermediate_size),
+            up=normal(c.hidden_size, c.intermediate_size),
             down=normal(c.intermediate_size, c.hidden_size),
         )
         for _ in range(c.num_layers)
@@ -264,7 +269,7 @@ class TinyLMGeneration:
                 reused = self.prefixes.take(self.model, self.input_ids) if self.prefixes is not None else None
                 self._cache = reused if reused is not None else KVCache(self.model.config)
                 self.reused_tokens = self._cache.length
-                self._next_logits = self.model.forward(self.input_ids[self.reused_tokens:], self._cache)
+                self._next_logits = self.model.forward(self.input_ids[self.reused_tokens :], self._cache)
                 self._tokens = list(self.input_ids)
             elif self._pending is not None:
                 # The previous token is fed lazily, so an abort right after sampling it
@@ -299,7 +304,8 @@ class TinyLMPolicy:
         self._lock = threading.Lock()
         self._prefixes = (
             PrefixCache(max_entries=prefix_entries, max_positions=PREFIX_POSITIONS, min_positions=PREFIX_MIN_POSITIONS)
-            if prefix_entries > 0 else None
+            if prefix_entries > 0
+            else None
         )
 
     def load_weights(self, model: TinyLM) -> None:
@@ -316,5 +322,9 @@ class TinyLMPolicy:
 
     def start(self, input_ids: list[int], sampling: SamplingConfig) -> TinyLMGeneration:
         return TinyLMGeneration(
-            model=self.model, lock=self._lock, input_ids=list(input_ids), sampling=sampling, prefixes=self._prefixes,
+            model=self.model,
+            lock=self._lock,
+            input_ids=list(input_ids),
+            sampling=sampling,
+            prefixes=self._prefixes,
         )
