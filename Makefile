@@ -8,16 +8,13 @@ UV_VERSION := 0.13.8
 # dependency set reinstalls and an unchanged one costs nothing.
 STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml dev/pyproject.toml hack/sglang-contract.txt hack/trainers-test.txt | sha256sum | cut -c1-16)
 PYTEST_ARGS ?=
+UNIT_IGNORE := --ignore=tests/cluster --ignore=tests/e2e --ignore=tests/swerollout/trainers --ignore=tests/swerollout/viewer --ignore=tests/dev/stack --ignore=tests/dev/cluster
 
-.PHONY: help venv bins system-deps test demo crds lock bench lint typecheck clean cluster-deps cluster-bins test-cluster
+.PHONY: help venv bins system-deps test test-unit demo crds lock bench lint format clean cluster-deps cluster-bins test-cluster
 
-help:
-	@echo "make test   - set up everything from nothing and run the suite"
-	@echo "make demo   - run rollouts on the embedded default (no cluster, no Docker)"
-	@echo "make bench  - benchmarks with ratios against in-run baselines"
-	@echo "make crds   - regenerate crds/*.yaml from the API models"
-	@echo "make lock   - re-resolve requirements.lock and requirements-runtime.lock from pyproject.toml"
-	@echo "make test-cluster - (root) only the real-node tests: kubelet + containerd (docs/real-node.md)"
+# Every target documents itself with a `## ` comment on its own line; `make help` lists them.
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z-]*:.*## / {printf "  make %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(STAMP): requirements.lock pyproject.toml dev/pyproject.toml hack/sglang-contract.txt hack/trainers-test.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,53 +28,64 @@ $(STAMP): requirements.lock pyproject.toml dev/pyproject.toml hack/sglang-contra
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
-venv: $(STAMP)
+venv: $(STAMP) ## the venv from requirements.lock, the project and dev/ editable
 
-bins:
+bins: ## the control plane's Go binaries (kube-apiserver, kubectl, etcd, helm), built once and cached
 	@hack/k8s-bin/build.sh >/dev/null
 
-system-deps:
+system-deps: ## (root) Debian packages the sandboxes and browser tests use (bubblewrap, chromium)
 	@hack/install-system-deps.sh
 
 # The real node (`swerollout cluster up`): Debian's containerd/runc/CNI/buildah and
 # the kubelet, kube-proxy, scheduler and controller-manager from Go modules.
-cluster-deps:
+cluster-deps: ## (root) Debian's containerd, runc, CNI plugins, buildah, mmdebstrap for the real node
 	@hack/install-cluster-deps.sh
 
-cluster-bins: bins
+cluster-bins: bins ## the real node's kubelet, kube-proxy, scheduler, controller-manager
 	@hack/k8s-bin/build.sh node >/dev/null
 
 # requirements.lock: everything, for the venv and the tests. requirements-runtime.lock: only
 # what the image installs (the `image` extra), constrained by the first so that every pin
 # in it is the one the tests ran with; the Dockerfile installs it with --no-deps.
-lock:
+lock: ## re-resolve requirements.lock and requirements-runtime.lock from pyproject.toml
 	$(BIN)/uv pip compile -q --python-version 3.11 --all-extras pyproject.toml -o requirements.lock
 	$(BIN)/uv pip compile -q --python-version 3.11 --extra image -c requirements.lock pyproject.toml -o requirements-runtime.lock
 
-crds: venv
+crds: venv ## regenerate crds/*.yaml and the API docs from the API models
 	$(BIN)/python -m swerollout.api.crdgen --out crds/ --chart helm/swerollout
 	$(BIN)/python -m swerollout.api.docgen
 
 # tests/cluster (the real node), tests/e2e (a dev stack) and the rest run side by side:
 # see hack/run-tests.sh. The images are built by tests/cluster's session fixture
 # (`cluster up`), while the other two run. PYTEST_ARGS: options for all three.
-test: venv bins system-deps cluster-deps cluster-bins
+test: venv bins system-deps cluster-deps cluster-bins ## set up everything from nothing and run the whole suite
 	hack/run-tests.sh $(PYTEST_ARGS)
 
 # Only the real-node tests (docs/real-node.md).
-test-cluster: venv bins system-deps cluster-deps cluster-bins
+test-cluster: venv bins system-deps cluster-deps cluster-bins ## (root) only the real-node tests: kubelet + containerd (docs/real-node.md)
 	@# The session fixture builds the image and brings the node up: minutes cold, beyond the per-test timeout.
 	$(BIN)/python -m pytest -o timeout=3600 tests/cluster $(PYTEST_ARGS)
 
-lint: venv
+lint: venv ## ruff (lint, format check), import contracts, mypy --strict
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 
-demo: venv bins system-deps
+format: venv ## apply ruff's layout and its safe fixes to the whole tree
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+# The loop of an engineer at work: no root, no real node, no dev stack; the tests that need
+# the loopback control plane are left out too (marked `cluster` by tests/conftest.py).
+test-unit: venv ## (no root) the fast tests: no control plane, no dev stack, no real node
+	$(BIN)/python -m pytest -p no:cacheprovider -q -m "not cluster" $(UNIT_IGNORE) $(PYTEST_ARGS)
+
+demo: venv bins system-deps ## run rollouts on the embedded default (no cluster, no Docker)
 	$(BIN)/python -m swerollout_dev.demo
 
-bench: venv bins system-deps
+bench: venv bins system-deps ## benchmarks with ratios against in-run baselines (BENCH=name for one)
 	$(BIN)/python -m bench $(BENCH)
 
-clean:
+clean: ## remove the venv and local state
 	rm -rf $(VENV) .swerollout .pytest_cache

@@ -46,6 +46,26 @@ def test_mypy_strict_is_clean() -> None:
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
 
 
+def test_ruff_lint_and_format_are_clean() -> None:
+    """The rule set and the layout in pyproject.toml's [tool.ruff], over the whole tree."""
+    ruff = str(Path(sys.executable).parent / "ruff")
+    lint = subprocess.run([ruff, "check", "--no-cache", "."], cwd=ROOT, capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout[-5000:] + lint.stderr[-2000:]
+    layout = subprocess.run([ruff, "format", "--check", "--no-cache", "."], cwd=ROOT, capture_output=True, text=True)
+    assert layout.returncode == 0, f"run `make format`:\n{layout.stdout[-5000:]}{layout.stderr[-2000:]}"
+
+
+def test_make_help_lists_every_target() -> None:
+    """Each target of the Makefile has its `## ` line, so `make help` is the whole list."""
+    makefile = (ROOT / "Makefile").read_text()
+    targets = re.findall(r"^([a-z][a-z-]*):(?!=)", makefile, flags=re.MULTILINE)
+    assert "test" in targets and "test-unit" in targets
+    undocumented = [t for t in targets if not re.search(rf"^{re.escape(t)}:[^\n]*## \S", makefile, flags=re.MULTILINE)]
+    assert undocumented == []
+    listed = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert [line.split()[1] for line in listed.splitlines()] == targets
+
+
 def test_no_test_module_imports_another() -> None:
     """Shared test helpers live in tests/support: a test module imported by another would
     run its tests twice under another name, and couple two areas' tests."""
