@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml dev/pyp
 PYTEST_ARGS ?=
 UNIT_IGNORE := --ignore=tests/cluster --ignore=tests/e2e --ignore=tests/swerollout/trainers --ignore=tests/swerollout/viewer --ignore=tests/dev/stack --ignore=tests/dev/cluster
 
-.PHONY: help venv bins system-deps test test-unit demo crds lock bench lint format clean cluster-deps cluster-bins test-cluster
+.PHONY: help venv bins prometheus-bins system-deps test test-unit demo crds lock bench lint format clean cluster-deps cluster-bins test-cluster
 
 # Every target documents itself with a `## ` comment on its own line; `make help` lists them.
 help: ## list the targets
@@ -32,6 +32,9 @@ venv: $(STAMP) ## the venv from requirements.lock, the project and dev/ editable
 
 bins: ## the control plane's Go binaries (kube-apiserver, kubectl, etcd, helm), built once and cached
 	@hack/k8s-bin/build.sh >/dev/null
+
+prometheus-bins: ## prometheus and promtool (the dashboard's and the alerts' tests), built once and cached
+	@hack/k8s-bin/build.sh prometheus >/dev/null
 
 system-deps: ## (root) Debian packages the sandboxes and browser tests use (bubblewrap, chromium)
 	@hack/install-system-deps.sh
@@ -58,7 +61,7 @@ crds: venv ## regenerate crds/*.yaml and the API docs from the API models
 # tests/cluster (the real node), tests/e2e (a dev stack) and the rest run side by side:
 # see hack/run-tests.sh. The images are built by tests/cluster's session fixture
 # (`cluster up`), while the other two run. PYTEST_ARGS: options for all three.
-test: venv bins system-deps cluster-deps cluster-bins ## set up everything from nothing and run the whole suite
+test: venv bins prometheus-bins system-deps cluster-deps cluster-bins ## set up everything from nothing and run the whole suite
 	hack/run-tests.sh $(PYTEST_ARGS)
 
 # Only the real-node tests (docs/real-node.md).

@@ -8,17 +8,26 @@
 #   hack/k8s-bin/build.sh node       # what `swerollout cluster up` adds: kubelet,
 #                                    # kube-proxy, kube-scheduler, kube-controller-manager
 #                                    # and the pause binary (several minutes more, once)
-#   hack/k8s-bin/build.sh NAME...    # just these binaries (or groups: control-plane, node, all)
-#   SWEROLLOUT_BIN_DIR=... to override the cache location.
-# It prints the bin dir.
+#   hack/k8s-bin/build.sh prometheus # prometheus and promtool, for the tests of the dashboard
+#                                    # and the alerts, into their own cache dir (prints it)
+#   hack/k8s-bin/build.sh NAME...    # just these binaries (or groups: control-plane, node,
+#                                    # prometheus, all)
+#   SWEROLLOUT_BIN_DIR=... / SWEROLLOUT_PROMETHEUS_BIN_DIR=... override the cache locations.
+# It prints the bin dir (the Prometheus one when only the prometheus group was asked for).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 K8S_VERSION="v1.36.3"
 ETCD_VERSION="v3.6.13"
 HELM_VERSION="v3.22.0"
-bin_dir="${SWEROLLOUT_BIN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/swerollout/bin/k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_helm-${HELM_VERSION}}"
-mkdir -p "$bin_dir"
+# Prometheus 3.x is published as Go module versions v0.3xx.y (hack/k8s-bin/prometheus/go.mod).
+PROMETHEUS_VERSION="v3.16.0"
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/swerollout/bin"
+bin_dir="${SWEROLLOUT_BIN_DIR:-$cache/k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_helm-${HELM_VERSION}}"
+# Apart from the Kubernetes binaries: a directory per set of versions, so bumping
+# Prometheus does not rebuild kube-apiserver.
+prometheus_dir="${SWEROLLOUT_PROMETHEUS_BIN_DIR:-$cache/prometheus-${PROMETHEUS_VERSION}}"
+mkdir -p "$bin_dir" "$prometheus_dir"
 # One build at a time per cache: two checkouts running `make` at once (or `make test`
 # beside `make bench`) would otherwise write the same binary and move it from under
 # each other. The second waits, then finds the binaries built.
@@ -42,8 +51,15 @@ done
 helm_ldflags="-X helm.sh/helm/v3/internal/version.version=${HELM_VERSION} -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
 helm_ldflags+=" -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=${k8s_minor}"
 helm_ldflags+=" -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=${k8s_minor}"
+prom_ldflags="-X github.com/prometheus/common/version.Version=${PROMETHEUS_VERSION#v} -X github.com/prometheus/common/version.Revision=${PROMETHEUS_VERSION}"
+prom_ldflags+=" -X github.com/prometheus/common/version.Branch=HEAD -X github.com/prometheus/common/version.BuildUser=swerollout"
+prom_ldflags+=" -X github.com/prometheus/common/version.BuildDate=20260101-00:00:00"
+# remove_all_sd leaves out every service discovery but file and http (the tests scrape
+# static targets): the AWS, Azure, GCE, Kubernetes, ... SDKs are not compiled.
+prom_tags="remove_all_sd"
 
 # name | module dir | package to build | ldflags | version command | text the version output must contain
+#   | build tags | output dir (default: $bin_dir)
 targets=(
   "etcd|etcd|.||--version|etcd Version: ${ETCD_VERSION#v}"
   "helm|helm|helm.sh/helm/v3/cmd/helm|${helm_ldflags}|version --short|${HELM_VERSION}"
@@ -54,9 +70,12 @@ targets=(
   "kube-scheduler|kube-node|./kube-scheduler|${k8s_ldflags}|--version|Kubernetes ${K8S_VERSION}"
   "kube-controller-manager|kube-node|./kube-controller-manager|${k8s_ldflags}|--version|Kubernetes ${K8S_VERSION}"
   "pause|pause|.||--version|swerollout-pause 1"
+  "prometheus|prometheus|github.com/prometheus/prometheus/cmd/prometheus|${prom_ldflags}|--version|prometheus, version ${PROMETHEUS_VERSION#v} |${prom_tags}|${prometheus_dir}"
+  "promtool|promtool|github.com/prometheus/prometheus/cmd/promtool|${prom_ldflags}|--version|promtool, version ${PROMETHEUS_VERSION#v} |${prom_tags}|${prometheus_dir}"
 )
 control_plane="etcd helm kubectl kube-apiserver"
 node="kubelet kube-proxy kube-scheduler kube-controller-manager pause"
+prometheus="prometheus promtool"
 
 # reports TEXT CMD...: CMD's output contains TEXT. (Output is captured first: with
 # pipefail, `grep -q` closing the pipe early would fail the pipeline.)
@@ -72,21 +91,22 @@ for arg in "${@:-control-plane}"; do
   case "$arg" in
     control-plane) wanted+="$control_plane " ;;
     node) wanted+="$node " ;;
-    all) wanted+="$control_plane $node " ;;
+    prometheus) wanted+="$prometheus " ;;
+    all) wanted+="$control_plane $node $prometheus " ;;
     *) wanted+="$arg " ;;
   esac
 done
 for t in "${targets[@]}"; do
-  IFS='|' read -r name dir pkg ldflags vcmd expect <<<"$t"
+  IFS='|' read -r name dir pkg ldflags vcmd expect tags out_dir <<<"$t"
   [[ "$wanted" == *" $name "* ]] || continue
-  out="$bin_dir/$name"
+  out="${out_dir:-$bin_dir}/$name"
   # shellcheck disable=SC2086
   if [ -x "$out" ] && reports "$expect" "$out" $vcmd; then
     continue
   fi
-  echo "building $name into $out (one-time; each Kubernetes binary takes minutes on 2 cores)" >&2
+  echo "building $name into $out (one-time; each binary takes minutes on 2 cores)" >&2
   start=$(date +%s)
-  (cd "$here/$dir" && go build -trimpath -ldflags "-s -w ${ldflags}" -o "$out.tmp.$$" "$pkg")
+  (cd "$here/$dir" && go build -trimpath -tags "${tags}" -ldflags "-s -w ${ldflags}" -o "$out.tmp.$$" "$pkg")
   mv "$out.tmp.$$" "$out"
   # shellcheck disable=SC2086
   if ! reports "$expect" "$out" $vcmd; then
@@ -96,4 +116,8 @@ for t in "${targets[@]}"; do
   fi
   echo "built $name in $(( $(date +%s) - start ))s" >&2
 done
-echo "$bin_dir"
+if [ "$wanted" = " $prometheus " ]; then
+  echo "$prometheus_dir"
+else
+  echo "$bin_dir"
+fi
