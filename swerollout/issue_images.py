@@ -16,48 +16,25 @@ runner and the SGLang stand-in share.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import functools
-import re
 import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+# Re-exported: callers take every issue-image rule from here; the data-URL ones live below the API.
+from swerollout.api.data_urls import MEDIA_TYPES as MEDIA_TYPES
+from swerollout.api.data_urls import IssueImageError as IssueImageError
+from swerollout.api.data_urls import data_url_payload as data_url_payload
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
     from swerollout.api.v1alpha1 import SWERolloutSpec
 
-MEDIA_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
-"""The ``data:`` media types sent on (what SGLang's PIL decoding reads without plugins)."""
 VISION_TOKENIZER_EXAMPLES = ("glm-4.5v", "qwen2.5-vl-3b-instruct-awq")
 """Bundled tokenizers whose templates show images, named in errors (a test keeps this true)."""
 TEMPLATE_IMAGE_PART: dict[str, Any] = {"type": "image"}
 """An image as chat templates read it (they need no URL: the pixels travel in image_data)."""
-
-_DATA_URL = re.compile(r"data:([a-z0-9.+/-]+);base64,", re.IGNORECASE)
-
-
-class IssueImageError(ValueError):
-    """An issue image that cannot be sent, or a template that cannot show it."""
-
-
-def data_url_payload(url: str) -> tuple[str, bytes]:
-    """The media type and the decoded bytes of a ``data:`` image URL; IssueImageError otherwise."""
-    match = _DATA_URL.match(url)
-    if match is None:
-        raise IssueImageError("a data URL must look like data:image/png;base64,<base64 data>")
-    media_type = match.group(1).lower()
-    if media_type not in MEDIA_TYPES:
-        raise IssueImageError(f"data URL of type {media_type}; send one of {', '.join(MEDIA_TYPES)}")
-    try:
-        payload = base64.b64decode(url[match.end() :], validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise IssueImageError(f"the data URL's base64 does not decode: {exc}") from None
-    if not payload:
-        raise IssueImageError("the data URL holds no bytes")
-    return media_type, payload
 
 
 def check_image_url(url: str) -> None:

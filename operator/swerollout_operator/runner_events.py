@@ -7,7 +7,7 @@ with the report's own numbers (no field-by-field copies of spellings).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from swerollout.api import v1alpha1 as api
 from swerollout.exit_status import ExitStatus, base_exit, gate_exit_status, is_failed_run
@@ -19,8 +19,34 @@ from .phases import Trigger, cut_message
 from .progress import ProgressCoalescer
 
 if TYPE_CHECKING:
+    from swerollout.wire.ingest import Assignment
+
     from .cache import Tracked
-    from .reconciler import Reconciler
+    from .metrics import OperatorMetrics
+
+
+class Reconciler(Protocol):
+    """What applying a runner's report needs of the reconciler (reconciler.py), so that this
+    module sits below it: the reconciler calls in, never the other way."""
+
+    metrics: OperatorMetrics
+
+    async def write_status(self, entry: Tracked, patch: dict[str, Any]) -> None: ...
+
+    def post_event(self, entry: Tracked, *, reason: str, message: str, warning: bool = False) -> None: ...
+
+    async def transition(
+        self,
+        entry: Tracked,
+        event: Trigger,
+        *,
+        reason: str,
+        message: str,
+        extra: dict[str, Any] | None = None,
+        warning: bool = False,
+    ) -> bool: ...
+
+    def assignment(self, entry: Tracked, *, role: str, attempt: int) -> Assignment: ...
 
 
 # The Event reason of a run that ended on an infrastructure exit (no reward to give).

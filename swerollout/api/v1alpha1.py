@@ -27,7 +27,7 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
-from swerollout.issue_images import data_url_payload
+from swerollout.api.data_urls import data_url_payload
 
 from . import formats, prompts, quantity
 from .base import ApiModel, cel
