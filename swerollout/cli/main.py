@@ -13,6 +13,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from importlib.metadata import entry_points
 
+from swerollout.extras import MissingExtra
+
 # command name -> (module, one-line help). A new command is one module and one line.
 COMMANDS: dict[str, tuple[str, str]] = {
     "sandbox-bundle": (
@@ -88,6 +90,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             return 2
         return int(args.func(args) or 0)
+    except MissingExtra as exc:
+        # An optional package a command needs (pyarrow for .parquet, the tokenizers for
+        # `view`): one line naming the extra, from wherever the command imported it.
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 

@@ -15,14 +15,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-from collections.abc import Callable
-from importlib.metadata import entry_points
 from pathlib import Path
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import Any
 
 from swerollout.cli.rollouts import (
     EXIT_BATCH_FAILURES,
@@ -33,52 +28,61 @@ from swerollout.cli.rollouts import (
 )
 from swerollout.client import RolloutClient, RolloutRecord, TrainerStatus
 from swerollout.client.records import JSON_FIELDS
+from swerollout.extras import require
 
-SCHEMA = pa.schema(
-    [
-        ("name", pa.string()),
-        ("batch", pa.string()),
-        ("sample", pa.int32()),
-        ("member", pa.int32()),
-        ("instance_id", pa.string()),
-        ("phase", pa.string()),
-        ("status", pa.string()),
-        ("exit_status", pa.string()),
-        ("reward", pa.float64()),
-        ("resolved", pa.bool_()),
-        ("graded", pa.bool_()),
-        ("turns", pa.int32()),
-        ("sampled_tokens", pa.int64()),
-        ("dropped_tokens", pa.int64()),
-        ("prompt_ids", pa.list_(pa.int32())),
-        ("response_ids", pa.list_(pa.int32())),
-        ("loss_mask", pa.list_(pa.uint8())),
-        ("logprobs", pa.list_(pa.float32())),
-        ("weight_versions", pa.list_(pa.string())),
-        ("submission", pa.string()),
-        ("messages", pa.string()),
-        ("tokenizer", pa.string()),
-        ("attempts", pa.int32()),
-        ("times", pa.string()),
-        ("timings", pa.string()),
-        ("info", pa.string()),
-        ("report", pa.string()),
-        ("truncated", pa.bool_()),
-        ("trainer_labels", pa.string()),
-        ("partial", pa.string()),
-        ("routed_experts", pa.list_(pa.list_(pa.int32()))),
-    ]
-)
+PARQUET_USE = "swerollout results --out FILE.parquet"
+
+
+def parquet_schema() -> Any:
+    """The Parquet columns; pyarrow is the `parquet` extra, imported only to write one."""
+    pa = require("pyarrow", "parquet", PARQUET_USE)
+    return pa.schema(
+        [
+            ("name", pa.string()),
+            ("batch", pa.string()),
+            ("sample", pa.int32()),
+            ("member", pa.int32()),
+            ("instance_id", pa.string()),
+            ("phase", pa.string()),
+            ("status", pa.string()),
+            ("exit_status", pa.string()),
+            ("reward", pa.float64()),
+            ("resolved", pa.bool_()),
+            ("graded", pa.bool_()),
+            ("turns", pa.int32()),
+            ("sampled_tokens", pa.int64()),
+            ("dropped_tokens", pa.int64()),
+            ("prompt_ids", pa.list_(pa.int32())),
+            ("response_ids", pa.list_(pa.int32())),
+            ("loss_mask", pa.list_(pa.uint8())),
+            ("logprobs", pa.list_(pa.float32())),
+            ("weight_versions", pa.list_(pa.string())),
+            ("submission", pa.string()),
+            ("messages", pa.string()),
+            ("tokenizer", pa.string()),
+            ("attempts", pa.int32()),
+            ("times", pa.string()),
+            ("timings", pa.string()),
+            ("info", pa.string()),
+            ("report", pa.string()),
+            ("truncated", pa.bool_()),
+            ("trainer_labels", pa.string()),
+            ("partial", pa.string()),
+            ("routed_experts", pa.list_(pa.list_(pa.int32()))),
+        ]
+    )
 
 
 def write_parquet(records: list[RolloutRecord], path: Path) -> None:
+    schema = parquet_schema()
+    pa, pq = require("pyarrow", "parquet", PARQUET_USE), require("pyarrow.parquet", "parquet", PARQUET_USE)
     rows = []
     for record in records:
         row = record.to_dict()
         for column in JSON_FIELDS:
             row[column] = json.dumps(row[column])
         rows.append(row)
-    pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), path)
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
 
 
 def write_jsonl(records: list[RolloutRecord], path: Path) -> None:
@@ -92,10 +96,7 @@ WRITERS = {".parquet": write_parquet, ".jsonl": write_jsonl}
 
 def _results(args: argparse.Namespace, client: RolloutClient) -> int:
     out = Path(args.out)
-    writer = WRITERS.get(out.suffix)
-    if writer is None:
-        print(f"error: --out {out}: the file must end in {' or '.join(WRITERS)}", file=sys.stderr)
-        return EXIT_USAGE
+    writer = WRITERS[out.suffix]
     records = client.results(args.batch, reports=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
@@ -110,30 +111,15 @@ def _results(args: argparse.Namespace, client: RolloutClient) -> int:
     return EXIT_BATCH_FAILURES if failed else EXIT_OK
 
 
-# Environments that make their own kubeconfig (the dev tooling's `dev up`) say through this
-# entry-point group where their result store is: each entry is a callable taking the
-# kubeconfig's path and returning the store's URL, or None when the kubeconfig is not theirs.
-STORE_LOCATOR_GROUP = "swerollout.store_locators"
-
-
-def dev_store_url(args: argparse.Namespace) -> str | None:
-    """Against `swerollout dev up` (its kubeconfig in use), the result store needs no flag:
-    it is that environment's file store."""
-    if getattr(args, "store_url", None) or getattr(args, "results_url", None):
-        return None
-    kubeconfig = args.kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
-    if not kubeconfig:
-        return None
-    for entry in entry_points(group=STORE_LOCATOR_GROUP):
-        locate: Callable[[str], str | None] = entry.load()
-        url = locate(kubeconfig)
-        if url:
-            return url
-    return None
-
-
 def _run(args: argparse.Namespace) -> int:
-    args.store_url = dev_store_url(args) or args.store_url
+    # The output is checked before connecting: a wrong suffix or a missing extra is said at
+    # once, not after the batch was read.
+    out = Path(args.out)
+    if out.suffix not in WRITERS:
+        print(f"error: --out {out}: the file must end in {' or '.join(WRITERS)}", file=sys.stderr)
+        return EXIT_USAGE
+    if WRITERS[out.suffix] is write_parquet:
+        parquet_schema()
     return run_client_command(_results)(args)
 
 

@@ -15,6 +15,7 @@ import os
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -77,12 +78,37 @@ def add_connection_args(parser: argparse.ArgumentParser, *, results: bool = Fals
     parser.epilog = EXIT_CODES_HELP
 
 
+# Environments that make their own kubeconfig (the dev tooling's `dev up`) say through this
+# entry-point group where their result store is: each entry is a callable taking the
+# kubeconfig's path and returning the store's URL, or None when the kubeconfig is not theirs.
+STORE_LOCATOR_GROUP = "swerollout.store_locators"
+
+
+def dev_store_url(args: argparse.Namespace) -> str | None:
+    """Against `swerollout dev up` (its kubeconfig in use), the result store needs no flag:
+    it is that environment's file store. Every command that reads results (`results`,
+    `view --batch`) finds it here, through ``run_client_command``."""
+    if getattr(args, "store_url", None) or getattr(args, "results_url", None):
+        return None
+    kubeconfig = args.kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
+    if not kubeconfig:
+        return None
+    for entry in entry_points(group=STORE_LOCATOR_GROUP):
+        locate: Callable[[str], str | None] = entry.load()
+        url = locate(kubeconfig)
+        if url:
+            return url
+    return None
+
+
 def run_client_command(command: Command) -> Callable[[argparse.Namespace], int]:
     """Wrap a command: connect, run, and map client errors to exit codes with one clear line."""
 
     def run(args: argparse.Namespace) -> int:
         err = Console(stderr=True)
         try:
+            if hasattr(args, "store_url"):  # a command that reads results (add_connection_args(results=True))
+                args.store_url = dev_store_url(args) or args.store_url
             options: dict[str, Any] = {}
             for key in ("store_url", "results_url"):
                 if getattr(args, key, None):

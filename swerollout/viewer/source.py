@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from swerollout.client.records import JSON_FIELDS
+from swerollout.extras import require
 from swerollout.viewer.model import ViewRecord
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ def _load_jsonl(path: Path) -> list[ViewRecord]:
 
 
 def _load_parquet(path: Path) -> list[ViewRecord]:
-    import pyarrow.parquet as pq
+    pq = require("pyarrow.parquet", "parquet", "swerollout view --from FILE.parquet")
 
     try:
         rows = pq.read_table(path).to_pylist()

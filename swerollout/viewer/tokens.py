@@ -7,10 +7,15 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from tokenizers import Tokenizer
-
+from swerollout.extras import require
 from swerollout.tokenizers import TokenizerError, resolve_tokenizer_dir
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+VIEW_USE = "swerollout view (it decodes every token with the rollout's tokenizer)"
 
 
 class TokenDecoder:
@@ -34,9 +39,11 @@ class TokenDecoder:
 def decoder_for(name: str) -> TokenDecoder:
     """The decoder of a bundled tokenizer name or a tokenizer directory.
 
-    Raises TokenizerError (with the fix) when it cannot be loaded."""
+    Raises TokenizerError (with the fix) when it cannot be loaded, MissingExtra when the
+    tokenizers library is not installed (the `view` extra)."""
+    tokenizers = require("tokenizers", "view", VIEW_USE)
     directory = resolve_tokenizer_dir(name)
     try:
-        return TokenDecoder(Tokenizer.from_file(str(directory / "tokenizer.json")))
+        return TokenDecoder(tokenizers.Tokenizer.from_file(str(directory / "tokenizer.json")))
     except Exception as exc:  # the tokenizers library raises bare Exception subclasses
         raise TokenizerError(f"tokenizer {name!r}: {directory}/tokenizer.json cannot be loaded ({exc})") from exc

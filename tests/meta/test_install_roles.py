@@ -96,3 +96,28 @@ def test_library_installs_and_imports_without_role_dependencies(tmp_path: Path) 
     )
     assert dev_up.returncode == 2
     assert "pip install -e ./dev" in dev_up.stderr and "Traceback" not in dev_up.stderr
+    # A command that needs an extra this install lacks says which, in one line (HEAVY has no
+    # pyarrow, so check it is absent here too).
+    assert importlib_absent(python, "pyarrow")
+    (tmp_path / "b.parquet").write_bytes(b"PAR1")
+    for argv, needs in (
+        (["results", "--batch", "b", "--out", "b.parquet"], "swerollout results --out FILE.parquet needs pyarrow"),
+        (["view", "--from", "b.parquet"], "swerollout view --from FILE.parquet needs pyarrow"),
+    ):
+        done = subprocess.run(
+            [str(venv / "bin" / "swerollout"), *argv], capture_output=True, text=True, timeout=120, cwd=tmp_path
+        )
+        assert done.returncode == 2, done.stderr[-3000:]
+        assert done.stderr.splitlines() == [
+            f"error: {needs}, which is not installed: pip install 'swerollout[parquet]' "
+            "(from a checkout: pip install -e '.[parquet]')"
+        ], done.stderr[-3000:]
+
+
+def importlib_absent(python: Path, module: str) -> bool:
+    found = subprocess.run(
+        [str(python), "-c", f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is not None)"],
+        capture_output=True,
+        timeout=120,
+    )
+    return found.returncode == 0

@@ -1,4 +1,5 @@
-"""`swerollout results` against `dev up` finds the environment's store without --store-url."""
+"""`swerollout results` and `view --batch` against `dev up` find the environment's store
+without --store-url (the shared connection options, swerollout/cli/rollouts.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from swerollout.cli.results import dev_store_url
+from swerollout.cli.rollouts import dev_store_url
 from swerollout_dev.stack.paths import DevPaths
 
 
