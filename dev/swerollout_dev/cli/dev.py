@@ -1,18 +1,22 @@
-"""`swerollout dev up | status | down`: the embedded default on this machine.
+"""`swerollout dev up | status | env | down`: the embedded default on this machine.
 
 `up` starts a detached supervisor (see swerollout_dev.stack.supervisor) and waits
-until everything is ready; `status` reports each component; `down` stops them
-all and leaves no process behind.
+until everything is ready; `status` reports each component; `env` prints the exports a
+shell needs to use it (`eval "$(swerollout dev env)"`); `down` stops them all and leaves
+no process behind.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import subprocess
 import sys
 import time
 
+from swerollout.client.aclient import INFERENCE_ADMIN_KEY_ENV
+from swerollout_dev.binaries import BinariesError, find_binaries
 from swerollout_dev.nodeagent.agent import reap_all
 from swerollout_dev.nodeagent.process import kill_tree
 from swerollout_dev.stack.paths import DevPaths
@@ -34,9 +38,15 @@ def register(parser: argparse.ArgumentParser) -> None:
     up.set_defaults(func=up_command)
     status = sub.add_parser("status", help="report each component")
     status.set_defaults(func=status_command)
+    env = sub.add_parser(
+        "env",
+        help="print the exports a shell needs (KUBECONFIG, kubectl/helm on PATH, the endpoint, the admin key): "
+        'eval "$(swerollout dev env)"',
+    )
+    env.set_defaults(func=env_command)
     down = sub.add_parser("down", help="stop everything")
     down.set_defaults(func=down_command)
-    for p in (up, status, down):
+    for p in (up, status, env, down):
         p.add_argument("--workdir", help="directory holding .swerollout/dev (default: the current directory)")
 
 
@@ -115,6 +125,7 @@ def up_command(args: argparse.Namespace) -> int:
         print(f"error: dev up failed; logs in {paths.logs}", file=sys.stderr)
         return 1
     print(f"export KUBECONFIG={state.kubeconfig}")
+    print('# or everything a shell needs (kubectl and helm, the endpoint, the admin key): eval "$(swerollout dev env)"')
     return 0
 
 
@@ -126,6 +137,63 @@ def status_command(args: argparse.Namespace) -> int:
         return EXIT_NOT_RUNNING
     _print_state(state)
     return 0 if state.supervisor.alive() and state.status == "ready" else EXIT_NOT_RUNNING
+
+
+# What `dev env` exports besides KUBECONFIG and PATH. The store and the admin key use the
+# names the CLI and the client already read by themselves (--store-url's default, the
+# client's inference_admin_key), so after the eval `swerollout results|view|abort` and
+# RolloutClient need no flags for them.
+ENDPOINT_ENV = "SWEROLLOUT_ENDPOINT"
+STORE_URL_ENV = "SWEROLLOUT_STORE_URL"
+ADMIN_KEY_SECRET_ENV = "SWEROLLOUT_ADMIN_KEY_SECRET"
+
+
+def shell_exports(paths: DevPaths, state: DevState, bin_dir: str) -> list[tuple[str, str]]:
+    """(name, value) of every export; PATH's value ends in the shell's own ``$PATH``."""
+    exports = [
+        ("KUBECONFIG", state.kubeconfig),
+        ("PATH", f"{bin_dir}{os.pathsep}"),
+        (STORE_URL_ENV, paths.store.as_uri()),
+    ]
+    if state.sglang_url:
+        # The policy server (or --sglang-url) as rollout pods reach it: `submit --endpoint`.
+        exports.append((ENDPOINT_ENV, state.sglang_url))
+    if state.inference_admin_key_secret:
+        # `submit --admin-key-secret`: the runners abort their own requests with it.
+        exports.append((ADMIN_KEY_SECRET_ENV, state.inference_admin_key_secret))
+        try:
+            key = paths.inference_admin_key.read_text().strip()
+        except OSError:
+            key = ""
+        if key:
+            # The key itself, for the trainer side's /abort_request (`swerollout abort`, client.abort).
+            exports.append((INFERENCE_ADMIN_KEY_ENV, key))
+    return exports
+
+
+def env_command(args: argparse.Namespace) -> int:
+    paths = DevPaths.under(args.workdir)
+    state = _running_state(paths)
+    if state is None or state.status != "ready":
+        print(f"error: no dev environment is running in {paths.root}: `swerollout dev up` first", file=sys.stderr)
+        return EXIT_NOT_RUNNING
+    try:
+        bin_dir = str(find_binaries(build_if_missing=False).kubectl.parent)
+    except BinariesError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_NOT_RUNNING
+    print(f'# the dev environment in {paths.root}; use: eval "$(swerollout dev env)"')
+    print("\n".join(render_exports(shell_exports(paths, state, bin_dir))))
+    return 0
+
+
+def render_exports(exports: list[tuple[str, str]]) -> list[str]:
+    """POSIX shell lines; every value quoted (a workdir may hold spaces or `$`), PATH
+    prepended to the shell's own."""
+    return [
+        f'export PATH={shlex.quote(value)}"$PATH"' if name == "PATH" else f"export {name}={shlex.quote(value)}"
+        for name, value in exports
+    ]
 
 
 def down_command(args: argparse.Namespace) -> int:
