@@ -30,6 +30,7 @@ from swerollout.api.base import one_line
 from swerollout.backoff import Backoff, Schedule
 from swerollout.exit_status import is_truncated
 from swerollout.issue_images import IssueImageError, image_placeholder, text_only_message
+from swerollout.tokenizer_check import require_ordinary_text
 from swerollout.tokenizers import load_tokenizer
 from swerollout.wire import ingest as wire
 from swerollout.wire.codec import decode, encode
@@ -313,6 +314,9 @@ class Runner:
                 agent_state = dict(decoded.meta["agent_state"])
             return chat, agent_state, None
         tokenizer = load_tokenizer(inference.tokenizer or "")
+        # Before any token is sent: a vocabulary that cannot spell a newline would record
+        # <unk> where the agent saw text (the client refuses it at submit too, when it can tell).
+        require_ordinary_text(tokenizer.backend_tokenizer, inference.tokenizer or "")
         images = spec.instance.issue_images if spec.agent.issue_image_mode == api.IssueImageMode.INLINE else []
         if images and image_placeholder(tokenizer) is None:
             # Never a silent drop: a text-only template fails the run before any token is sent.

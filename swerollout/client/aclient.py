@@ -89,6 +89,7 @@ from swerollout.kube import (
 )
 from swerollout.store import StoreError, open_store
 from swerollout.store.protocol import ResultStore
+from swerollout.tokenizer_check import ordinary_text_problem
 from swerollout.wire.trajectory import Trajectory
 
 FIELD_MANAGER = "swerollout-client"
@@ -150,6 +151,22 @@ async def _check_issue_images(specs: Sequence[SWERolloutSpec], members: Sequence
             problem = await asyncio.to_thread(spec_problem, spec.model_copy(update={"inference": inference}))
             if problem:
                 raise ClientConfigError(f"{spec.instance.instance_id}: {problem}")
+
+
+async def _check_tokenizers(specs: Sequence[SWERolloutSpec], members: Sequence[Inference]) -> None:
+    """Refuse at submit a tokenizer that cannot spell ordinary text: every rollout would record
+    its unknown token where the agent saw a character (the runner refuses it too)."""
+    names = {
+        inference.tokenizer
+        for spec in specs
+        if spec.agent.kind is not AgentKind.CHAT_AGENT
+        for inference in members or [spec.inference]
+        if inference.tokenizer
+    }
+    for name in sorted(names):
+        problem = await asyncio.to_thread(ordinary_text_problem, name)
+        if problem:
+            raise ClientConfigError(problem)
 
 
 def _to_instance(item: InstanceLike, index: int) -> Instance:
@@ -508,6 +525,7 @@ class AsyncRolloutClient:
             members = [_inference(m, weight_version, max_sampled_tokens, "member_inference") for m in member_inference]
             per_member = [m.to_wire() for m in members]
         await _check_issue_images(specs, members)
+        await _check_tokenizers(specs, members)
         if check_endpoint:
             for endpoint in {inf.endpoint, *(m["endpoint"] for m in per_member or [])}:
                 await check_inference_endpoint(endpoint)
@@ -559,6 +577,7 @@ class AsyncRolloutClient:
         inf = _inference(inference, weight_version, max_sampled_tokens, "inference")
         spec = _spec(_to_instance(instance, 0), inf, agent, mode, reward, sandbox)
         await _check_issue_images([spec], [])
+        await _check_tokenizers([spec], [])
         body = self._body(
             batch,
             sample,

@@ -112,3 +112,22 @@ async def test_issue_images_for_a_text_only_template_fail_setup_before_any_reque
     assert event["message"].startswith(
         "IssueImageError: spec.inference.tokenizer 'qwen-2.5': its chat template cannot show images"
     ), json.dumps(event)
+
+
+async def test_a_tokenizer_that_cannot_spell_a_newline_fails_setup_before_any_request(
+    ingest: tuple[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    """Refused by the runner too (a spec applied with kubectl skips the client), naming the character."""
+    url, events = ingest
+    spec = {**SPEC, "inference": {**SPEC["inference"], "tokenizer": "jiutian-139moe-chat"}}
+    runner = _runner(url, tmp_path)
+    try:
+        await runner._execute(wire.Assignment(id="a1", kind=wire.AssignmentKind.RUN, spec=spec))
+    finally:
+        await runner.ingest.aclose()
+    (event,) = events
+    assert event["kind"] == wire.EventKind.FAILED.value and event["reason"] == "RunnerSetupFailed"
+    assert event["message"].startswith(
+        "UnencodableTextError: spec.inference.tokenizer 'jiutian-139moe-chat' cannot encode ordinary text"
+    ), json.dumps(event)
+    assert "'\\n' (newline, U+000A)" in event["message"]

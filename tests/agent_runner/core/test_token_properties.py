@@ -19,6 +19,11 @@ an abort and its re-sample; a snapshot and restore. Asserted on every request:
    content encoded as text, or differs exactly by the family's named quirk
    (QUIRKS, docs/token-exactness.md).
 
+A tokenizer whose vocabulary cannot encode ordinary ASCII text (swerollout.tokenizer_check)
+is not driven: the runner refuses it before any token with UnencodableTextError, and the
+case asserts that refusal and the character it names (UNENCODABLE). Every other tokenizer
+passes that check and is driven: each is exact or refused.
+
 Tokenizers whose files are byte-identical share one case (the group is printed).
 """
 
@@ -39,6 +44,7 @@ from agent_runner.rl_model import RLTokenModel
 from agent_runner.sglang import GenerateResult, SamplingParams
 from agent_runner.text import clean_value
 from agent_runner.tool_calls import detect_parser
+from swerollout.tokenizer_check import UnencodableTextError, require_ordinary_text
 from swerollout.tokenizers import _bundled_sources, load_tokenizer
 
 TOOLS = [
@@ -107,9 +113,12 @@ QUIRKS: dict[tuple[str, str], set[str]] = {
     ("deepseek-vl2-small", "text"): {"eos-after-text-close"},
     ("janusflow-1.3b", "text"): {"eos-after-text-close"},
 }
-# A Unigram vocabulary without byte fallback encodes characters it lacks as <unk>, in
-# content as in `tokenizer.encode`: property 3 counts <unk> as text for these families.
-UNK_IN_CONTENT = {"jiutian-139moe-chat"}
+# Tokenizers the runner refuses before any token (require_ordinary_text), and the first
+# ordinary character each cannot encode: a Unigram vocabulary with no tab, no newline and no
+# byte fallback turns them into <unk>, so the list would not be the text the agent saw.
+UNENCODABLE: dict[str, tuple[str, ...]] = {
+    "jiutian-139moe-chat": ("'\\t' (tab, U+0009) becomes the special token '<unk>'", "'\\n' (newline, U+000A)"),
+}
 
 # Pairs the runner refuses with a one-line ChatTemplateError (asserted, not skipped):
 # what the template does, per family.
@@ -241,8 +250,7 @@ def _cut(pieces: list[tuple[str, bool]], chars: int) -> list[tuple[str, bool]]:
 
 
 def _added_in(template: ChatTemplate, ids: list[int]) -> list[int]:
-    unk = template.tokenizer.unk_token_id if template.tokenizer.name_or_path.endswith(tuple(UNK_IN_CONTENT)) else None
-    return [i for i in ids if template.is_added(i) and i != unk]
+    return [i for i in ids if template.is_added(i)]
 
 
 @dataclass
@@ -566,6 +574,15 @@ class Driver:
 
 @pytest.mark.parametrize(("name", "fmt"), _cases())
 async def test_token_properties(name: str, fmt: str) -> None:
+    backend = load_tokenizer(name).backend_tokenizer
+    if name in UNENCODABLE:
+        with pytest.raises(UnencodableTextError) as refused:
+            require_ordinary_text(backend, name)  # what the runner calls after loading the tokenizer
+        first, *others = UNENCODABLE[name]
+        assert f"{name!r} cannot encode ordinary text: {first}" in str(refused.value)
+        assert all(other in str(refused.value) for other in others), refused.value
+        return
+    require_ordinary_text(backend, name)
     if (name, fmt) in REFUSED:
         with pytest.raises(ChatTemplateError, match=REFUSED[(name, fmt)]):
             Driver(name, fmt).template.prompt_ids([{"role": "user", "content": "hi"}])

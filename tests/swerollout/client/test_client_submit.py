@@ -213,3 +213,26 @@ async def test_issue_images_for_a_text_only_template_are_refused_at_submit(
     assert links["spec"]["agent"]["issueImageMode"] == "Links"
     assert links["spec"]["instance"]["issueImages"] == shot["issueImages"]
     assert (await akube.get(SWEROLLOUTS, "img-vision-0-0", namespace))["spec"]["inference"]["tokenizer"] == "glm-4.5v"
+
+
+async def test_a_tokenizer_that_cannot_spell_ordinary_text_is_refused_at_submit(
+    client: AsyncRolloutClient, akube: AsyncKubeClient, namespace: str
+) -> None:
+    """jiutian-139moe-chat has no newline and no byte fallback: every rollout would record <unk>
+    for each newline it saw. Refused before anything is created, batch or one rollout, also as
+    one group member's tokenizer; a ChatAgent (the server tokenizes) is not checked."""
+    jiutian = {**INFERENCE, "tokenizer": "jiutian-139moe-chat"}
+    with pytest.raises(ClientConfigError) as refused:
+        await client.submit_batch([instance(0)], 1, batch="unk", inference=jiutian)
+    message = str(refused.value)
+    assert message.startswith("spec.inference.tokenizer 'jiutian-139moe-chat' cannot encode ordinary text: ")
+    assert "'\\n' (newline, U+000A)" in message and "'<unk>'" in message, message
+    with pytest.raises(ClientConfigError, match="'jiutian-139moe-chat' cannot encode ordinary text"):
+        await client.submit_batch(
+            [instance(0)], 2, batch="unk", inference=INFERENCE, member_inference=[INFERENCE, jiutian]
+        )
+    with pytest.raises(ClientConfigError, match="cannot encode ordinary text"):
+        await client.submit_one(instance(0), batch="unk", sample=0, inference=jiutian)
+    assert (await akube.list(SWEROLLOUTS, namespace))["items"] == []
+    await client.submit_batch([instance(0)], 1, batch="unk-chat", inference=jiutian, agent={"kind": "ChatAgent"})
+    assert (await akube.get(SWEROLLOUTS, "unk-chat-0-0", namespace))["spec"]["agent"]["kind"] == "ChatAgent"
