@@ -8,7 +8,6 @@ re-sending one is safe. Everything else maps to agent_runner.errors at once.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -108,35 +107,25 @@ class ChatModel:
     # -- internals ---------------------------------------------------------
 
     async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
-        schedule = self.backoff.start()
-        last_problem = ""
-        while True:
-            retry_after: float | None = None
-            try:
-                response = await self._client.post(self.url, json=body)
-            except httpx.TimeoutException as exc:
-                last_problem = f"timed out ({type(exc).__name__})"
-                delay = schedule.next_delay()
-                if delay is None:
-                    raise ModelTimeoutError(
-                        f"POST {self.url} {last_problem} after {schedule.retries + 1} attempts"
-                    ) from exc
-                await asyncio.sleep(delay)
-                continue
-            except httpx.TransportError as exc:
-                last_problem = f"{type(exc).__name__}: {exc}"
-            else:
-                if response.status_code != 429 and response.status_code < 500:
-                    break
-                last_problem = f"HTTP {response.status_code}: {response.text[:300]}"
-                header = response.headers.get("Retry-After", "")
-                retry_after = float(header) if header.isdigit() else None
-            delay = schedule.next_delay(retry_after)
-            if delay is None:
-                raise ModelUnavailableError(
-                    f"POST {self.url} failed {schedule.retries + 1} times; last: {last_problem}"
-                )
-            await asyncio.sleep(delay)
+        retrying = self.backoff.retrying(retryable=_worth_retrying, retry_after=_server_retry_after)
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    try:
+                        response = await self._client.post(self.url, json=body)
+                    except httpx.TransportError as exc:  # timeouts included
+                        raise _Unavailable(_describe(exc), timed_out=isinstance(exc, httpx.TimeoutException)) from exc
+                    if response.status_code == 429 or response.status_code >= 500:
+                        header = response.headers.get("Retry-After", "")
+                        raise _Unavailable(
+                            f"HTTP {response.status_code}: {response.text[:300]}",
+                            retry_after=float(header) if header.isdigit() else None,
+                        )
+        except _Unavailable as exc:
+            tries = retrying.schedule.retries + 1
+            if exc.timed_out:
+                raise ModelTimeoutError(f"POST {self.url} {exc} after {tries} attempts") from exc
+            raise ModelUnavailableError(f"POST {self.url} failed {tries} times; last: {exc}") from exc
         if response.status_code == 404:
             raise ModelProtocolError(
                 f"POST {self.url} answered 404: no OpenAI-compatible chat completions endpoint there. "
@@ -220,3 +209,26 @@ def chat_model_from_spec(
         api_key=api_key,
         request_timeout=float(inference.request_timeout_seconds),
     )
+
+
+class _Unavailable(Exception):
+    """A try of a chat completion that may succeed later: a transport error, a timeout, 429 or 5xx."""
+
+    def __init__(self, problem: str, *, timed_out: bool = False, retry_after: float | None = None) -> None:
+        super().__init__(problem)
+        self.timed_out = timed_out
+        self.retry_after = retry_after
+
+
+def _worth_retrying(exc: BaseException) -> bool:
+    return isinstance(exc, _Unavailable)
+
+
+def _server_retry_after(exc: BaseException) -> float | None:
+    return exc.retry_after if isinstance(exc, _Unavailable) else None
+
+
+def _describe(exc: httpx.TransportError) -> str:
+    if isinstance(exc, httpx.TimeoutException):
+        return f"timed out ({type(exc).__name__})"
+    return f"{type(exc).__name__}: {exc}"

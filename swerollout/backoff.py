@@ -1,19 +1,32 @@
-"""The one backoff rule every retry loop uses: full-jitter exponential, bounded.
+"""The one backoff rule every retry loop uses: full-jitter exponential, bounded, and the one
+retry loop built on it.
 
-A loop starts a `Schedule` from a `Backoff` policy and asks it, after each retryable
-failure, how long to wait before the next try; `None` means give up (the tries or the
-time budget are spent). Sync and async callers share it: only the sleep differs.
+The loop, for any call that may be retried::
+
+    async for attempt in policy.retrying(retryable=lambda exc: isinstance(exc, Busy)):
+        with attempt:
+            return await call()
+
+A failure the predicate calls retryable is swallowed, the loop sleeps what the policy's
+`Schedule` says and tries again; once the tries or the time budget are spent, or on any
+other failure, the exception goes up as it was raised. `Retrying.schedule` tells how many
+retries were made (for the caller's own error message). `for attempt in
+policy.retrying_sync(...)` is the same loop for blocking code: only the sleep differs.
+Lower-level code that must interleave its waits with other events (an abort, a resume)
+asks a `Schedule` directly.
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from collections.abc import Callable
+from types import TracebackType
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["Backoff", "Schedule"]
+__all__ = ["Attempt", "Backoff", "Retrying", "RetryingSync", "Schedule"]
 
 
 class Backoff(BaseModel):
@@ -37,6 +50,26 @@ class Backoff(BaseModel):
 
     def start(self, *, clock: Callable[[], float] = time.monotonic, rng: random.Random | None = None) -> Schedule:
         return Schedule(self, clock=clock, rng=rng)
+
+    def retrying(
+        self,
+        *,
+        retryable: Callable[[BaseException], bool],
+        retry_after: Callable[[BaseException], float | None] = lambda _: None,
+        on_retry: Callable[[BaseException, float], None] | None = None,
+    ) -> Retrying:
+        """The retry loop for async code (see the module's docstring)."""
+        return Retrying(self.start(), retryable=retryable, retry_after=retry_after, on_retry=on_retry)
+
+    def retrying_sync(
+        self,
+        *,
+        retryable: Callable[[BaseException], bool],
+        retry_after: Callable[[BaseException], float | None] = lambda _: None,
+        on_retry: Callable[[BaseException, float], None] | None = None,
+    ) -> RetryingSync:
+        """The retry loop for blocking code."""
+        return RetryingSync(self.start(), retryable=retryable, retry_after=retry_after, on_retry=on_retry)
 
 
 class Schedule:
@@ -70,3 +103,98 @@ class Schedule:
             return None
         self.retries += 1
         return delay
+
+
+class Attempt:
+    """One try of a retry loop: a context manager that swallows a failure worth retrying."""
+
+    def __init__(self, loop: _Loop) -> None:
+        self._loop = loop
+
+    def __enter__(self) -> Attempt:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        return self._loop.settle(exc)
+
+
+class _Loop:
+    """What the async and the blocking loops share: deciding after each try."""
+
+    def __init__(
+        self,
+        schedule: Schedule,
+        *,
+        retryable: Callable[[BaseException], bool],
+        retry_after: Callable[[BaseException], float | None],
+        on_retry: Callable[[BaseException, float], None] | None,
+    ) -> None:
+        self.schedule = schedule
+        self._retryable = retryable
+        self._retry_after = retry_after
+        self._on_retry = on_retry
+        self._pause: float | None = None
+        self._done = False
+        self._tried = False
+        self.last_error: BaseException | None = None
+        """The failure that the last retry followed."""
+
+    def settle(self, exc: BaseException | None) -> bool:
+        if exc is None:
+            self._done = True
+            return False
+        # Cancellation and interpreter exits are never retried, whatever the predicate says.
+        if not isinstance(exc, Exception) or not self._retryable(exc):
+            return False
+        delay = self.schedule.next_delay(self._retry_after(exc))
+        if delay is None:
+            return False  # spent: the failure goes up as it was raised
+        self.last_error = exc
+        self._pause = delay
+        if self._on_retry is not None:
+            self._on_retry(exc, delay)
+        return True
+
+    def _next_pause(self) -> float | None:
+        """None ends the loop; else the pause before the next try (0 before the first)."""
+        if self._done:
+            return None
+        if not self._tried:
+            self._tried = True
+            return 0.0
+        if self._pause is None:
+            raise RuntimeError("a retry loop's body must run inside `with attempt:`")
+        pause, self._pause = self._pause, None
+        return pause
+
+
+class Retrying(_Loop):
+    """``async for attempt in policy.retrying(...)``: see the module's docstring."""
+
+    def __aiter__(self) -> Retrying:
+        return self
+
+    async def __anext__(self) -> Attempt:
+        pause = self._next_pause()
+        if pause is None:
+            raise StopAsyncIteration
+        if pause:
+            await asyncio.sleep(pause)
+        return Attempt(self)
+
+
+class RetryingSync(_Loop):
+    """``for attempt in policy.retrying_sync(...)``: the blocking twin of `Retrying`."""
+
+    def __iter__(self) -> RetryingSync:
+        return self
+
+    def __next__(self) -> Attempt:
+        pause = self._next_pause()
+        if pause is None:
+            raise StopIteration
+        if pause:
+            time.sleep(pause)
+        return Attempt(self)

@@ -20,6 +20,7 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
+from swerollout.backoff import Backoff
 from swerollout.kube import SWEROLLOUTS, AsyncKubeClient, Gone, TransportError
 
 Object = dict[str, Any]
@@ -31,6 +32,8 @@ log = logging.getLogger(__name__)
 WATCH_SECONDS = 60
 # Consecutive broken watch connections tolerated before giving up.
 MAX_WATCH_RECONNECTS = 5
+# The pause before each reconnect: the one backoff rule, reset by every event that arrives.
+WATCH_RECONNECT = Backoff(first_seconds=0.2, max_seconds=5.0, attempts=MAX_WATCH_RECONNECTS + 1)
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,7 @@ async def list_and_watch(
         page = await kube.list(SWEROLLOUTS, namespace, label_selector=selector)
         yield Listed({o["metadata"]["name"]: o for o in page.get("items") or []})
         version = str((page.get("metadata") or {}).get("resourceVersion", ""))
-        reconnects = 0
+        reconnects = WATCH_RECONNECT.start()
         try:
             while True:
                 stream = kube.watch(
@@ -77,16 +80,17 @@ async def list_and_watch(
                     # aclosing: a caller that stops early must close the HTTP stream now, not at GC.
                     async with aclosing(stream) as events:  # type: ignore[type-var]
                         async for event in events:
-                            reconnects = 0
+                            if reconnects.retries:
+                                reconnects = WATCH_RECONNECT.start()
                             version = event.resource_version or version
                             if event.type == "BOOKMARK":
                                 continue
                             yield Changed(event.object, deleted=event.type == "DELETED")
                 except TransportError:
-                    reconnects += 1
-                    if reconnects > MAX_WATCH_RECONNECTS:
+                    delay = reconnects.next_delay()
+                    if delay is None:
                         raise
-                    await asyncio.sleep(min(2.0**reconnects * 0.1, 5.0))
+                    await asyncio.sleep(delay)
         except Gone:
             continue  # our resourceVersion expired: re-list
 

@@ -7,8 +7,6 @@ have happened. The pauses follow `swerollout.backoff`, the project's one backoff
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -21,27 +19,25 @@ KUBE_BACKOFF = Backoff(first_seconds=0.2, max_seconds=5.0, attempts=5)
 """Default for one API call: five tries within a few seconds."""
 
 
+def _retryable(exc: BaseException) -> bool:
+    return isinstance(exc, KubeError) and exc.retryable
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    return exc.retry_after_seconds if isinstance(exc, KubeError) else None
+
+
 def retry(fn: Callable[[], T], *, policy: Backoff = KUBE_BACKOFF) -> T:
     """Call ``fn`` until it succeeds, a non-retryable KubeError is raised, or the policy gives up."""
-    schedule = policy.start()
-    while True:
-        try:
+    for attempt in policy.retrying_sync(retryable=_retryable, retry_after=_retry_after):
+        with attempt:
             return fn()
-        except KubeError as exc:
-            delay = schedule.next_delay(exc.retry_after_seconds) if exc.retryable else None
-            if delay is None:
-                raise
-        time.sleep(delay)
+    raise AssertionError("unreachable: the retry loop returns or raises")
 
 
 async def aretry(fn: Callable[[], Awaitable[T]], *, policy: Backoff = KUBE_BACKOFF) -> T:
     """The asyncio twin of :func:`retry`."""
-    schedule = policy.start()
-    while True:
-        try:
+    async for attempt in policy.retrying(retryable=_retryable, retry_after=_retry_after):
+        with attempt:
             return await fn()
-        except KubeError as exc:
-            delay = schedule.next_delay(exc.retry_after_seconds) if exc.retryable else None
-            if delay is None:
-                raise
-        await asyncio.sleep(delay)
+    raise AssertionError("unreachable: the retry loop returns or raises")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
+
+import pytest
 
 from swerollout.backoff import Backoff
 
@@ -51,3 +54,100 @@ def test_retry_after_is_a_floor_within_the_cap() -> None:
     assert schedule.next_delay(retry_after=1.5) == 1.5
     assert schedule.next_delay(retry_after=600) == 2.0
     assert schedule.next_delay(retry_after=None) is not None
+
+
+class Busy(Exception):
+    def __init__(self, retry_after: float | None = None) -> None:
+        self.retry_after = retry_after
+
+
+def _retryable(exc: BaseException) -> bool:
+    return isinstance(exc, Busy)
+
+
+async def test_the_retry_loop_retries_what_is_retryable_and_returns_the_result() -> None:
+    calls: list[int] = []
+    seen: list[float] = []
+
+    async def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise Busy()
+        return "done"
+
+    async def run() -> str:
+        async for attempt in Backoff(first_seconds=0.001, max_seconds=0.002, attempts=5).retrying(
+            retryable=_retryable, on_retry=lambda exc, delay: seen.append(delay)
+        ):
+            with attempt:
+                return await flaky()
+        raise AssertionError("unreachable: the loop returns or raises")
+
+    assert await run() == "done"
+    assert len(calls) == 3 and len(seen) == 2 and all(0 <= d <= 0.002 for d in seen)
+
+
+async def test_the_retry_loop_gives_up_with_the_last_failure_and_never_retries_others() -> None:
+    calls = 0
+
+    async def always_busy() -> None:
+        nonlocal calls
+        calls += 1
+        raise Busy()
+
+    retrying = Backoff(first_seconds=0.001, attempts=3).retrying(retryable=_retryable)
+    with pytest.raises(Busy):
+        async for attempt in retrying:
+            with attempt:
+                await always_busy()
+    assert calls == 3 and retrying.schedule.retries == 2
+
+    calls = 0
+
+    async def broken() -> None:
+        nonlocal calls
+        calls += 1
+        raise ValueError("not a retryable failure")
+
+    with pytest.raises(ValueError):
+        async for attempt in Backoff(first_seconds=0.001, attempts=3).retrying(retryable=_retryable):
+            with attempt:
+                await broken()
+    assert calls == 1
+
+
+async def test_the_retry_loop_honours_retry_after_and_never_swallows_cancellation() -> None:
+    pauses: list[float] = []
+    retrying = Backoff(first_seconds=0.001, max_seconds=0.05, attempts=2).retrying(
+        retryable=lambda exc: True,
+        retry_after=lambda exc: getattr(exc, "retry_after", None),
+        on_retry=lambda exc, delay: pauses.append(delay),
+    )
+    tries = 0
+    async for attempt in retrying:
+        with attempt:
+            tries += 1
+            if tries == 1:
+                raise Busy(retry_after=0.04)
+    assert tries == 2 and pauses and 0.04 <= pauses[0] <= 0.05
+
+    tries = 0
+    with pytest.raises(asyncio.CancelledError):
+        async for attempt in Backoff(first_seconds=0.001).retrying(retryable=lambda exc: True):
+            with attempt:
+                tries += 1
+                raise asyncio.CancelledError
+    assert tries == 1
+
+
+def test_the_blocking_loop_is_the_same_loop() -> None:
+    tries = 0
+    for attempt in Backoff(first_seconds=0.001, attempts=4).retrying_sync(retryable=_retryable):
+        with attempt:
+            tries += 1
+            if tries < 4:
+                raise Busy()
+    assert tries == 4
+    with pytest.raises(RuntimeError, match="inside `with attempt:`"):
+        for _attempt in Backoff(first_seconds=0.001).retrying_sync(retryable=_retryable):
+            pass
