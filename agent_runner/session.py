@@ -326,6 +326,8 @@ class Runner:
             timeout=float(inference.request_timeout_seconds),
             api_key=keys.api_key,
             admin_key=keys.admin_key,
+            # The rollout's uid: a gateway keeps all its turns, its resume and a replay on one engine.
+            routing_key=self.env.uid,
         )
         function_calling = config.tools.action_format == ActionFormat.FUNCTION_CALLING
         kwargs: dict[str, Any] = dict(

@@ -19,6 +19,9 @@ module owns what the runner does with them (docs/sglang-protocol.md):
   never counted twice.
 - An abort (``finish_reason.type == "abort"``) is not an error: it is returned as a
   result with ``finish == "abort"`` and whatever tokens were generated.
+- Fleets. The endpoint may be smg (SGLang's gateway) in front of many engines: every
+  request carries the rollout's routing key (``routing_key``), so smg keeps its turns on one
+  engine, and aborts and the pause check reach every engine (swerollout/fleet.py).
 """
 
 from __future__ import annotations
@@ -39,9 +42,11 @@ import httpx
 from pydantic import ValidationError
 
 from agent_runner.errors import ContextBudgetError, ModelProtocolError, ModelTimeoutError, ModelUnavailableError
+from swerollout import fleet as fleets
 from swerollout.backoff import Backoff, Schedule
 from swerollout.wire import sglang as wire
 from swerollout.wire.sglang import ContextLimits, GenerateRequest, SamplingParams
+from swerollout.wire.smg import ROUTING_KEY_HEADER
 
 __all__ = [
     "ContextLimits",
@@ -81,6 +86,8 @@ class GenerateResult:
     """Raw little-endian int32 rows from ``routed_experts_start_len`` on, None when absent."""
     attempts: int = 1
     abort_message: str | None = None
+    cached_tokens: int = 0
+    """Prompt tokens the server took from its prefix cache (``meta_info.cached_tokens``)."""
 
     @property
     def aligned(self) -> bool:
@@ -172,6 +179,7 @@ class SGLangClient:
         headers: dict[str, str] | None = None,
         api_key: str | None = None,
         admin_key: str | None = None,
+        routing_key: str | None = None,
         rng: random.Random | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -187,8 +195,13 @@ class SGLangClient:
         headers = dict(headers or {})
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
+        if routing_key:
+            # smg sends every request with this key to the same engine (its prefix cache);
+            # an engine ignores the header.
+            headers[ROUTING_KEY_HEADER] = routing_key
         admin = admin_key or api_key
         self._admin_headers = {"Authorization": f"Bearer {admin}"} if admin else {}
+        self._fleet: fleets.Fleet | None = None
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
             headers=headers,
@@ -367,23 +380,47 @@ class SGLangClient:
                 f"{url} answered HTTP {status} with a body that is not an SGLang /generate response: {exc}"
             ) from exc
 
+    async def engines(self) -> fleets.Fleet:
+        """What serves the endpoint: one engine, or a gateway's engines. Read once for an engine
+        or an RL gateway (which fans out itself); at every call for a plain gateway, whose
+        worker list changes."""
+        if self._fleet is None or not self._fleet.listed_once:
+            self._fleet = await fleets.discover(
+                self._http, self.base_url, headers=self._admin_headers, timeout=self.retry.abort_timeout
+            )
+        return self._fleet
+
     async def abort(self, rid: str) -> None:
-        """Ask the server to abort the request whose rid is exactly ``rid``."""
+        """Ask the server to abort the request whose rid is exactly ``rid``: every engine behind
+        the endpoint, since a gateway does not say which one holds it (the others ignore it)."""
         url = f"{self.base_url}/abort_request"
         body = wire.AbortRequest(rid=rid, abort_all=False).model_dump()
         try:
-            response = await self._http.post(
-                "/abort_request", json=body, headers=self._admin_headers, timeout=self.retry.abort_timeout
-            )
-        except httpx.TransportError as exc:
-            raise ModelUnavailableError(f"cannot reach {url} to abort rid {rid!r}: {exc!r}") from exc
-        if response.status_code in (401, 403):
+            fleet = await self.engines()
+        except fleets.FleetError as exc:
+            raise ModelUnavailableError(f"cannot reach {url} to abort rid {rid!r}: {exc}") from exc
+        answers = await fleets.call_engines(
+            self._http,
+            fleet,
+            "POST",
+            "/abort_request",
+            body,
+            headers=self._admin_headers,
+            timeout=self.retry.abort_timeout,
+        )
+        refused = [a for a in answers if a.status in (401, 403)]
+        if refused:
             raise AbortRefused(
-                f"{url} refused to abort rid {rid!r} (HTTP {response.status_code}): the server needs its admin key; "
-                "set spec.inference.adminKeySecretRef to the Secret holding SGLang's --admin-api-key"
+                f"{refused[0].engine}/abort_request refused to abort rid {rid!r} (HTTP {refused[0].status}): the "
+                "server needs its admin key; set spec.inference.adminKeySecretRef to the Secret holding SGLang's "
+                "--admin-api-key (behind smg, the key smg was given as --api-key)"
             )
-        if response.status_code >= 400:
-            raise ModelProtocolError(f"{url} answered HTTP {response.status_code}: {_snippet(response)}")
+        if any(a.ok for a in answers):
+            return
+        failed = "; ".join(f"{a.engine}: {a.error or a.status}" for a in answers)
+        if all(a.status is None for a in answers):
+            raise ModelUnavailableError(f"cannot reach {url} to abort rid {rid!r}: {failed}")
+        raise ModelProtocolError(f"{url} did not take the abort of rid {rid!r}: {failed}")
 
     async def abort_in_flight(self) -> int:
         """Abort every generate() of this client: the rid on the server now (by its exact
@@ -428,13 +465,17 @@ class SGLangClient:
         return sent
 
     async def paused(self) -> bool:
-        """True when the server says it is paused (``GET /ready`` answers 503); False when it
-        is ready, has no such route (before SGLang 0.5.23) or cannot be reached."""
+        """True when the server says it is paused (``GET /ready`` answers 503; behind a gateway,
+        any of its engines); False when it is ready, has no such route (before SGLang 0.5.23)
+        or cannot be reached."""
         try:
-            response = await self._http.get("/ready", timeout=self.retry.abort_timeout)
-        except httpx.TransportError:
+            fleet = await self.engines()
+        except fleets.FleetError:
             return False
-        return response.status_code == 503
+        answers = await fleets.call_engines(
+            self._http, fleet, "GET", "/ready", headers=self._admin_headers, timeout=self.retry.abort_timeout
+        )
+        return any(a.status == 503 for a in answers)
 
     async def _abort_quietly(self, rid: str) -> None:
         try:
@@ -567,6 +608,7 @@ def _to_result(rid: str, body: wire.GenerateResponse, attempt: int) -> GenerateR
         routed_experts=routed,
         attempts=attempt,
         abort_message=meta.finish_reason.message if finish == "abort" else None,
+        cached_tokens=meta.cached_tokens,
     )
 
 

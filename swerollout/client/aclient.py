@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import ValidationError
 
+from swerollout import fleet
 from swerollout.api.base import one_line
 from swerollout.api.suspension import batch_name
 from swerollout.api.v1alpha1 import (
@@ -894,24 +895,25 @@ class AsyncRolloutClient:
         headers = {"Authorization": f"Bearer {admin_key}"} if admin_key else {}
 
         async def one(endpoint: str) -> None:
-            try:
-                async with httpx.AsyncClient(timeout=INFERENCE_ABORT_TIMEOUT) as http:
-                    answer = await http.post(
-                        f"{endpoint}/abort_request", json={"rid": "", "abort_all": True}, headers=headers
-                    )
-                if answer.status_code in (401, 403):
+            # Every engine behind the endpoint: a gateway (smg) serves no /abort_request itself.
+            async with httpx.AsyncClient(timeout=INFERENCE_ABORT_TIMEOUT) as http:
+                answers = await fleet.abort_all(http, endpoint, headers=headers, timeout=INFERENCE_ABORT_TIMEOUT)
+            for answer in answers:
+                if answer.status in (401, 403):
                     log.warning(
                         "%s/abort_request refused the abort (HTTP %d): pass admin_key= or set %s to the server's "
                         "admin key; the runners abort their own requests",
-                        endpoint,
-                        answer.status_code,
+                        answer.engine,
+                        answer.status,
                         INFERENCE_ADMIN_KEY_ENV,
                     )
-                    return
-                answer.raise_for_status()
-            except httpx.HTTPError as exc:
-                # Best effort: each runner still aborts its own request when it sees its mark.
-                log.warning("abort_request to %s failed (%s); the runners abort their own requests", endpoint, exc)
+                elif not answer.ok:
+                    # Best effort: each runner still aborts its own request when it sees its mark.
+                    log.warning(
+                        "abort_request to %s failed (%s); the runners abort their own requests",
+                        answer.engine,
+                        answer.error or answer.status,
+                    )
 
         await asyncio.gather(*(one(e) for e in endpoints))
 
