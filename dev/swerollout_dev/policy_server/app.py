@@ -238,6 +238,7 @@ async def get_server_info(request: web.Request) -> web.Response:
             "paused": engine.paused,
             "faults": engine.faults.settings.model_dump(mode="json"),
             "requests_served": engine.requests_served,
+            "aborted_requests": engine.aborted_requests,
         }
     )
 

@@ -136,6 +136,9 @@ class Engine:
         self._changed = asyncio.Event()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="policy-step")
         self.requests_served = 0
+        self.aborted_requests = 0
+        """Requests an abort reached (by rid, abort_all, a pause or a version update): how a
+        fleet's test or bench sees which engine an abort landed on."""
         placeholder = image_placeholder(tokenizer)
         self.image_pad_id = placeholder.pad_id if placeholder is not None else None
         """The token images expand into; None: a text-only model, which ignores image_data as SGLang does."""
@@ -186,6 +189,7 @@ class Engine:
         for entry in hits:
             if entry.abort_message is None:
                 entry.abort_message = message
+                self.aborted_requests += 1
         self._signal()
         return len(hits)
 
