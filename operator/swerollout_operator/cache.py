@@ -152,6 +152,11 @@ class Tracked:
     told_at: float = 0.0
     """When its batch's change last told its runner, in memory, to abort or resume
     (monotonic seconds): its report is due within --runner-report-grace-seconds."""
+    abort_told_at: float = 0.0
+    """When its runner was first told to abort while it ran (monotonic seconds; 0: not
+    told): the start of swerollout_abort_fanout_seconds, which its Aborted report ends."""
+    phase_since: float = field(default_factory=time.monotonic)
+    """When this process first saw the rollout in its current phase (monotonic seconds)."""
     progress: ProgressReport | None = None
     progress_dirty: bool = False
     progress_written_at: float = 0.0
@@ -239,9 +244,12 @@ class RolloutCache:
 
     def _set_body(self, entry: Tracked, body: dict[str, Any]) -> None:
         """The one way a cached body changes, so the phase counts stay true."""
-        self._counts[entry.phase] -= 1
+        before = entry.phase
+        self._counts[before] -= 1
         entry.body = body
         self._counts[entry.phase] += 1
+        if entry.phase != before:
+            entry.phase_since = time.monotonic()
 
     def _index(self, entry: Tracked) -> None:
         """Keep the batch -> members index true for this entry (its label may change)."""
@@ -335,6 +343,17 @@ class RolloutCache:
 
     def phase_counts(self) -> dict[Phase, int]:
         return dict(self._counts)
+
+    def oldest_in_phase(self) -> dict[Phase, float]:
+        """Seconds the longest-resident rollout of each unfinished phase has been in it (a
+        scrape reads it: one pass over the entries, nothing kept per rollout but a float)."""
+        now = time.monotonic()
+        oldest: dict[Phase, float] = {}
+        for entry in self.entries.values():
+            phase = entry.phase
+            if not phase.is_terminal:
+                oldest[phase] = max(oldest.get(phase, 0.0), now - entry.phase_since)
+        return oldest
 
 
 def controller_uid(pod: dict[str, Any]) -> str | None:

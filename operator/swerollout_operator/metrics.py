@@ -3,22 +3,36 @@
 Base units (seconds, tokens), and no per-object labels: a label per rollout or
 pod would grow the series count with every sample (a common cardinality bug).
 Labels are limited to small closed sets (phase, reason, code).
+
+The label values the operator knows in advance are exported at 0 from the start: a
+series that appears only at its first increment starts at 1, and `rate`/`increase`
+never count that first step (the dashboard and the alerts would miss the first failure).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
 
 from swerollout.api.v1alpha1 import Phase
+from swerollout.exit_status import ExitStatus
 
 # Why a run was aborted, as the runner reports it: a suspension the trainer asked for, or
 # the inference server aborting the request. Anything else counts as `other`, so a new or
 # misspelled reason never adds a series.
 ABORT_REASONS = ("Suspended", "InferenceAborted")
 OTHER_REASON = "other"
+# The label values known in advance (see the module's docstring).
+HANDLERS = ("rollout", "sweep", "delete")
+POD_ROLES = ("rollout", "eval")
+OWN_STARTUP_FAILURES = ("Timeout", "PodDeleted")
+"""The startup failures the operator names itself; the kubelet's reasons (ErrImagePull, ...) join as they come."""
 
 _STARTUP_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
 
@@ -37,15 +51,22 @@ class OperatorMetrics:
         )
         for phase in Phase:
             self.rollouts.labels(phase.value).set(0)
+        self.phase_ages: Callable[[], Mapping[Phase, float]] = dict
+        """The age of the oldest rollout in each phase (set by the runtime to the rollout cache's)."""
+        r.register(_PhaseAges(lambda: self.phase_ages()))
         self.transitions = Counter(
             "swerollout_phase_transitions_total",
             "Phase transitions, by the phase entered.",
             ["phase"],
             registry=r,
         )
+        for phase in Phase:
+            self.transitions.labels(phase.value)
         self.pods_created = Counter(
             "swerollout_pods_created_total", "Rollout and eval pods created.", ["role"], registry=r
         )
+        for role in POD_ROLES:
+            self.pods_created.labels(role)
         self.sandbox_startup = Histogram(
             "swerollout_sandbox_startup_seconds",
             "From pod creation to all containers ready.",
@@ -58,9 +79,13 @@ class OperatorMetrics:
             ["reason"],
             registry=r,
         )
+        for reason in OWN_STARTUP_FAILURES:
+            self.startup_failures.labels(reason)
         self.reconcile_errors = Counter(
             "swerollout_reconcile_errors_total", "Handler runs that raised, by handler.", ["handler"], registry=r
         )
+        for handler in HANDLERS:
+            self.reconcile_errors.labels(handler)
         self.reconciles = Counter(
             "swerollout_reconciles_total", "Reconcile passes over a rollout (coalesced per rollout).", registry=r
         )
@@ -91,6 +116,8 @@ class OperatorMetrics:
         self.exit_statuses = Counter(
             "swerollout_exit_status_total", "Finished rollouts by exit status.", ["exit_status"], registry=r
         )
+        for exit_status in (*ExitStatus, OTHER_REASON):
+            self.exit_statuses.labels(exit_status)
         self.generated_tokens = Counter(
             "swerollout_generated_tokens_total", "Tokens sampled by the policy, as reported by runners.", registry=r
         )
@@ -114,6 +141,13 @@ class OperatorMetrics:
         )
         for reason in (*ABORT_REASONS, OTHER_REASON):
             self.aborts.labels(reason)
+        self.abort_fanout = Histogram(
+            "swerollout_abort_fanout_seconds",
+            "From the operator seeing a running rollout suspended (its own flag or its batch's) to its runner's "
+            "Aborted report.",
+            buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300),
+            registry=r,
+        )
         self.resumes = Counter("swerollout_resumes_total", "Runs resumed from a snapshot.", registry=r)
         self.replays = Counter(
             "swerollout_replays_total", "Resumes into a fresh pod (the old one was gone).", registry=r
@@ -124,6 +158,8 @@ class OperatorMetrics:
         self.resolved = Counter(
             "swerollout_graded_total", "Graded rollouts, by whether the task was resolved.", ["resolved"], registry=r
         )
+        for resolved in ("true", "false"):
+            self.resolved.labels(resolved)
         self.eval_duration = Histogram(
             "swerollout_eval_duration_seconds",
             "From eval pod creation to the reported reward.",
@@ -136,6 +172,27 @@ class OperatorMetrics:
             ["route", "code"],
             registry=r,
         )
+
+
+class _PhaseAges(Collector):
+    """swerollout_phase_oldest_seconds, read from the rollout cache at each scrape: one
+    series per unfinished phase, whatever the number of rollouts."""
+
+    def __init__(self, source: Callable[[], Mapping[Phase, float]]) -> None:
+        self._source = source
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "swerollout_phase_oldest_seconds",
+            "Seconds the longest-resident rollout of each unfinished phase has been in it (0: none there), "
+            "counted from when this operator process first saw it there.",
+            labels=["phase"],
+        )
+        ages = self._source()
+        for phase in Phase:
+            if not phase.is_terminal:
+                family.add_metric([phase.value], ages.get(phase, 0.0))
+        yield family
 
 
 def abort_reason_label(reason: str | None) -> str:

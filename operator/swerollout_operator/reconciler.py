@@ -103,6 +103,8 @@ class Reconciler:
             # its long poll is answered now (a suspend reaches every runner of a batch as
             # its mark arrives), not after a pass that may queue behind a whole batch.
             await self.notify(entry)
+            if not entry.phase.is_terminal:
+                self._time_abort(entry, self._runner_told(entry))
         return news
 
     async def observe_batch(self, body: dict[str, Any], *, deleted: bool) -> BatchPasses:
@@ -128,12 +130,23 @@ class Reconciler:
         for entry in members:
             if entry.phase.is_terminal:
                 continue
-            if self._runner_told(entry) in (AssignmentKind.ABORT, AssignmentKind.RESUME):
+            told = self._runner_told(entry)
+            self._time_abort(entry, told)
+            if told in (AssignmentKind.ABORT, AssignmentKind.RESUME):
                 entry.told_at = time.monotonic()
                 passes.later.append(entry.uid)
             else:
                 passes.now.append(entry.uid)
         return passes
+
+    @staticmethod
+    def _time_abort(entry: Tracked, told: AssignmentKind) -> None:
+        """Start the abort fan-out clock when the runner of an unaborted rollout is first
+        told to abort (the Aborted report stops it: runner_events); anything else resets it."""
+        if told != AssignmentKind.ABORT or entry.phase == Phase.ABORTED:
+            entry.abort_told_at = 0.0
+        elif not entry.abort_told_at:
+            entry.abort_told_at = time.monotonic()
 
     def _report_grace_left(self, entry: Tracked) -> float:
         """Seconds left for the runner of an Aborted rollout, told by its batch to resume,

@@ -7,6 +7,7 @@ with the report's own numbers (no field-by-field copies of spellings).
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from swerollout.api import v1alpha1 as api
@@ -138,6 +139,9 @@ async def _aborted(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
     )
     if applied:
         r.metrics.aborts.labels(abort_reason_label(reason)).inc()
+        if entry.abort_told_at:
+            r.metrics.abort_fanout.observe(time.monotonic() - entry.abort_told_at)
+            entry.abort_told_at = 0.0
     return applied
 
 

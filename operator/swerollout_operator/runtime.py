@@ -95,6 +95,7 @@ class OperatorRuntime:
         self._store = open_store(self.settings.store_url, **options)
         await self._store.check()
         self._reconciler = Reconciler(self._kube, self.settings, self.token_key, self.metrics)
+        self.metrics.phase_ages = self._reconciler.rollouts.oldest_in_phase
         await self._reconciler.sync_batches(self.settings.namespaces)
         self._queue = KeyedQueue(self._work, workers=self.settings.workers)
         self._reconciler.requeue = self._queue.add

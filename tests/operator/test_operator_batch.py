@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -24,6 +25,12 @@ from tests.support.operator_cluster import get_json, ingest_url, mark_ready, pha
 def _patches(operator: OperatorProcess) -> float:
     found = re.search(r'swerollout_api_requests_total{method="PATCH"} ([0-9.e+]+)', operator.metrics())
     return float(found.group(1)) if found else 0.0
+
+
+def _sample(operator: OperatorProcess, series: str) -> float:
+    found = re.search(rf"^{re.escape(series)} ([0-9.e+-]+)$", operator.metrics(), re.MULTILINE)
+    assert found, f"{series} is not exported"
+    return float(found.group(1))
 
 
 def _resumings(operator: OperatorProcess) -> float:
@@ -107,6 +114,7 @@ def test_one_batch_write_suspends_and_resumes_every_member(
         polls = {
             name: pool.submit(r.assignment, first[name]["id"], 60 if name != "bc" else 8) for name, r in runners.items()
         }
+        told = time.monotonic()
         _batch(kubectl, namespace, "b1", suspend=True)
         got = {name: poll.result(timeout=120) for name, poll in polls.items()}
     assert got["ba"]["kind"] == got["bb"]["kind"] == "abort", got
@@ -117,6 +125,12 @@ def test_one_batch_write_suspends_and_resumes_every_member(
     for name in ("ba", "bb"):
         runners[name].report_aborted(got[name]["id"])
         wait_for(f"{name} Aborted", lambda n=name: phase(kubectl, namespace, n) == "Aborted", op=operator)
+    # The abort fan-out histogram timed both, from the batch's write to their reports.
+    assert _sample(operator, "swerollout_abort_fanout_seconds_count") == 2
+    assert 0 < _sample(operator, "swerollout_abort_fanout_seconds_sum") < 2 * (time.monotonic() - told)
+    assert _sample(operator, 'swerollout_phase_oldest_seconds{phase="Aborted"}') > 0
+    assert _sample(operator, 'swerollout_phase_oldest_seconds{phase="Running"}') > 0  # bc
+    assert _sample(operator, 'swerollout_phase_oldest_seconds{phase="Pending"}') == 0
     assert runners["ba"].assignment()["kind"] == "wait"
     # A late copy of the run's start report does not take an Aborted rollout for resumed.
     assert not runners["ba"].report_started(first["ba"]["id"])
