@@ -1,41 +1,88 @@
-"""The Grafana dashboard only queries metrics the operator exports."""
+"""The Grafana dashboard's queries, read by Prometheus' own PromQL parser: each parses,
+selects only series the operator exports, scoped to the chosen namespace and job, and
+rates only counters. (tests/e2e/test_prometheus.py evaluates them against a live batch.)"""
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from prometheus_client import generate_latest
 
 from swerollout_operator.metrics import OperatorMetrics
+from tests.support.prometheus import Prometheus, PrometheusError, rated, running_prometheus, selectors
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "helm" / "swerollout" / "dashboards" / "swerollout.json"
-METRIC = re.compile(r"\b(swerollout_[a-z0-9_]+)")
+VARIABLES = {"namespace": "swer-ns", "job": "swer-job"}
 
 
-def exported_series_names() -> set[str]:
-    """Every series name the operator's registry can expose (families without samples included)."""
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
+    with running_prometheus(tmp_path_factory.mktemp("prometheus"), []) as prom:
+        yield prom
+
+
+def exported_series() -> tuple[set[str], set[str]]:
+    """(every series name the operator's registry can expose, the monotonic ones among them)."""
     names: set[str] = set()
+    monotonic: set[str] = set()
     for family in OperatorMetrics().registry.collect():
-        names.add(family.name)
         if family.type == "counter":
-            names.add(family.name + "_total")
-        if family.type == "histogram":
-            names |= {family.name + suffix for suffix in ("_bucket", "_sum", "_count")}
-    return names
+            monotonic.add(family.name + "_total")
+        elif family.type == "histogram":
+            monotonic |= {family.name + suffix for suffix in ("_bucket", "_sum", "_count")}
+        else:
+            names.add(family.name)
+    return names | monotonic, monotonic
 
 
-def test_every_dashboard_query_names_an_exported_metric() -> None:
+def queries() -> list[tuple[str, str]]:
     dashboard = json.loads(DASHBOARD.read_text())
-    exported = exported_series_names()
-    queries = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
-    assert len(queries) >= 15
-    for expr in queries:
-        names = METRIC.findall(expr)
-        assert names, f"query names no swerollout metric: {expr}"
-        for name in names:
-            assert name in exported, f"{name} (in {expr!r}) is not exported by the operator"
+    return [(p["title"], t["expr"]) for p in dashboard["panels"] for t in p.get("targets", [])]
+
+
+def substitute(expr: str) -> str:
+    for name, value in VARIABLES.items():
+        expr = expr.replace(f"${name}", value)
+    return expr
+
+
+def test_every_query_parses_selects_exported_series_and_rates_only_counters(prometheus: Prometheus) -> None:
+    exported, monotonic = exported_series()
+    assert len(queries()) >= 20
+    for title, expr in queries():
+        tree = prometheus.parse(substitute(expr))
+        found = list(selectors(tree))
+        assert found, f"{title}: selects nothing: {expr}"
+        for selector in found:
+            assert selector["name"] in exported, f"{title}: {selector['name']} is not exported by the operator"
+            # Two installs scraped by one Prometheus must not be summed together.
+            matchers = {(m["name"], m["value"]) for m in selector["matchers"]}
+            assert {("namespace", "swer-ns"), ("job", "swer-job")} <= matchers, f"{title}: {expr}"
+        for name in rated(tree):
+            assert name in monotonic, f"{title}: rate or increase over the gauge {name}"
+        # And it evaluates (an empty result: nothing is scraped here).
+        assert prometheus.query(substitute(expr)) == [], expr
+
+
+def test_a_broken_query_is_caught(prometheus: Prometheus) -> None:
+    # What the old regular-expression check let through.
+    with pytest.raises(PrometheusError, match="parse error"):
+        prometheus.parse('sum(rate(swerollout_reconciles_total{job=~"x"}[5m])')
+    _, monotonic = exported_series()
+    assert list(rated(prometheus.parse("rate(swerollout_work_queue_depth[5m])"))) == ["swerollout_work_queue_depth"]
+    assert "swerollout_work_queue_depth" not in monotonic
+
+
+def test_the_variables_are_what_the_queries_select_by() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert {"datasource", "namespace", "job"} <= set(variables)
+    assert variables["namespace"]["query"]["query"] == "label_values(swerollout_rollouts, namespace)"
+    assert variables["job"]["query"]["query"] == 'label_values(swerollout_rollouts{namespace=~"$namespace"}, job)'
 
 
 def test_metrics_use_base_units_and_no_per_object_labels() -> None:
@@ -51,19 +98,3 @@ def test_metrics_use_base_units_and_no_per_object_labels() -> None:
 def test_dashboard_ships_in_the_chart_configmap() -> None:
     template = (DASHBOARD.parents[1] / "templates" / "dashboard.yaml").read_text()
     assert 'Files.Get "dashboards/swerollout.json"' in template
-
-
-def test_every_query_is_scoped_to_the_chosen_namespace_and_job() -> None:
-    # Two installs scraped by one Prometheus must not be summed together.
-    dashboard = json.loads(DASHBOARD.read_text())
-    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
-    assert {"datasource", "namespace", "job"} <= set(variables)
-    assert "label_values(swerollout_rollouts, namespace)" in json.dumps(variables["namespace"])
-    assert "$namespace" in json.dumps(variables["job"])
-    for panel in dashboard["panels"]:
-        for target in panel.get("targets", []):
-            expr = target["expr"]
-            selectors = re.findall(r"\bswerollout_[a-z0-9_]+(\{[^}]*\})?", expr)
-            assert selectors and all('namespace=~"$namespace"' in s and 'job=~"$job"' in s for s in selectors), (
-                f"{panel['title']}: {expr}"
-            )
