@@ -68,6 +68,8 @@ def _print_state(state: DevState) -> None:
     print(f"kubeconfig: {state.kubeconfig}")
     if state.sglang_url:
         print(f"sglang: {state.sglang_url}")
+    if state.operator_metrics_url:
+        print(f"operator metrics: {state.operator_metrics_url}")
     if state.inference_admin_key_secret:
         print(
             f"sglang admin key: Secret default/{state.inference_admin_key_secret.replace('/', ' key ')} "

@@ -63,6 +63,8 @@ class DevState(SupervisorState):
     inference_admin_key_secret: str = ""
     """`name/key` of the Secret in namespace default holding the policy server's admin key
     (for spec.inference.adminKeySecretRef); empty without --policy."""
+    operator_metrics_url: str = ""
+    """The operator's /metrics (what a ServiceMonitor scrapes in a cluster); empty without an operator."""
 
     def admin_key_secret_ref(self) -> dict[str, str] | None:
         """spec.inference.adminKeySecretRef for the dev policy server (None without one)."""

@@ -340,6 +340,7 @@ class Supervisor:
             key.write_bytes(secrets.token_hex(32).encode())
             os.chmod(key, 0o600)
         ingest = self.ingest_port
+        metrics = free_port()
         toleration = {"key": TAINT_KEY, "operator": "Exists", "effect": TAINT_EFFECT}
         store = self.paths.store
         store.mkdir(exist_ok=True)
@@ -359,7 +360,7 @@ class Supervisor:
             "--ingest-port",
             str(ingest),
             "--metrics-port",
-            str(free_port()),
+            str(metrics),
             "--bind-host",
             "127.0.0.1",
             "--token-key-file",
@@ -374,6 +375,7 @@ class Supervisor:
         comp = child.start()
         comp.detail = f"as {identity}; ingest http://127.0.0.1:{ingest}"
         self.state.components[child.name] = comp
+        self.state.operator_metrics_url = f"http://127.0.0.1:{metrics}/metrics"
         self.save()
 
     # ---- running and stopping -----------------------------------------------------------
