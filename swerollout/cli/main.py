@@ -52,7 +52,12 @@ def all_commands() -> dict[str, tuple[str, str]]:
     """Our commands and every installed plugin's (a plugin never replaces one of ours)."""
     commands = dict(COMMANDS)
     for entry in entry_points(group=PLUGIN_GROUP):
-        provided: Mapping[str, tuple[str, str]] = entry.load()
+        try:
+            provided: Mapping[str, tuple[str, str]] = entry.load()
+        except ImportError:
+            # Installed, but its files are not here: a dev-mode pod's sandbox sees the
+            # environment's metadata and our library's sources, not the dev tooling's.
+            continue
         for name, spec in provided.items():
             commands.setdefault(name, spec)
     return commands
@@ -80,7 +85,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = next((a for a in args_list if not a.startswith("-")), None)
     try:
         # Ctrl-C ends any command quietly with 130, also while it is still importing.
-        commands = all_commands()
+        # Our own commands need no plugin: the rollout pod's init container runs
+        # `swerollout sandbox-bundle`, and must not depend on what else is installed.
+        commands = dict(COMMANDS) if command in COMMANDS else all_commands()
         if command in DEV_TOOLING_COMMANDS and command not in commands:
             print(f"swerollout: {DEV_TOOLING_HINT.format(command=command)}", file=sys.stderr)
             return 2
