@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 SUITES: dict[str, tuple[str, Callable[[], str]]] = {}
 
@@ -95,6 +96,18 @@ def _tiny_lm() -> str:
     return tiny_lm.report(tiny_lm.run())
 
 
+def _fleet_json() -> dict[str, Any]:
+    from bench import fleet
+
+    return fleet.run()
+
+
+def _fleet() -> str:
+    from bench import fleet
+
+    return fleet.report(fleet.run())
+
+
 SUITES = {
     "runner": ("runner overhead and snapshot size", _runner),
     "abort": ("abort -> runner Aborted on the SGLang stand-in", _abort),
@@ -115,10 +128,24 @@ SUITES = {
         _realnode,
     ),
     "viewer": ("viewer: 2,000-rollout batch page, 32k-token rollout in headless Chromium", _viewer),
+    "fleet": (
+        "4 tiny-lm engines behind smg: prefix cache hits keyed vs round robin, CPU per rollout, batch abort drain",
+        _fleet,
+    ),
 }
+
+# Suites that can print their figures as one JSON object (`python -m bench NAME --json`).
+JSON_SUITES: dict[str, Callable[[], dict[str, Any]]] = {"fleet": _fleet_json}
 
 
 def main(argv: list[str]) -> int:
+    if "--json" in argv:
+        names = [a for a in argv if a != "--json"]
+        if len(names) != 1 or names[0] not in JSON_SUITES:
+            print(f"--json takes one benchmark of {list(JSON_SUITES)}", file=sys.stderr)
+            return 2
+        print(json.dumps(JSON_SUITES[names[0]]()))
+        return 0
     chosen = argv or list(SUITES)
     unknown = [c for c in chosen if c not in SUITES]
     if unknown:
