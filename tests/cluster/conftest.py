@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from swerollout_dev.cluster.buildimage import base_image_archive
 from swerollout_dev.cluster.config import ClusterConfig, ClusterPaths
-from tests.support.realnode import RealNode, base_image_archive, leftovers, swerollout_cli
+from tests.support.realnode import RealNode, leftovers, swerollout_cli
 
 # Not under pytest's tmp dirs: pytest renames old ones before deleting them, and a
 # renamed cluster dir hides its mounts from `cluster down`.

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 
+from swerollout_dev.cluster.buildimage import BASE_IMAGE
 from tests.cluster.conftest import kubelet_kubeconfig
-from tests.support.realnode import BASE_IMAGE, RealNode
+from tests.support.realnode import RealNode
 
 
 def _pod(name: str, namespace: str, command: str, *, labels: dict[str, str] | None = None) -> str:
