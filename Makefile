@@ -30,8 +30,8 @@ $(STAMP): requirements.lock pyproject.toml dev/pyproject.toml hack/sglang-contra
 
 venv: $(STAMP) ## the venv from requirements.lock, the project and dev/ editable
 
-bins: ## the control plane's Go binaries (kube-apiserver, kubectl, etcd, helm), built once and cached
-	@hack/k8s-bin/build.sh >/dev/null
+bins: ## the control plane's Go binaries (kube-apiserver, kubectl, etcd, helm) and KWOK, built once and cached
+	@hack/k8s-bin/build.sh control-plane kwok >/dev/null
 
 prometheus-bins: ## prometheus and promtool (the dashboard's and the alerts' tests), built once and cached
 	@hack/k8s-bin/build.sh prometheus >/dev/null

@@ -10,6 +10,7 @@
 #                                    # and the pause binary (several minutes more, once)
 #   hack/k8s-bin/build.sh prometheus # prometheus and promtool, for the tests of the dashboard
 #                                    # and the alerts, into their own cache dir (prints it)
+#   hack/k8s-bin/build.sh kwok       # KWOK, the simulated nodes of the scale bench (bench/simnodes.py)
 #   hack/k8s-bin/build.sh NAME...    # just these binaries (or groups: control-plane, node,
 #                                    # prometheus, all)
 #   SWEROLLOUT_BIN_DIR=... / SWEROLLOUT_PROMETHEUS_BIN_DIR=... override the cache locations.
@@ -22,6 +23,7 @@ ETCD_VERSION="v3.6.13"
 HELM_VERSION="v3.22.0"
 # Prometheus 3.x is published as Go module versions v0.3xx.y (hack/k8s-bin/prometheus/go.mod).
 PROMETHEUS_VERSION="v3.16.0"
+KWOK_VERSION="v0.8.0"   # pinned in kwok/go.mod; kept beside the Kubernetes binaries
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/swerollout/bin"
 bin_dir="${SWEROLLOUT_BIN_DIR:-$cache/k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_helm-${HELM_VERSION}}"
 # Apart from the Kubernetes binaries: a directory per set of versions, so bumping
@@ -72,6 +74,7 @@ targets=(
   "pause|pause|.||--version|swerollout-pause 1"
   "prometheus|prometheus|github.com/prometheus/prometheus/cmd/prometheus|${prom_ldflags}|--version|prometheus, version ${PROMETHEUS_VERSION#v} |${prom_tags}|${prometheus_dir}"
   "promtool|promtool|github.com/prometheus/prometheus/cmd/promtool|${prom_ldflags}|--version|promtool, version ${PROMETHEUS_VERSION#v} |${prom_tags}|${prometheus_dir}"
+  "kwok|kwok|sigs.k8s.io/kwok/cmd/kwok|-X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION}|--version|kwok version ${KWOK_VERSION} "
 )
 control_plane="etcd helm kubectl kube-apiserver"
 node="kubelet kube-proxy kube-scheduler kube-controller-manager pause"
@@ -92,7 +95,7 @@ for arg in "${@:-control-plane}"; do
     control-plane) wanted+="$control_plane " ;;
     node) wanted+="$node " ;;
     prometheus) wanted+="$prometheus " ;;
-    all) wanted+="$control_plane $node $prometheus " ;;
+    all) wanted+="$control_plane $node $prometheus kwok " ;;
     *) wanted+="$arg " ;;
   esac
 done
