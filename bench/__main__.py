@@ -60,6 +60,13 @@ def _lifecycle() -> str:
     return lifecycle.report(lifecycle.run(500))
 
 
+def _scale() -> str:
+    from bench import scale
+
+    result = scale.run()
+    return scale.report(result, scale.write_plot(result, scale.DEFAULT_PLOT))
+
+
 def _kube_client() -> str:
     from bench import kube_client
 
@@ -119,6 +126,10 @@ SUITES = {
     "nodeagent": ("node agent: 200 pods", _nodeagent),
     "kubeclient": ("async kube client: HTTP/1.1 pool vs in-flight cap vs HTTP/2 under a write burst", _kube_client),
     "opcache": ("operator caches: memory per rollout at rest vs the bodies as sent", _operator_cache),
+    "scale": (
+        "a whole RL step at 1,000, 5,000, 10,000 and 20,000 rollouts on KWOK nodes with simulated runners; table and PNG",
+        _scale,
+    ),
     "lifecycle": (
         "operator at batch scale: 500 rollouts burst and 50/s, abort and resume fan-out, writes per rollout, 2,000 at rest",
         _lifecycle,
@@ -139,6 +150,11 @@ JSON_SUITES: dict[str, Callable[[], dict[str, Any]]] = {"fleet": _fleet_json}
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["scale"] and len(argv) > 1:
+        # `python -m bench scale --sizes 1000,5000 --json`: the scale bench's own flags.
+        from bench import scale
+
+        return scale.main(argv[1:])
     if "--json" in argv:
         names = [a for a in argv if a != "--json"]
         if len(names) != 1 or names[0] not in JSON_SUITES:

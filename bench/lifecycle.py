@@ -304,6 +304,9 @@ class Operator:
             str(self.metrics_port),
             "--ingest-port",
             str(self.ingest_port),
+            # What the pods' runner environment names (the scale bench's simulated runners read it).
+            "--ingest-url",
+            f"http://127.0.0.1:{self.ingest_port}",
             "--token-key-file",
             str(self.key),
             "--store-url",
