@@ -132,9 +132,14 @@ class Objects:
 
     async def delete_pod(self, namespace: str, name: str) -> None:
         try:
-            await self.kube.delete(PODS, name, namespace)
+            answer = await self.kube.delete(PODS, name, namespace)
         except NotFound:
-            pass
+            return
+        # The answer is the pod as the deletion left it (terminating): the cache knows at
+        # once, so a pass that comes before the watch's echo (the eval pod's own events
+        # queue several) skips it instead of deleting it again.
+        if answer.get("kind") == "Pod":
+            self.pods.update(answer, deleted=not answer["metadata"].get("deletionTimestamp"))
 
     async def delete_pods(self, entry: Tracked) -> None:
         """Delete every pod of the rollout that the cache knows and that is not going already."""
