@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from swerollout.api.v1alpha1 import Evaluation, Instance, RewardStatus
 from swerollout.exit_status import GateDecision
 
-from .grading import Backend, GradingError, GroupOutcome, LogGrade, ParserDisagreement, grade_log
+from .grading import Backend, GradingError, GroupOutcome, LogGrade, ParserDisagreement, first_error_line, grade_log
 
 __all__ = [
     "APPLY_COMMANDS",
@@ -310,6 +310,15 @@ class _Evaluation:
             return self.unresolved(EvalFailure.NO_TEST_OUTPUT, grade.problem, **graded_fields)
         f2p, p2p = grade.fail_to_pass, grade.pass_to_pass
         note = grade.disagreement_note()
+        if not grade.resolved and not any(
+            t in grade.tests for t in [*evaluation.fail_to_pass, *evaluation.pass_to_pass]
+        ):
+            # No graded test ran at all (a collection error: a module the tests import is
+            # missing): the reason is in the output, not in the counts.
+            error = first_error_line(log)
+            note = "; ".join(
+                part for part in (note, f"no graded test ran; first error: {error}" if error else "") if part
+            )
         return EvalReport(
             instance_id=self.instance.instance_id,
             resolved=grade.resolved,

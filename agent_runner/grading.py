@@ -49,6 +49,7 @@ __all__ = [
     "LogGrade",
     "ParserDisagreement",
     "TestStatus",
+    "first_error_line",
     "grade_log",
     "match_known_tests",
     "parse_pytest_log",
@@ -237,6 +238,25 @@ def swebench_harness_problem() -> str | None:
     return None
 
 
+# An exception stated with its message (pytest's "E   ModuleNotFoundError: No module named 'x'"),
+# else any line that says error; the markers are ours, never the error.
+_EXCEPTION_LINE = re.compile(r"\b[A-Za-z_][\w.]*(?:Error|Exception)\b: ")
+_ERROR_WORD = re.compile(r"\b(?:error|fatal)\b", re.I)
+_ERROR_LINE_CHARS = 200
+
+
+def first_error_line(log: str) -> str | None:
+    """The first line of an eval output that states an error, as one printable line of at most
+    200 characters (the output is the patched code's, so hostile text: shown, never parsed)."""
+    lines = [line.strip() for line in log.splitlines() if not line.startswith(">>>>>")]
+    for pattern in (_EXCEPTION_LINE, _ERROR_WORD):
+        for line in lines:
+            if pattern.search(line):
+                shown = "".join(c if c.isprintable() else " " for c in re.sub(r"^E\s+", "", line))
+                return shown[:_ERROR_LINE_CHARS] + ("..." if len(shown) > _ERROR_LINE_CHARS else "")
+    return None
+
+
 def _exit_code(log: str) -> int | None:
     match = _EXIT_CODE.search(log)
     return int(match.group(1)) if match else None
@@ -249,7 +269,10 @@ def _builtin_status_map(log: str, parse: Callable[[str], dict[str, str]]) -> tup
     sliced = log.split(START_TEST_OUTPUT, 1)[1].split(END_TEST_OUTPUT, 1)[0]
     statuses = parse(sliced) or parse(log)
     if not statuses and not _PYTEST_RAN.search(log):
-        return {}, "the eval output has no test results (did the test command run?)"
+        error = first_error_line(log)
+        return {}, "the eval output has no test results (did the test command run?)" + (
+            f"; its first error: {error}" if error else ""
+        )
     exit_code = _exit_code(log)
     failing = {TestStatus.FAILED.value, TestStatus.ERROR.value}
     if exit_code not in (None, 0) and statuses and not failing & set(statuses.values()):

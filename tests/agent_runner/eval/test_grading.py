@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -117,6 +118,44 @@ def test_output_without_markers_or_results(backend: grading.Backend) -> None:
         backend=backend,
     )
     assert not nothing.resolved and nothing.problem is not None and "no test results" in nothing.problem
+    assert nothing.problem.endswith("; its first error: ImportError: boom"), nothing.problem
+
+
+def test_no_test_results_name_the_first_error_line_of_a_real_pytest_run(tmp_path: Path) -> None:
+    """A conftest that imports a missing module: pytest collects nothing, and the reason is the module."""
+    root = tmp_path
+    (root / "tests").mkdir()
+    (root / "conftest.py").write_text("import simplejson_not_installed_here\n")
+    (root / "tests" / "test_a.py").write_text("def test_a():\n    pass\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider", "tests/test_a.py"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    log = f">>>>> Start Test Output\n{done.stdout}{done.stderr}>>>>> End Test Output\n>>>>> Test Exit Code: 4\n"
+    graded = grade_log(
+        log,
+        instance_id="x__y-1",
+        repo="x/y",
+        fail_to_pass=["tests/test_a.py::test_a"],
+        pass_to_pass=[],
+        backend="builtin",
+    )
+    assert graded.problem is not None and "no test results" in graded.problem
+    assert graded.problem.endswith(
+        "its first error: ModuleNotFoundError: No module named 'simplejson_not_installed_here'"
+    ), graded.problem
+
+
+def test_the_first_error_line_is_one_printable_line() -> None:
+    assert grading.first_error_line("all good\n>>>>> Test Exit Code: 1\n") is None
+    assert grading.first_error_line("setup\nE   KeyError: 'x'\nValueError: later\n") == "KeyError: 'x'"
+    assert grading.first_error_line("fatal: not a git repository\n") == "fatal: not a git repository"
+    hostile = grading.first_error_line("RuntimeError: \x1b[31mred\x07" + "x" * 500)
+    assert hostile is not None and "\x1b" not in hostile and "\x07" not in hostile
+    assert hostile.startswith("RuntimeError:  [31mred ") and len(hostile) == 203 and hostile.endswith("...")
 
 
 def test_builtin_refuses_parsers_it_does_not_have() -> None:
