@@ -41,6 +41,7 @@ from swerollout.instances import (
     load_instances,
     write_instances,
 )
+from swerollout_dev.taskenv import requirements_file
 
 __all__ = [
     "DEFAULT_TASKS_DIR",
@@ -54,6 +55,7 @@ __all__ = [
     "materialize_tasks",
     "task_dirs",
     "write_instances",
+    "write_requirements",
 ]
 
 DEFAULT_TASKS_DIR = Path(__file__).resolve().parents[2] / "examples" / "tasks"
@@ -97,6 +99,9 @@ class TaskSpec(BaseModel):
     """SWE-bench parser name (a key of swebench's PARSER_REGISTRY)."""
     eval_type: EvalType = EvalType.PASS_AND_FAIL
     created_at: str = "2024-01-01T00:00:00Z"
+    requirements: list[str] = Field(default_factory=list)
+    """pip requirement lines the task's tests need beyond pytest (``inflection==0.5.1``). In dev
+    mode they become the task's own environment (swerollout_dev.taskenv); empty: none."""
 
 
 # --------------------------------------------------------------------------- git
@@ -247,9 +252,28 @@ def materialize_tasks(dest: Path, tasks_dir: Path = DEFAULT_TASKS_DIR) -> list[S
                 f"task {task_dir.name}: materialized base commit {commit} differs from {expected} in "
                 f"{tasks_dir / INDEX_FILE}; regenerate it with `swerollout tasks index`"
             )
+        write_requirements(repo_path, spec.requirements)
         instances.append(_instance(task_dir, spec, commit, f"file://{repo_path}"))
     write_instances(instances, dest / INDEX_FILE)
     return instances
+
+
+def write_requirements(repo: Path, requirements: Sequence[str] | Path) -> Path | None:
+    """Give a ``file://`` task image its own environment: write the requirements (lines, or a
+    requirements file to copy) where the node agent looks (swerollout_dev.taskenv). Nothing is
+    written for an empty list; the repository's tree and base commit never change."""
+    lines = (
+        requirements.read_text(encoding="utf-8")
+        if isinstance(requirements, Path)
+        else "".join(f"{line}\n" for line in requirements)
+    )
+    target = requirements_file(repo)
+    if not lines.strip():
+        target.unlink(missing_ok=True)
+        return None
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(lines, encoding="utf-8")
+    return target
 
 
 def build_index(scratch: Path, tasks_dir: Path = DEFAULT_TASKS_DIR) -> list[SWEBenchInstance]:

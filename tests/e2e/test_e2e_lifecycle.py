@@ -8,6 +8,7 @@ tokenizers, and the file:// result store.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import random
@@ -25,10 +26,12 @@ import pytest
 from agent_runner.snapshot import Snapshot
 from swerollout.api import v1alpha1 as api
 from swerollout.client import RolloutClient
+from swerollout.instances import SWEBenchInstance
 from swerollout.kube import PODS, SECRETS, SWEROLLOUTBATCHES, SWEROLLOUTS, KubeClient
 from swerollout.wire.trajectory import Trajectory
 from swerollout_dev.policy_server.launch import launch
-from tests.support.devstack import DevStack, dump, post_json
+from swerollout_dev.tasks import materialize_tasks
+from tests.support.devstack import ROOT, DevStack, dump, post_json
 
 TERMINAL = {"Succeeded", "Failed"}
 
@@ -455,3 +458,26 @@ def test_batch_abort_keep_routed_experts_and_the_server_context_edge(dev_stack: 
     assert done["edge"]["phase"] == "Succeeded" and done["edge"]["reward"]["value"] == 1.0, dump(done["edge"])
     for name in members:
         assert done[name]["sandbox"]["podUID"] == pods[name] and done[name]["attempts"] == 1, dump(done[name])
+
+
+@pytest.fixture(scope="module")
+def wordkit(dev_stack: DevStack) -> Iterator[tuple[str, SWEBenchInstance]]:
+    """A dev-mode task whose tests import inflection, which our venv lacks, and an oracle that knows it."""
+    dest = dev_stack.workdir / "tasks-with-requirements"
+    (instance,) = materialize_tasks(dest, ROOT / "examples" / "tasks-with-requirements")
+    with launch("oracle", subprocess=True, tokenizer="qwen-2.5", tasks=dest / "instances.jsonl") as server:
+        yield server.url, instance
+
+
+def test_a_dev_mode_task_with_requirements_runs_in_its_own_environment(
+    dev_stack: DevStack, wordkit: tuple[str, SWEBenchInstance]
+) -> None:
+    """The node agent builds the task's environment from the requirements its image carries and
+    puts it first on the sandbox's PATH: the agent's and the eval's tests import inflection."""
+    url, instance = wordkit
+    assert importlib.util.find_spec("inflection") is None, "the test needs a package our venv lacks"
+    dev_stack.rollout("wordkit-1", endpoint=url, task=instance)
+    status = dev_stack.wait_phase("wordkit-1", TERMINAL, timeout=600)
+    assert status["phase"] == "Succeeded", dump(status)
+    assert status["reward"]["value"] == 1.0 and status["reward"]["resolved"] is True, dump(status)
+    assert status["reward"]["failToPassPassed"] == status["reward"]["failToPassTotal"] == 2

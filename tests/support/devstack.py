@@ -57,9 +57,17 @@ class DevStack:
         return self.paths.root / "store"
 
     def rollout(
-        self, name: str, *, endpoint: str, task: int = 0, namespace: str = "default", batch: str = "e2e", **spec: Any
+        self,
+        name: str,
+        *,
+        endpoint: str,
+        task: int | SWEBenchInstance = 0,
+        namespace: str = "default",
+        batch: str = "e2e",
+        **spec: Any,
     ) -> dict[str, Any]:
-        instance = to_api_instance(self.instances[task])
+        """Create a rollout of bundled task number ``task`` (or of that instance)."""
+        instance = to_api_instance(task if isinstance(task, SWEBenchInstance) else self.instances[task])
         inference: dict[str, Any] = {"endpoint": endpoint, "tokenizer": "qwen-2.5"}
         if (ref := self.state().admin_key_secret_ref()) is not None:
             # As the dev policy server's users do: the runner aborts with its admin key.

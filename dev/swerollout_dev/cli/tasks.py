@@ -4,6 +4,7 @@ swerollout tasks list                       # id, repo, base commit, test counts
 swerollout tasks materialize --dest DIR     # DIR/<task>/ git repos + DIR/instances.jsonl
 swerollout tasks index [--check]            # regenerate (or verify) the committed index
 swerollout tasks build-images [--dest F]    # one container image per task (real node; root)
+swerollout tasks requirements REPO FILE     # a file:// task's own environment in dev mode
 """
 
 from __future__ import annotations
@@ -45,6 +46,15 @@ def register(parser: argparse.ArgumentParser) -> None:
     build.add_argument("--dest", type=Path, help="also write an instances.jsonl naming the images here")
     build.add_argument("--workdir", help="directory of the running cluster (default: the current directory)")
     build.set_defaults(func=_build_images)
+
+    reqs = sub.add_parser(
+        "requirements",
+        help="give a file:// task repository its own Python environment in dev mode: copy a requirements file "
+        "into its git directory, where the node agent looks (docs/dev-mode.md)",
+    )
+    reqs.add_argument("repo", type=Path, help="the git repository a file:// image names")
+    reqs.add_argument("file", type=Path, help="a pip requirements file (an empty one removes the environment)")
+    reqs.set_defaults(func=_requirements)
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -124,5 +134,23 @@ def _build_images(args: argparse.Namespace) -> int:
         f"loaded into the cluster in {paths.root}"
         if running
         else "no cluster running: `swerollout cluster up`, then run this again to load them"
+    )
+    return 0
+
+
+def _requirements(args: argparse.Namespace) -> int:
+    repo: Path = args.repo.resolve()
+    if not (repo / ".git").exists() and not (repo / "HEAD").is_file():
+        print(f"error: {repo} is not a git repository; name the repository a file:// image points at", file=sys.stderr)
+        return 1
+    try:
+        written = tasks.write_requirements(repo, args.file)
+    except OSError as exc:
+        print(f"error: cannot copy {args.file}: {exc}", file=sys.stderr)
+        return 1
+    print(
+        f"wrote {written}: pods of file://{repo} get their own environment"
+        if written
+        else f"file://{repo} names no requirements now: its pods use the node agent's environment"
     )
     return 0

@@ -11,6 +11,7 @@ import asyncio
 import json
 import logging
 import shutil
+import subprocess
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from typing import Any, Protocol
 from swerollout.api.v1alpha1 import ANNOTATION_EGRESS
 from swerollout.backoff import Backoff, Schedule
 
+from ..taskenv import TaskEnvError, ensure_task_env, requirements_file
 from . import netns, podnet
 from .config import NodeAgentConfig, parse_egress
 from .env import container_env, expand, referenced_objects
@@ -547,6 +549,12 @@ class PodRuntime:
             base_env["VIRTUAL_ENV"] = str(python_env)
         else:
             base_env["PATH"] = f"{_SYSTEM_PATH}:{self.config.python_bin_dir}"
+            task_env = await self._task_env(c.name, image.repo)
+            if task_env is not None:
+                # The task's own environment first: its python, its packages (docs/dev-mode.md).
+                base_env["PATH"] = f"{task_env / 'bin'}:{base_env['PATH']}"
+                base_env["VIRTUAL_ENV"] = str(task_env)
+                mounts.append(Mount(task_env, PurePosixPath(task_env), read_only=True))
             workdir = workdir or PurePosixPath(DEFAULT_TASK_WORKDIR)
             repo_copy = self.dir.checkout(c.name)
             repo_copy.parent.mkdir(parents=True, exist_ok=True)
@@ -604,6 +612,19 @@ class PodRuntime:
         self._prune_logs(c.name, slot.restart_count)
         await self.host.event(self.pod, "Normal", "Started", f"Started container {c.name}")
         return proc
+
+    async def _task_env(self, container: str, repo: Path) -> Path | None:
+        """The task image's own Python environment, built (once per requirements set) if it names one."""
+        requirements = requirements_file(repo)
+        if not requirements.is_file():
+            return None
+        try:
+            return await asyncio.to_thread(ensure_task_env, requirements, self.config.python_bin_dir)
+        except (TaskEnvError, OSError, subprocess.SubprocessError) as exc:
+            raise ContainerConfigError(
+                f"container {container!r}: the task environment of {requirements} cannot be built: {exc}",
+                reason="CreateContainerError",
+            ) from exc
 
     def _prune_logs(self, container: str, current: int) -> None:
         for old in self.dir.container(container).glob("*.log"):

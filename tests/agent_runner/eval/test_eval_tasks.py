@@ -254,3 +254,20 @@ async def test_instance_without_eval_script_runs_its_named_tests(
         )
     assert report.resolved, report.message
     assert report.fail_to_pass.total == 3 and report.pass_to_pass.total == 6
+
+
+async def test_a_missing_test_dependency_is_named_in_the_reward_message(
+    fresh_sandbox: SandboxFactory, tmp_path: Path
+) -> None:
+    """The gold patch of a task whose tests import inflection, in a sandbox of our venv alone
+    (no task environment): no graded test runs, and the message says why."""
+    root = Path(tasks.__file__).resolve().parents[2] / "examples" / "tasks-with-requirements"
+    (instance,) = tasks.materialize_tasks(tmp_path / "tasks", root)
+    async with fresh_sandbox(api(instance)) as (sandbox, workdir):
+        report = await evaluate(sandbox, EvalRequest(instance=api(instance), patch=instance.patch, workdir=workdir))
+    assert not report.resolved and report.reward == 0.0
+    assert report.message.startswith("not resolved: FAIL_TO_PASS 0/2, PASS_TO_PASS 0/2"), report.message
+    assert report.message.endswith(
+        "no graded test ran; first error: ModuleNotFoundError: No module named 'inflection'"
+    ), report.message
+    assert report.to_reward_status().message == report.message

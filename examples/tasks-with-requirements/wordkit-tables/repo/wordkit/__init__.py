@@ -1,0 +1,3 @@
+from wordkit.names import column_name, table_name
+
+__all__ = ["column_name", "table_name"]
