@@ -29,6 +29,7 @@ from types import TracebackType
 import httpx
 
 from swerollout.wire.smg import ROUTING_KEY_HEADER, GatewayWorkers
+from swerollout_dev.controlplane import free_port
 
 SMG_VERSION = "1.13.0"
 """The smg release these flags were read from (``smg launch --help``) and tested with."""
@@ -53,14 +54,6 @@ def _check_installed() -> None:
             f"smg is not installed: pip install smg=={SMG_VERSION} (swerollout-dev's dependencies pin it), "
             "or leave out --gateway"
         ) from exc
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class GatewayHandle:
@@ -146,9 +139,9 @@ def launch_gateway(
         raise GatewayError("the gateway needs at least one engine URL")
     if host not in ("127.0.0.1", "localhost", "::1"):
         raise GatewayError(f"the dev gateway listens on loopback only, not {host!r}")
-    port = port or _free_port()
+    port = port or free_port()
     command = gateway_command(
-        worker_urls, port=port, metrics_port=_free_port(), policy=policy, enable_rl=enable_rl, host=host
+        worker_urls, port=port, metrics_port=free_port(), policy=policy, enable_rl=enable_rl, host=host
     )
     output = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115
     try:
@@ -161,36 +154,47 @@ def launch_gateway(
             output.close()  # type: ignore[union-attr]
     handle = GatewayHandle(process, f"http://{host}:{port}", list(worker_urls), log_file)
     try:
-        _wait_ready(handle, len(worker_urls), ready_timeout, api_key)
+        wait_ready(handle.url, len(worker_urls), ready_timeout, api_key=api_key, process=process, log_file=log_file)
     except BaseException:
         handle.stop()
         raise
     return handle
 
 
-def _wait_ready(handle: GatewayHandle, expected: int, timeout: float, api_key: str | None) -> None:
+def wait_ready(
+    url: str,
+    expected: int,
+    timeout: float,
+    *,
+    api_key: str | None = None,
+    process: subprocess.Popen[bytes] | None = None,
+    log_file: Path | None = None,
+) -> None:
+    """Return once the smg at ``url`` lists ``expected`` healthy workers; GatewayError when
+    ``process`` exits first or ``timeout`` seconds pass."""
     deadline = time.monotonic() + timeout
     last = "no answer yet"
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     with httpx.Client(timeout=2.0, headers=headers) as http:
         while time.monotonic() < deadline:
-            if handle.process.poll() is not None:
+            if process is not None and process.poll() is not None:
                 raise GatewayError(
-                    f"smg exited with code {handle.process.returncode}"
-                    + (f"; its log: {handle.log_file}" if handle.log_file else "")
+                    f"smg exited with code {process.returncode}" + (f"; its log: {log_file}" if log_file else "")
                 )
             try:
-                response = http.get(f"{handle.url}/workers")
+                response = http.get(f"{url}/workers")
                 if response.status_code == 200:
                     workers = GatewayWorkers.model_validate_json(response.content).workers
                     healthy = [w for w in workers if w.is_healthy]
                     last = f"{len(healthy)} of {expected} workers healthy"
                     if len(healthy) >= expected:
                         return
+                else:
+                    last = f"/workers answered HTTP {response.status_code}"
             except httpx.TransportError as exc:
                 last = repr(exc)
             time.sleep(0.2)
-    raise GatewayError(f"smg at {handle.url} not ready after {timeout:.0f}s ({last})")
+    raise GatewayError(f"smg at {url} not ready after {timeout:.0f}s ({last})")
 
 
 def main(argv: list[str] | None = None) -> None:

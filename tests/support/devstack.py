@@ -72,6 +72,8 @@ class DevStack:
         if (ref := self.state().admin_key_secret_ref()) is not None:
             # As the dev policy server's users do: the runner aborts with its admin key.
             inference["adminKeySecretRef"] = ref
+        if (ref := self.state().api_key_secret_ref()) is not None:
+            inference["apiKeySecretRef"] = ref  # behind the dev gateway, which requires its key
         body: dict[str, Any] = {
             "apiVersion": api.API_VERSION,
             "kind": api.KIND,

@@ -33,6 +33,14 @@ def register(parser: argparse.ArgumentParser) -> None:
     policy.add_argument("--sglang-url", help="an SGLang server the rollouts should use")
     policy.add_argument("--policy", choices=["oracle", "null", "tiny-lm"], help="start the bundled policy server")
     up.add_argument("--tasks", help="JSONL of tasks for the policy server (oracle)")
+    up.add_argument(
+        "--engines", type=int, default=1, metavar="N", help="with --policy: N policy server engines (default 1)"
+    )
+    up.add_argument(
+        "--gateway",
+        choices=["smg"],
+        help="with --policy: SGLang's gateway (smg, the PyPI wheel) in front of the engines; rollouts use it",
+    )
     up.add_argument("--no-operator", action="store_true", help="do not start the operator")
     up.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for readiness (default 300)")
     up.set_defaults(func=up_command)
@@ -68,12 +76,19 @@ def _print_state(state: DevState) -> None:
     print(f"kubeconfig: {state.kubeconfig}")
     if state.sglang_url:
         print(f"sglang: {state.sglang_url}")
+    if len(state.engine_urls) > 1 or (state.engine_urls and state.sglang_url not in state.engine_urls):
+        print(f"engines: {' '.join(state.engine_urls)}")
     if state.operator_metrics_url:
         print(f"operator metrics: {state.operator_metrics_url}")
     if state.inference_admin_key_secret:
         print(
             f"sglang admin key: Secret default/{state.inference_admin_key_secret.replace('/', ' key ')} "
             "(spec.inference.adminKeySecretRef)"
+        )
+    if state.inference_api_key_secret:
+        print(
+            f"sglang api key: Secret default/{state.inference_api_key_secret.replace('/', ' key ')} "
+            "(spec.inference.apiKeySecretRef: the gateway requires it of every request)"
         )
 
 
@@ -87,9 +102,18 @@ def up_command(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    if (args.engines != 1 or args.gateway) and not args.policy:
+        print("error: --engines and --gateway start policy server engines: give --policy too", file=sys.stderr)
+        return 2
+    if not 1 <= args.engines <= 16:
+        print(f"error: --engines must be 1 to 16, got {args.engines}", file=sys.stderr)
+        return 2
     paths.root.mkdir(parents=True, exist_ok=True)
     paths.state.unlink(missing_ok=True)
     argv = [sys.executable, "-m", "swerollout_dev.stack.supervisor", "--dev-dir", str(paths.root)]
+    argv += ["--engines", str(args.engines)]
+    if args.gateway:
+        argv += ["--gateway", args.gateway]
     if args.sglang_url:
         argv += ["--sglang-url", args.sglang_url]
     if args.policy:

@@ -60,11 +60,21 @@ class SupervisorState(BaseModel):
 
 class DevState(SupervisorState):
     sglang_url: str = ""
+    """What rollouts use: the stand-in, its gateway (``--gateway smg``) or ``--sglang-url``."""
+    engine_urls: list[str] = Field(default_factory=list)
+    """The stand-in engines (``--engines N``); behind the gateway when there is one."""
+    inference_api_key_secret: str = ""
+    """`name/key` of the gateway's key (spec.inference.apiKeySecretRef); empty without --gateway."""
     inference_admin_key_secret: str = ""
     """`name/key` of the Secret in namespace default holding the policy server's admin key
     (for spec.inference.adminKeySecretRef); empty without --policy."""
     operator_metrics_url: str = ""
     """The operator's /metrics (what a ServiceMonitor scrapes in a cluster); empty without an operator."""
+
+    def api_key_secret_ref(self) -> dict[str, str] | None:
+        """spec.inference.apiKeySecretRef for the dev gateway (None without one)."""
+        name, _, key = self.inference_api_key_secret.partition("/")
+        return {"name": name, "key": key} if name and key else None
 
     def admin_key_secret_ref(self) -> dict[str, str] | None:
         """spec.inference.adminKeySecretRef for the dev policy server (None without one)."""

@@ -55,6 +55,7 @@ DEFAULT_POLICY_PORT = 30000
 # examples/dev-rollout.yaml's spec.inference.adminKeySecretRef names it.
 INFERENCE_KEYS_SECRET = "swerollout-inference-keys"
 INFERENCE_ADMIN_KEY = "admin-key"
+INFERENCE_API_KEY = "api-key"
 INFERENCE_KEYS_NAMESPACE = "default"
 
 
@@ -189,37 +190,62 @@ class Supervisor:
         self.save()
 
     def _start_policy_server(self) -> None:
-        port = _port_or_free(DEFAULT_POLICY_PORT)
-        argv = [
-            sys.executable,
-            "-m",
-            "swerollout.cli.main",
-            "policy-server",
-            "--policy",
-            self.args.policy,
-            "--port",
-            str(port),
-        ]
-        argv += ["--tasks", str(self._tasks_file())]
+        """The stand-in: --engines of them (policy-server, policy-server-2, ...), all with
+        the same weights and admin key, and with --gateway the real smg in front of them."""
         # Served as real SGLang is in production: its admin routes (aborts, pauses, weight
         # updates) need the admin key, which rollouts get from a Secret (the env, not argv,
         # carries it to the server).
         admin_key = self._inference_admin_key()
         env = {**os.environ, "SGLANG_ADMIN_API_KEY": admin_key}
-        child = Child("policy-server", argv, self.paths.logs / "policy-server.log", env=env)
-        self.children[child.name] = child
-        comp = child.start()
-        self.state.components[child.name] = comp
+        tasks = str(self._tasks_file())
+        started: list[tuple[Child, int]] = []
+        for index in range(self.args.engines):
+            name = "policy-server" if index == 0 else f"policy-server-{index + 1}"
+            port = _port_or_free(DEFAULT_POLICY_PORT) if index == 0 else free_port()
+            argv = [sys.executable, "-m", "swerollout.cli.main", "policy-server", "--policy", self.args.policy]
+            argv += ["--port", str(port), "--tasks", tasks]
+            child = Child(name, argv, self.paths.logs / f"{name}.log", env=env)
+            self.children[child.name] = child
+            self.state.components[child.name] = child.start()
+            started.append((child, port))
         self.save()
-        if _wait_port(port, child, timeout=180):
+        for child, port in started:
+            comp = self.state.components[child.name]
+            if not _wait_port(port, child, timeout=180):
+                comp.status, comp.detail = "failed", f"did not listen on port {port}; see {child.log}"
+                self.save()
+                raise RuntimeError(f"the policy server {comp.detail}")
             comp.detail = f"http://127.0.0.1:{port} (admin key in {self.paths.inference_admin_key})"
-            self.state.sglang_url = f"http://127.0.0.1:{port}"
-            self._store_inference_keys(admin_key)
-        else:
-            comp.status, comp.detail = "failed", f"did not listen on port {port}; see {child.log}"
-            self.save()
-            raise RuntimeError(f"the policy server {comp.detail}")
+            self.state.engine_urls.append(f"http://127.0.0.1:{port}")
+        self.state.sglang_url = self.state.engine_urls[0]
+        if self.args.gateway:
+            self._start_gateway(admin_key)
+        self._store_inference_keys(admin_key)
         self.save()
+
+    def _start_gateway(self, admin_key: str) -> None:
+        """smg in front of the engines (docs/sglang-protocol.md, "Fleets"). Its --api-key is
+        the engines' admin key: smg sends it to them (it does not pass a caller's key on) and
+        requires it of every caller, so rollouts name it as their API key too."""
+        from swerollout_dev.gateway import KEY_ENV, GatewayError, gateway_command, wait_ready
+
+        port = free_port()
+        argv = gateway_command(
+            self.state.engine_urls, port=port, metrics_port=free_port(), policy="consistent_hashing", enable_rl=True
+        )
+        child = Child("gateway", argv, self.paths.logs / "gateway.log", env={**os.environ, KEY_ENV: admin_key})
+        self.children[child.name] = child
+        comp = self.state.components[child.name] = child.start()
+        self.save()
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_ready(url, len(self.state.engine_urls), 90, api_key=admin_key, process=child.popen, log_file=child.log)
+        except GatewayError as exc:
+            comp.status, comp.detail = "failed", str(exc)
+            self.save()
+            raise RuntimeError(f"the gateway: {exc}") from exc
+        comp.detail = f"{url} (smg, {len(self.state.engine_urls)} engines; its API key is the admin key)"
+        self.state.sglang_url = url
 
     def _inference_admin_key(self) -> str:
         path = self.paths.inference_admin_key
@@ -239,9 +265,14 @@ class Supervisor:
             "type": "Opaque",
             "stringData": {INFERENCE_ADMIN_KEY: admin_key},
         }
+        if self.args.gateway:
+            # The gateway requires its key of every caller, /generate too (spec.inference.apiKeySecretRef).
+            body["stringData"] = {INFERENCE_ADMIN_KEY: admin_key, INFERENCE_API_KEY: admin_key}
         with self.plane.admin_client() as kube:
             kube.apply(SECRETS, body, INFERENCE_KEYS_NAMESPACE, field_manager="swerollout-dev")
         self.state.inference_admin_key_secret = f"{INFERENCE_KEYS_SECRET}/{INFERENCE_ADMIN_KEY}"
+        if self.args.gateway:
+            self.state.inference_api_key_secret = f"{INFERENCE_KEYS_SECRET}/{INFERENCE_API_KEY}"
 
     def _tasks_file(self) -> Path:
         """--tasks, or the bundled tasks written as git repositories (file:// images) under the dev dir."""
@@ -434,7 +465,8 @@ class Supervisor:
     def shutdown(self) -> None:
         self.state.status = "stopping"
         self.save()
-        for name in ("operator", "node-agent", "policy-server"):
+        engines = [n for n in self.children if n.startswith("policy-server")]
+        for name in ("operator", "node-agent", "gateway", *engines):
             child = self.children.get(name)
             if child is not None:
                 child.stop(grace=30 if name == "node-agent" else 10)
@@ -450,6 +482,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--sglang-url")
     p.add_argument("--policy", choices=["oracle", "null", "tiny-lm"])
     p.add_argument("--tasks")
+    p.add_argument("--engines", type=int, default=1)
+    p.add_argument("--gateway", choices=["smg"])
     p.add_argument("--no-operator", action="store_true")
     return p.parse_args(argv)
 
