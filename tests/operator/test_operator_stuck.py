@@ -108,7 +108,7 @@ def test_a_refused_pod_fails_the_rollout_with_the_servers_reason(
     rejected = [e for e in events if e["reason"] == "PodRejected"]
     assert rejected and rejected[0]["type"] == "Warning" and "refused by the site policy" in rejected[0]["message"]
     # The rollout is done with, not retried: the operator does not count it as a failing reconcile.
-    assert 'swerollout_reconcile_errors_total{handler="rollout"}' not in operator.metrics()
+    assert 'swerollout_reconcile_errors_total{handler="rollout"} 0.0' in operator.metrics()
 
 
 def test_startup_deadline_counts_from_creation_while_pending(
