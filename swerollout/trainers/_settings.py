@@ -29,7 +29,10 @@ class AdapterSettings(BaseModel):
 
     endpoints: list[str] = Field(min_length=1)
     """Base URLs of the trainer's SGLang servers, as the rollout pods reach them
-    (``http://10.0.3.7:30000``); rollouts are spread over them by sample."""
+    (``http://10.0.3.7:30000``); rollouts are spread over them by sample. An entry may be
+    SGLang's gateway (smg) in front of many engines: ``[gateway]`` alone sends every rollout
+    through it, which keeps each rollout on one engine by its routing key; aborts reach
+    every engine behind each entry (docs/sglang-protocol.md, "Fleets")."""
     tokenizer: str
     """spec.inference.tokenizer: a bundled name (qwen-2.5, qwen-3, ...) or a tokenizer directory the runner has."""
     kubeconfig: str | None = None

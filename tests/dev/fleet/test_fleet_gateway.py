@@ -1,7 +1,8 @@
 """The real smg gateway in front of three stand-in engines (tiny-lm): routing keys keep a
 rollout's turns on one engine, a suspension's exact-rid abort and a batch abort reach the
-engine holding each request (through smg's RL fan-out, and through its worker list), and
-a fleet-wide weight update with ``retract`` is ridden out with per-token versions."""
+engine holding each request (through smg's RL fan-out, and through its worker list; also
+over a trainer adapter's endpoint list of a gateway and an engine), and a fleet-wide weight
+update with ``retract`` is ridden out with per-token versions."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from agent_runner.sglang import GenerateResult, RetryPolicy, SamplingParams, SGLangClient, make_rid
 from swerollout import fleet
 from swerollout.client import AsyncRolloutClient
+from swerollout.trainers._settings import AdapterSettings
 from swerollout_dev.controlplane import ControlPlane
 from swerollout_dev.gateway import GatewayHandle, launch_gateway
 from swerollout_dev.policy_server.launch import PolicyServerHandle, launch
@@ -232,3 +234,36 @@ async def test_a_fleet_wide_weight_update_with_retract_keeps_per_token_versions(
         first_v2 = versions.index("v2")
         # v1 for the tokens sampled before the update, v2 for every one after: none lost or relabelled.
         assert 0 < first_v2 < 60 and versions == ["v1"] * first_v2 + ["v2"] * (60 - first_v2), versions
+
+
+async def test_a_batch_abort_covers_every_entry_of_an_endpoint_list(
+    crd: ControlPlane,
+    namespace: str,
+    engines: list[PolicyServerHandle],
+    rl_gateway: GatewayHandle,
+    slow: None,
+) -> None:
+    # A trainer adapter's endpoint list: the gateway and an engine outside it.
+    with launch("tiny-lm", tokenizer="qwen-2.5", faults={"delay_per_token": 0.02}) as lone:
+        settings = AdapterSettings(endpoints=[rl_gateway.url, lone.url], tokenizer="qwen-2.5")
+        members = [settings.inference_for(m) for m in range(2)]
+        assert [m["endpoint"] for m in members] == [rl_gateway.url, lone.url]
+        instances = load_instances(DEFAULT_TASKS_DIR / "instances.jsonl")[:1]
+        clients = [
+            SGLangClient(rl_gateway.url, routing_key=f"list-{i}", retry=RetryPolicy(attempts=1)) for i in range(3)
+        ]
+        clients.append(SGLangClient(lone.url, routing_key="list-3", retry=RetryPolicy(attempts=1)))
+        try:
+            async with AsyncRolloutClient.connect(crd.kubeconfig_path, namespace=namespace) as trainer:
+                await trainer.submit_batch(instances, 2, batch="list", inference=members[0], member_inference=members)
+                turns = [_long(c, f"list-{i}") for i, c in enumerate(clients)]
+                await _until_running([*engines, lone], 4)
+                await trainer.abort("list")
+                results = await asyncio.wait_for(asyncio.gather(*turns), 10)
+            assert all(r.finish == "abort" for r in results)
+            assert await _running([*engines, lone]) == 0
+            counts = await _aborted_counts([lone])
+            assert counts == {lone.url: 1}
+        finally:
+            for client in clients:
+                await client.aclose()
