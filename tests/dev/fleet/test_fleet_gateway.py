@@ -1,5 +1,5 @@
 """The real smg gateway in front of three stand-in engines (tiny-lm): routing keys keep a
-rollout's turns on one engine, a suspension's exact-rid abort and a batch abort reach the
+rollout's turns on one engine (and a rollout whose engine is gone is served by another), a suspension's exact-rid abort and a batch abort reach the
 engine holding each request (through smg's RL fan-out, and through its worker list; also
 over a trainer adapter's endpoint list of a gateway and an engine), and a fleet-wide weight
 update with ``retract`` is ridden out with per-token versions."""
@@ -195,10 +195,12 @@ async def test_a_batch_abort_reaches_every_engine(
             await client.aclose()
 
 
-async def test_a_fleet_wide_weight_update_with_retract_keeps_per_token_versions(
+@pytest.mark.parametrize("mode", ["retract", "in_place"])
+async def test_a_fleet_wide_weight_update_keeps_per_token_versions(
     engines: list[PolicyServerHandle],
     rl_gateway: GatewayHandle,
     slow: None,
+    mode: str,
 ) -> None:
     clients = [SGLangClient(rl_gateway.url, routing_key=f"update-{i}", retry=RetryPolicy(attempts=1)) for i in range(4)]
     async with httpx.AsyncClient(timeout=30) as http:
@@ -209,7 +211,7 @@ async def test_a_fleet_wide_weight_update_with_retract_keeps_per_token_versions(
             found,
             "POST",
             "/update_weight_version",
-            {"new_version": "v1", "abort_all_requests": False},
+            {"new_version": f"{mode}-v1", "abort_all_requests": False},
             timeout=10,
         )
         assert [a.ok for a in set_v1] == [True] * ENGINES
@@ -218,8 +220,8 @@ async def test_a_fleet_wide_weight_update_with_retract_keeps_per_token_versions(
             await _until_running(engines, 4)
             await asyncio.sleep(0.3)  # a few tokens each under v1
             for route, body in (
-                ("/pause_generation", {"mode": "retract"}),
-                ("/update_weight_version", {"new_version": "v2", "abort_all_requests": False}),
+                ("/pause_generation", {"mode": mode}),
+                ("/update_weight_version", {"new_version": f"{mode}-v2", "abort_all_requests": False}),
                 ("/continue_generation", {}),
             ):
                 answers = await fleet.call_engines(http, found, "POST", route, body, timeout=10)
@@ -231,9 +233,10 @@ async def test_a_fleet_wide_weight_update_with_retract_keeps_per_token_versions(
     for result in results:
         assert result.finish == "length" and len(result.output_ids) == 60
         versions = result.token_versions
-        first_v2 = versions.index("v2")
+        v1, v2 = f"{mode}-v1", f"{mode}-v2"
+        first_v2 = versions.index(v2)
         # v1 for the tokens sampled before the update, v2 for every one after: none lost or relabelled.
-        assert 0 < first_v2 < 60 and versions == ["v1"] * first_v2 + ["v2"] * (60 - first_v2), versions
+        assert 0 < first_v2 < 60 and versions == [v1] * first_v2 + [v2] * (60 - first_v2), versions
 
 
 async def test_a_batch_abort_covers_every_entry_of_an_endpoint_list(
@@ -267,3 +270,24 @@ async def test_a_batch_abort_covers_every_entry_of_an_endpoint_list(
         finally:
             for client in clients:
                 await client.aclose()
+
+
+async def test_a_rollout_whose_engine_is_gone_is_served_by_another() -> None:
+    # Its own two engines: one of them is stopped.
+    with launch("null", tokenizer="qwen-2.5") as first, launch("null", tokenizer="qwen-2.5") as second:
+        with launch_gateway([first.url, second.url]) as gateway:
+            async with SGLangClient(gateway.url, routing_key="gone", retry=RetryPolicy(attempts=1)) as client:
+
+                async def turn(n: int) -> GenerateResult:
+                    return await client.generate(
+                        [7, 8, 9, n], SamplingParams(max_new_tokens=2), rid_for_attempt=lambda a: make_rid("gone", n, a)
+                    )
+
+                served = await turn(0)
+                with httpx.Client(timeout=10) as http:
+                    owner = _holders([first, second], http)[served.rid]
+                (first if owner == first.url else second).stop()
+                again = await turn(1)
+                assert again.finish == "length" and again.attempts == 1
+                with httpx.Client(timeout=10) as http:
+                    assert _holders([second if owner == first.url else first], http)[again.rid] != owner
