@@ -237,6 +237,10 @@ class RolloutCache:
         self.entries: dict[str, Tracked] = {}
         self._by_batch: dict[BatchKey, set[str]] = {}
         self._batch_of: dict[str, BatchKey] = {}
+        self._by_name: dict[tuple[str, str], str] = {}
+        """(namespace, name) -> uid of its newest incarnation: the trainer's results endpoint
+        finds a rollout by name, and scanning every entry was O(n) per request (a trainer
+        collecting a batch of 20,000 made 400 million comparisons)."""
         self._counts: dict[Phase, int] = {p: 0 for p in Phase}
         """Rollouts by phase, kept as bodies change: every transition refreshes the phase
         gauges, and counting all entries each time was O(n) per transition (a batch abort
@@ -285,6 +289,7 @@ class RolloutCache:
             )
             self._counts[entry.phase] += 1
             self._index(entry)
+            self._by_name[(entry.namespace, entry.name)] = entry.uid
             return entry, True
         new_rv = _rv(body)
         if new_rv in entry.own_versions:
@@ -325,6 +330,8 @@ class RolloutCache:
         entry = self.entries.pop(uid, None)
         if entry is not None:
             self._counts[entry.phase] -= 1
+            if self._by_name.get((entry.namespace, entry.name)) == uid:
+                del self._by_name[(entry.namespace, entry.name)]
         return entry
 
     def release_idle(self, idle_seconds: float) -> int:
@@ -339,7 +346,8 @@ class RolloutCache:
         return entry
 
     def find(self, namespace: str, name: str) -> Tracked | None:
-        return next((e for e in self.entries.values() if e.namespace == namespace and e.name == name), None)
+        uid = self._by_name.get((namespace, name))
+        return self.entries.get(uid) if uid is not None else None
 
     def phase_counts(self) -> dict[Phase, int]:
         return dict(self._counts)

@@ -431,6 +431,21 @@ def test_rollouts_at_rest_hold_no_parsed_models_and_parse_again_when_read() -> N
     assert busy.rollout_spec is busy_spec, "the busy one kept its parse"
 
 
+def test_find_by_name_follows_incarnations_of_a_name() -> None:
+    cache = RolloutCache()
+    old, _ = cache.observe(_cached_rollout("u1"))
+    assert cache.find("ns", "r-u1") is old
+    assert cache.find("ns", "r-u2") is None and cache.find("other", "r-u1") is None
+    # Deleted and created again under the same name: a new uid, seen before the old one's DELETED.
+    again = {**_cached_rollout("u2"), "metadata": {**_cached_rollout("u2")["metadata"], "name": "r-u1"}}
+    new, _ = cache.observe(again)
+    assert cache.find("ns", "r-u1") is new
+    cache.forget("u1")  # the old incarnation's DELETED leaves the new one findable
+    assert cache.find("ns", "r-u1") is new
+    cache.forget("u2")
+    assert cache.find("ns", "r-u1") is None
+
+
 def test_phase_counts_follow_every_way_a_cached_body_changes() -> None:
     cache = RolloutCache()
 
