@@ -174,6 +174,27 @@ def _operator_requests(operator: lifecycle.Operator) -> Counter[str]:
     return out
 
 
+_DB_SIZE = re.compile(r"^apiserver_storage_size_bytes\{[^}]*\} ([0-9.e+]+)$")
+
+
+def _etcd_db_bytes(plane: ControlPlane) -> float:
+    """etcd's database size as the API server reports it (its storage metric)."""
+    for line in plane.kubectl("get", "--raw", "/metrics").stdout.splitlines():
+        m = _DB_SIZE.match(line)
+        if m:
+            return float(m.group(1))
+    return 0.0
+
+
+async def _object_bytes(kube: AsyncKubeClient, ns: str) -> dict[str, float]:
+    """Mean JSON size of a sample of each kind of object a rollout keeps in etcd."""
+    out = {}
+    for name, rt in (("swerollout", SWEROLLOUTS), ("pod", PODS), ("secret", SECRETS)):
+        items = (await kube.list(rt, ns, limit=50))["items"]
+        out[name] = sum(len(json.dumps(i)) for i in items) / len(items) if items else 0.0
+    return out
+
+
 def _rss_mib(pid: int) -> float:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -221,6 +242,8 @@ async def one_size(n: int) -> dict[str, Any]:
             await asyncio.sleep(2)  # the last progress writes settle
             rss_parked = operator.rss_mib()
             server_rss = {name: _rss_mib(pid) for name, pid in plane.pids().items()}
+            parked_bytes = await _object_bytes(kube, NS)
+            parked_db = await asyncio.to_thread(_etcd_db_bytes, plane)
             async with AsyncRolloutClient(kube, NS) as client:
                 started = time.monotonic()
                 await client.abort(lifecycle.BATCH)
@@ -240,6 +263,8 @@ async def one_size(n: int) -> dict[str, Any]:
             events = _watch_events(plane) - events_before
             own = _operator_requests(operator) - own_before
             peak_rss = operator.peak_rss_mib()
+            done_bytes = (await _object_bytes(kube, NS))["swerollout"]
+            done_db = await asyncio.to_thread(_etcd_db_bytes, plane)
             phase_counts = Counter(phases.phase.values())
         finally:
             await phases.stop()
@@ -291,6 +316,10 @@ async def one_size(n: int) -> dict[str, Any]:
         "bench_cpu_ms_per_rollout": cpu["bench"],
         "apiserver_rss_mib": server_rss.get("kube-apiserver", 0.0),
         "etcd_rss_mib": server_rss.get("etcd", 0.0),
+        "object_bytes_parked": parked_bytes,
+        "swerollout_bytes_succeeded": done_bytes,
+        "etcd_db_bytes_parked": parked_db,
+        "etcd_db_bytes_end": done_db,
         "operator_writes_per_rollout": operator_writes,
         "api_writes_per_rollout": sum(operator_writes.values()),
         "all_writes_per_rollout": {k: v / n for k, v in sorted(writes.items()) if v > 0},
@@ -357,7 +386,11 @@ def report(result: dict[str, Any], plot: Path | None = None) -> str:
             f"operator RSS {r['operator_rss_mib_empty']:.0f} MiB empty, {r['operator_rss_mib_parked']:.0f} MiB with all "
             f"parked, peak {r['operator_rss_mib_peak']:.0f} MiB; writes: {writes}; watch events: {events}; "
             f"snapshot {r['snapshot_bytes_mean'] / 1024:.0f} KiB, trajectory {r['trajectory_bytes_mean'] / 1024:.0f} KiB "
-            f"({r['trajectory_tokens_mean']:.0f} tokens) on average; load {r['load_average']['start']:.1f} -> "
+            f"({r['trajectory_tokens_mean']:.0f} tokens) on average; in etcd: a SWERollout "
+            f"{r['object_bytes_parked']['swerollout'] / 1024:.1f} KiB parked, {r['swerollout_bytes_succeeded'] / 1024:.1f} "
+            f"KiB Succeeded, a pod {r['object_bytes_parked']['pod'] / 1024:.1f} KiB, a Secret "
+            f"{r['object_bytes_parked']['secret'] / 1024:.1f} KiB; etcd db {r['etcd_db_bytes_parked'] / 2**20:.0f} MiB "
+            f"parked, {r['etcd_db_bytes_end'] / 2**20:.0f} MiB at the end; load {r['load_average']['start']:.1f} -> "
             f"{r['load_average']['end']:.1f}"
             + (f"; phases at the end {r['phases_at_end']}" if r["stuck"] else "")
             + (f"; runner errors: {r['runner_errors'][:3]}" if r["runner_errors"] else "")

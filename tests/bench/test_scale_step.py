@@ -31,6 +31,8 @@ def test_a_whole_step_on_simulated_nodes() -> None:
     expected = sum(Shape.of(f"r{i:04d}").tokens_after(Shape.of(f"r{i:04d}").turns) for i in range(n)) / n
     assert abs(r["trajectory_tokens_mean"] - expected) < 1e-6
     assert r["snapshot_bytes_mean"] > 1000 and r["trajectory_bytes_mean"] > r["snapshot_bytes_mean"]
+    # Big data stays out of etcd: a Succeeded rollout holds references, not its trajectory.
+    assert 0 < r["swerollout_bytes_succeeded"] < r["trajectory_bytes_mean"] / 2
 
 
 def test_the_report_and_the_plot(tmp_path: Path) -> None:
@@ -65,6 +67,10 @@ def test_the_report_and_the_plot(tmp_path: Path) -> None:
         "snapshot_bytes_mean": 20000.0,
         "trajectory_bytes_mean": 30000.0,
         "trajectory_tokens_mean": 4000.0,
+        "object_bytes_parked": {"swerollout": 3000.0, "pod": 5000.0, "secret": 400.0},
+        "swerollout_bytes_succeeded": 4000.0,
+        "etcd_db_bytes_parked": 5e7,
+        "etcd_db_bytes_end": 9e7,
         "runner_errors": [],
         "load_average": {"start": 1.0, "end": 2.0},
     }
