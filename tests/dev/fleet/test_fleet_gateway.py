@@ -8,14 +8,21 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 
+from agent_runner.config import AgentConfig
+from agent_runner.rl_model import RLTokenModel
+from agent_runner.session import Runner
 from agent_runner.sglang import GenerateResult, RetryPolicy, SamplingParams, SGLangClient, make_rid
 from swerollout import fleet
+from swerollout.api import v1alpha1 as api
 from swerollout.client import AsyncRolloutClient
 from swerollout.trainers._settings import AdapterSettings
+from swerollout.wire.runner_env import RunnerEnv
+from swerollout.wire.smg import ROUTING_KEY_HEADER
 from swerollout_dev.controlplane import ControlPlane
 from swerollout_dev.gateway import GatewayHandle, launch_gateway
 from swerollout_dev.policy_server.launch import PolicyServerHandle, launch
@@ -291,3 +298,41 @@ async def test_a_rollout_whose_engine_is_gone_is_served_by_another() -> None:
                 assert again.finish == "length" and again.attempts == 1
                 with httpx.Client(timeout=10) as http:
                     assert _holders([second if owner == first.url else first], http)[again.rid] != owner
+
+
+async def test_the_runner_sends_its_rollout_uid_as_the_routing_key(
+    engines: list[PolicyServerHandle], rl_gateway: GatewayHandle, tmp_path: Path
+) -> None:
+    # The model the runner's session builds for a spec (the same path a rollout pod takes).
+    token = tmp_path / "token"
+    token.write_text("t")
+    env = RunnerEnv(
+        ingest_url="http://127.0.0.1:9", namespace="ns", name="r", uid="0f4c2a9e-uid-of-the-rollout",
+        ingest_token_file=str(token), swerex_url="http://127.0.0.1:9", swerex_token_file=str(token),
+    )  # fmt: skip
+    spec = api.SWERolloutSpec.model_validate({
+        "instance": {
+            "instanceId": "demo__calc-1", "repo": "demo/calc", "baseCommit": "abcdef0",
+            "image": "registry.example/calc:1", "problemStatement": "add() is wrong",
+            "evaluation": {"failToPass": ["tests/test_calc.py::test_add"]},
+        },
+        "inference": {"endpoint": rl_gateway.url, "tokenizer": "qwen-2.5", "sampling": {"maxNewTokens": 4}},
+    })  # fmt: skip
+    model, _, client = Runner(env)._model(spec, AgentConfig.from_spec(spec.agent), None)
+    assert isinstance(model, RLTokenModel) and client is not None
+    assert client._http.headers[ROUTING_KEY_HEADER] == env.uid
+    try:
+        model.add_messages([{"role": "system", "content": "You fix bugs."}, {"role": "user", "content": "Fix add()."}])
+        for turn in range(5):
+            await model.generate()
+            model.add_messages([{"role": "user", "content": f"Observation {turn}: tests still fail."}])
+    finally:
+        await client.aclose()
+    with httpx.Client(timeout=10) as http:
+        mine = [
+            (engine.url, record)
+            for engine in engines
+            for record in http.get(f"{engine.url}/_standin/requests").json()["requests"]
+            if record["rid"].startswith("0f4c2a9e-uid-of-the-rollout-")
+        ]
+    assert len(mine) == 5 and len({url for url, _ in mine}) == 1, mine
