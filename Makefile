@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml dev/pyp
 PYTEST_ARGS ?=
 UNIT_IGNORE := --ignore=tests/cluster --ignore=tests/e2e --ignore=tests/swerollout/trainers --ignore=tests/swerollout/viewer --ignore=tests/dev/stack --ignore=tests/dev/cluster
 
-.PHONY: help venv bins prometheus-bins system-deps test test-unit demo crds lock bench lint format clean cluster-deps cluster-bins test-cluster
+.PHONY: help venv demo-venv demo-deps bins prometheus-bins system-deps test test-unit demo crds lock bench lint format clean cluster-deps cluster-bins test-cluster
 
 # Every target documents itself with a `## ` comment on its own line; `make help` lists them.
 help: ## list the targets
@@ -37,7 +37,10 @@ prometheus-bins: ## prometheus and promtool (the dashboard's and the alerts' tes
 	@hack/k8s-bin/build.sh prometheus >/dev/null
 
 system-deps: ## (root) Debian packages the sandboxes and browser tests use (bubblewrap, chromium)
-	@hack/install-system-deps.sh
+	@hack/install-system-deps.sh test
+
+demo-deps: ## (root) only the Debian packages the demo uses (git, bubblewrap, ip, nsenter; no chromium)
+	@hack/install-system-deps.sh demo
 
 # The real node (`swerollout cluster up`): Debian's containerd/runc/CNI/buildah and
 # the kubelet, kube-proxy, scheduler and controller-manager from Go modules.
@@ -84,8 +87,22 @@ format: venv ## apply ruff's layout and its safe fixes to the whole tree
 test-unit: venv ## (no root) the fast tests: no control plane, no dev stack, no real node
 	$(BIN)/python -m pytest -p no:cacheprovider -q -m "not cluster" $(UNIT_IGNORE) $(PYTEST_ARGS)
 
-demo: venv bins system-deps ## run rollouts on the embedded default (no cluster, no Docker)
-	$(BIN)/python -m swerollout_dev.demo
+# The demo installs only what it runs: the project and dev/ with their extras (the local one),
+# at requirements.lock's pins, with no torch, trainers or browser; a full venv serves it as is,
+# and `make venv` later adds the rest. hack/demo.sh times each part and the demo prints them.
+DEMO_STAMP := $(VENV)/.installed-demo-$(shell cat requirements.lock pyproject.toml dev/pyproject.toml | sha256sum | cut -c1-16)
+
+$(DEMO_STAMP): requirements.lock pyproject.toml dev/pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install -q --disable-pip-version-check uv==$(UV_VERSION)
+	$(BIN)/uv pip install -q --python $(BIN)/python -c requirements.lock -e . -e ./dev
+	@touch $@
+
+demo-venv: ## only what make demo runs (no torch, trainers or browser), unless the full venv is there
+	@test -e $(STAMP) || $(MAKE) --no-print-directory $(DEMO_STAMP)
+
+demo: ## run rollouts on the embedded default (no cluster, no Docker); prints where its minutes go
+	@MAKE="$(MAKE)" BIN="$(BIN)" hack/demo.sh
 
 bench: venv bins system-deps ## benchmarks with ratios against in-run baselines (BENCH=name for one)
 	$(BIN)/python -m bench $(BENCH)

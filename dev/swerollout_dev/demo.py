@@ -7,7 +7,9 @@
    member 1 on the null policy (a GRPO-style group with one good and one bad answer);
 4. show live progress, then a results table and the resolved rate, and write the
    results file;
-5. stop everything (`swerollout dev down`) and say where the time went.
+5. stop everything (`swerollout dev down`) and say where the time went: with
+   ``--setup-times`` (``make demo`` passes what hack/demo.sh timed: venv, kube binaries,
+   apt), from a fresh clone on.
 """
 
 from __future__ import annotations
@@ -51,13 +53,23 @@ class Timeline:
         finally:
             self.steps.append((name, time.monotonic() - start))
 
+    def add_setup_times(self, path: Path) -> None:
+        """The setup steps hack/demo.sh timed before this process began (``name<TAB>milliseconds``)."""
+        for line in path.read_text(encoding="utf-8").splitlines():
+            name, _, millis = line.rpartition("\t")
+            if name and millis.isdigit():
+                self.steps.append((name, int(millis) / 1000))
+
     def table(self) -> Table:
+        total = sum(s for _, s in self.steps)
         table = Table(title="where the time went")
         table.add_column("step")
         table.add_column("seconds", justify="right")
+        table.add_column("share", justify="right")
         for name, seconds in self.steps:
-            table.add_row(name, f"{seconds:.1f}")
-        table.add_row("[bold]total[/]", f"[bold]{sum(s for _, s in self.steps):.1f}[/]")
+            table.add_row(name, f"{seconds:.1f}", f"{seconds / total:.0%}" if total else "-")
+        minutes, rest = divmod(total, 60)
+        table.add_row("[bold]total[/]", f"[bold]{total:.1f}[/]", f"[bold]{minutes:.0f} min {rest:02.0f} s[/]")
         return table
 
 
@@ -140,12 +152,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=Path(".swerollout") / "demo")
     parser.add_argument("--out", type=Path, default=None, help="results file (default: WORKDIR/results.jsonl)")
     parser.add_argument("--keep", action="store_true", help="leave the dev environment running afterwards")
+    parser.add_argument(
+        "--setup-times", type=Path, default=None, help="setup steps timed before the demo (hack/demo.sh writes it)"
+    )
     args = parser.parse_args(argv)
     workdir = args.workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     out = (args.out or workdir / "results.jsonl").resolve()
     paths = DevPaths.under(workdir)
     timeline = Timeline()
+    if args.setup_times is not None and args.setup_times.is_file():
+        timeline.add_setup_times(args.setup_times)
     from swerollout_dev.policy_server.launch import launch
 
     up = False
