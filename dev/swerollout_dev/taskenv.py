@@ -66,7 +66,7 @@ def _key(requirements: str, python: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def _run(argv: list[str], what: str, log: Path) -> subprocess.CompletedProcess[str]:
+def _run(argv: list[str], log: Path) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
         argv,
         capture_output=True,
@@ -107,31 +107,36 @@ def ensure_task_env(requirements: Path, python_bin_dir: Path) -> Path:
         env.mkdir()
         log = env / "build.log"
         (env / "requirements.txt").write_text(text, encoding="utf-8")
-        done = _run([str(python), "-m", "venv", "--without-pip", str(env)], "venv", log)
+        done = _run([str(python), "-m", "venv", "--without-pip", str(env)], log)
         if done.returncode != 0:
             raise TaskEnvError(f"python -m venv {env} failed: {_last_error(done)}")
-        house = wheelhouse()
-        house.mkdir(parents=True, exist_ok=True)
-        pip = [str(python), "-m", "pip", "--python", str(env / "bin" / "python")]
-        offline = [*pip, "install", "--no-index", "--find-links", str(house), "-r", str(env / "requirements.txt")]
-        if _run(offline, "install", log).returncode != 0:
-            fetched = _run(
-                [str(python), "-m", "pip", "download", "-d", str(house), "-r", str(env / "requirements.txt")],
-                "download",
-                log,
-            )
-            if fetched.returncode != 0:
-                raise TaskEnvError(
-                    f"cannot build the task environment for {requirements}: pip download failed "
-                    f"({_last_error(fetched)}); seed {house} with `pip download -d {house} -r {requirements}` "
-                    f"on a machine with an index (log: {log})"
-                )
-            done = _run(offline, "install", log)
-            if done.returncode != 0:
-                raise TaskEnvError(f"cannot install {requirements} into {env}: {_last_error(done)} (log: {log})")
+        if any(line.strip() and not line.lstrip().startswith("#") for line in text.splitlines()):
+            _install(env, python, requirements, log)
         _fall_back_to(env, python)
         (env / _READY).write_text(text, encoding="utf-8")
     return env
+
+
+def _install(env: Path, python: Path, requirements: Path, log: Path) -> None:
+    """pip install into ``env`` from the wheelhouse with no index; download into it what it lacks."""
+    house = wheelhouse()
+    house.mkdir(parents=True, exist_ok=True)
+    pip = [str(python), "-m", "pip", "--python", str(env / "bin" / "python")]
+    offline = [*pip, "install", "--no-index", "--find-links", str(house), "-r", str(env / "requirements.txt")]
+    if _run(offline, log).returncode != 0:
+        fetched = _run(
+            [str(python), "-m", "pip", "download", "-d", str(house), "-r", str(env / "requirements.txt")],
+            log,
+        )
+        if fetched.returncode != 0:
+            raise TaskEnvError(
+                f"cannot build the task environment for {requirements}: pip download failed "
+                f"({_last_error(fetched)}); seed {house} with `pip download -d {house} -r {requirements}` "
+                f"on a machine with an index (log: {log})"
+            )
+        done = _run(offline, log)
+        if done.returncode != 0:
+            raise TaskEnvError(f"cannot install {requirements} into {env}: {_last_error(done)} (log: {log})")
 
 
 def _fall_back_to(env: Path, python: Path) -> None:

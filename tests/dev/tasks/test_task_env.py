@@ -20,7 +20,7 @@ from agent_runner.grading import parse_pytest_log
 from swerollout.cli.main import main
 from swerollout.instances import SWEBenchInstance
 from swerollout_dev import tasks
-from swerollout_dev.taskenv import ensure_task_env, requirements_file, wheelhouse
+from swerollout_dev.taskenv import TaskEnvError, ensure_task_env, requirements_file, wheelhouse
 from tests.support.devstack import ROOT
 
 WITH_REQUIREMENTS = ROOT / "examples" / "tasks-with-requirements"
@@ -96,3 +96,20 @@ def test_cli_requirements_writes_and_removes_the_environment_file(
     assert not requirements_file(repo).exists()
     assert main(["tasks", "requirements", str(tmp_path), str(wanted)]) == 1
     assert "is not a git repository" in capsys.readouterr().err
+
+
+def test_a_build_that_fails_says_why_and_is_tried_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No index is needed to fail: a requirement naming a missing local path fails offline and online."""
+    monkeypatch.setenv("SWEROLLOUT_CACHE", str(tmp_path / "cache"))
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text(f"{tmp_path / 'no-such-project'}\n")
+    with pytest.raises(TaskEnvError) as failed:
+        ensure_task_env(requirements, Path(sys.executable).parent)
+    message = str(failed.value)
+    assert message.startswith(f"cannot build the task environment for {requirements}: pip download failed")
+    assert f"pip download -d {tmp_path / 'cache' / 'wheels'} -r {requirements}" in message
+    (env,) = (tmp_path / "cache" / "task-envs").glob("*/")
+    assert not (env / ".swerollout-ready").exists() and "no-such-project" in (env / "build.log").read_text()
+    with pytest.raises(TaskEnvError):  # the half-built environment is never handed out: built again
+        ensure_task_env(requirements, Path(sys.executable).parent)
+    assert (env / "build.log").read_text().count("$ ") == 3, "venv, install, download: once each, afresh"
