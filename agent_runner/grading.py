@@ -246,15 +246,18 @@ _ERROR_LINE_CHARS = 200
 
 
 def first_error_line(log: str) -> str | None:
-    """The first line of an eval output that states an error, as one printable line of at most
-    200 characters (the output is the patched code's, so hostile text: shown, never parsed)."""
+    """The first line of an eval output that states an error, else the first line of its test
+    output (``python: No module named pytest``), as one printable line of at most 200
+    characters (the output is the patched code's, so hostile text: shown, never parsed)."""
     lines = [line.strip() for line in log.splitlines() if not line.startswith(">>>>>")]
-    for pattern in (_EXCEPTION_LINE, _ERROR_WORD):
-        for line in lines:
-            if pattern.search(line):
-                shown = "".join(c if c.isprintable() else " " for c in re.sub(r"^E\s+", "", line))
-                return shown[:_ERROR_LINE_CHARS] + ("..." if len(shown) > _ERROR_LINE_CHARS else "")
-    return None
+    found = next((line for pattern in (_EXCEPTION_LINE, _ERROR_WORD) for line in lines if pattern.search(line)), None)
+    if found is None and START_TEST_OUTPUT in log:
+        section = log.split(START_TEST_OUTPUT, 1)[1].split(END_TEST_OUTPUT, 1)[0]
+        found = next((line.strip() for line in section.splitlines() if line.strip()), None)
+    if found is None:
+        return None
+    shown = "".join(c if c.isprintable() else " " for c in re.sub(r"^E\s+", "", found))
+    return shown[:_ERROR_LINE_CHARS] + ("..." if len(shown) > _ERROR_LINE_CHARS else "")
 
 
 def _exit_code(log: str) -> int | None:

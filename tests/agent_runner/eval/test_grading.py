@@ -153,6 +153,8 @@ def test_the_first_error_line_is_one_printable_line() -> None:
     assert grading.first_error_line("all good\n>>>>> Test Exit Code: 1\n") is None
     assert grading.first_error_line("setup\nE   KeyError: 'x'\nValueError: later\n") == "KeyError: 'x'"
     assert grading.first_error_line("fatal: not a git repository\n") == "fatal: not a git repository"
+    no_pytest = ">>>>> Start Test Output\n\n/venv/bin/python: No module named pytest\n>>>>> End Test Output\n"
+    assert grading.first_error_line(no_pytest) == "/venv/bin/python: No module named pytest"
     hostile = grading.first_error_line("RuntimeError: \x1b[31mred\x07" + "x" * 500)
     assert hostile is not None and "\x1b" not in hostile and "\x07" not in hostile
     assert hostile.startswith("RuntimeError:  [31mred ") and len(hostile) == 203 and hostile.endswith("...")
