@@ -19,6 +19,10 @@ Then a batch abort over the 4 engines: one long request per rollout, spread by i
 a request of the batch (their ``/v1/loads``), and the requests still there a second later
 (target 0). Baseline, same run: one 1-token ``/generate`` through the gateway.
 
+Last, a weight update across the fleet with every rollout mid-turn (pause ``retract`` on every
+engine, a new version, continue): rollouts lost (target 0) and tokens stamped with a version
+that did not sample them (target 0).
+
     python -m bench fleet [--json]      # make bench BENCH=fleet
 """
 
@@ -159,6 +163,65 @@ async def _abort(gateway: GatewayHandle, engines: list[SubprocessServer]) -> dic
     }
 
 
+async def _weight_update(gateway: GatewayHandle, engines: list[SubprocessServer]) -> dict[str, Any]:
+    """Every rollout mid-turn while the trainer pauses every engine (retract), sets a new
+    version and continues: how many turns were lost, how many tokens carry a version other
+    than the one that sampled them (sampled before the update: v1, after: v2)."""
+    tokens = 60
+    async with httpx.AsyncClient(timeout=30) as http:
+        found = await fleet.discover(http, gateway.url)
+        for engine in engines:
+            await http.post(f"{engine.url}/_standin/faults", json={"delay_per_token": 0.02})
+        await fleet.call_engines(
+            http,
+            found,
+            "POST",
+            "/update_weight_version",
+            {"new_version": "v1", "abort_all_requests": False},
+            timeout=10,
+        )
+        clients = [SGLangClient(gateway.url, routing_key=f"update-{i:03d}") for i in range(ROLLOUTS)]
+        turns = [
+            asyncio.create_task(
+                c.generate(
+                    [2000 + i] * 64,
+                    SamplingParams(max_new_tokens=tokens, temperature=1.0, ignore_eos=True),
+                    rid_for_attempt=functools.partial(make_rid, f"update-{i:03d}", 0),
+                )
+            )
+            for i, c in enumerate(clients)
+        ]
+        while sum(await _loads(http, engines)) < ROLLOUTS:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)
+        for route, body in (
+            ("/pause_generation", {"mode": "retract"}),
+            ("/update_weight_version", {"new_version": "v2", "abort_all_requests": False}),
+            ("/continue_generation", {}),
+        ):
+            await fleet.call_engines(http, found, "POST", route, body, timeout=10)
+        results = await asyncio.gather(*turns, return_exceptions=True)
+        for engine in engines:
+            await http.post(f"{engine.url}/_standin/faults", json={"delay_per_token": 0.0})
+    for client in clients:
+        await client.aclose()
+    whole = [
+        r for r in results if isinstance(r, GenerateResult) and r.finish == "length" and len(r.output_ids) == tokens
+    ]
+    # Every rollout was decoding when the update came, so its turn holds tokens of both: v1
+    # then v2. A turn with one version only, or a v1 after a v2, is stamped wrong (counted whole).
+    misstamped = 0
+    for r in whole:
+        first = r.token_versions.index("v2") if "v2" in r.token_versions else tokens
+        if not 0 < first < tokens or r.token_versions != ["v1"] * first + ["v2"] * (tokens - first):
+            misstamped += tokens
+    return {
+        "weight_update_lost_rollouts": ROLLOUTS - len(whole),
+        "weight_update_mixed_turns": sum(1 for r in whole if "v1" in r.token_versions and "v2" in r.token_versions),
+        "weight_update_misstamped_tokens": misstamped,
+    }
+
+
 def _start_engines(count: int) -> list[SubprocessServer]:
     with ThreadPoolExecutor(count) as pool:
         started = list(pool.map(lambda i: launch("tiny-lm", subprocess=True, seed=0), range(count)))
@@ -179,6 +242,7 @@ def run() -> dict[str, Any]:
             with_keys = await _batch(keyed.url, engines, seed=1, keyed=True)
             without = await _batch(round_robin.url, engines, seed=2, keyed=False)
             abort = await _abort(keyed, engines)
+            update = await _weight_update(keyed, engines)
             return {
                 "engines": ENGINES,
                 "rollouts": ROLLOUTS,
@@ -189,6 +253,7 @@ def run() -> dict[str, Any]:
                 "cpu_per_rollout_keyed_s": with_keys["cpu_per_rollout_s"],
                 "cpu_per_rollout_round_robin_s": without["cpu_per_rollout_s"],
                 **abort,
+                **update,
             }
 
         return asyncio.run(measure())
@@ -215,6 +280,10 @@ def report(r: dict[str, Any]) -> str:
             f"{r['round_trip_s'] * 1000:.0f} ms); {r['aborted_results']} of {r['rollouts']} answered abort; "
             f"engines counted {r['engine_aborted_requests']} aborts",
             f"  requests still running 1 s after the abort: {r['requests_running_after_abort']} (must be 0)",
+            f"  a weight update over the {r['engines']} engines (pause retract, new version, continue) with every "
+            f"rollout mid-turn: {r['weight_update_lost_rollouts']} rollouts lost (target 0), "
+            f"{r['weight_update_mixed_turns']} turns sampled by both versions, "
+            f"{r['weight_update_misstamped_tokens']} tokens stamped with a version that did not sample them (target 0)",
         ]
     )
 
