@@ -7,6 +7,11 @@ KUBECONFIG). It watches only the namespaces it is given (--namespaces) unless
 
 from __future__ import annotations
 
+# First, and kept apart from the sorted block below (an import sorter put `import kopf`
+# above it, and kopf imported the kubernetes package again): kopf without kubernetes.
+from . import lean_imports  # noqa: F401
+
+# isort: split
 import argparse
 import asyncio
 import logging
@@ -16,10 +21,7 @@ from pathlib import Path
 
 import kopf
 
-from . import (
-    handlers,  # noqa: F401 - registers the kopf handlers
-    lean_imports,  # noqa: F401, I001 - first: kopf without the kubernetes package
-)
+from . import handlers  # noqa: F401 - registers the kopf handlers
 from .flags import add_settings_flags, settings_from_args
 from .runtime import OperatorRuntime
 from .settings import OperatorSettings
