@@ -336,3 +336,30 @@ async def test_the_runner_sends_its_rollout_uid_as_the_routing_key(
             if record["rid"].startswith("0f4c2a9e-uid-of-the-rollout-")
         ]
     assert len(mine) == 5 and len({url for url, _ in mine}) == 1, mine
+
+
+async def test_an_abort_during_a_fleet_pause_closes_the_request_and_nothing_runs_after_continue(
+    engines: list[PolicyServerHandle], rl_gateway: GatewayHandle, slow: None
+) -> None:
+    async with httpx.AsyncClient(timeout=30) as http:
+        found = await fleet.discover(http, rl_gateway.url)
+        paused = await fleet.call_engines(http, found, "POST", "/pause_generation", {"mode": "in_place"}, timeout=10)
+        assert all(a.ok for a in paused)
+        client = SGLangClient(rl_gateway.url, routing_key="held", retry=RetryPolicy(attempts=1))
+        try:
+            turn = _long(client, "held")  # 4,000 tokens at 20 ms: it cannot end by itself within the test
+            await _until_running(engines, 1)  # held at its engine's pause gate
+            assert await client.paused()
+            # No rid is sent while paused (it would be lost there): the connection is closed.
+            assert await client.abort_in_flight() == 0
+            result = await asyncio.wait_for(turn, 10)
+            assert result.finish == "abort"
+        finally:
+            await client.aclose()
+            await fleet.call_engines(http, found, "POST", "/continue_generation", {}, timeout=10)
+    # The gateway closed its request to the engine too: after continue nothing of it runs.
+    for _ in range(500):
+        if await _running(engines) == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert await _running(engines) == 0
