@@ -156,8 +156,8 @@ def dump(obj: Any) -> str:
 
 
 @contextmanager
-def running_dev_stack(workdir: Path) -> Iterator[DevStack]:
-    """`swerollout dev up` (oracle policy, the bundled tasks) under ``workdir``, then `dev down`."""
+def running_dev_stack(workdir: Path, *extra: str) -> Iterator[DevStack]:
+    """`swerollout dev up` (oracle policy, the bundled tasks, ``extra`` flags) under ``workdir``, then `dev down`."""
     tasks = workdir / "tasks"
     materialize_tasks(tasks)
     paths = DevPaths.under(workdir)
@@ -172,6 +172,7 @@ def running_dev_stack(workdir: Path) -> Iterator[DevStack]:
             str(tasks / "instances.jsonl"),
             "--workdir",
             str(workdir),
+            *extra,
         )
         assert up.returncode == 0, up.stdout + up.stderr
         state = DevState.read(paths.state)
