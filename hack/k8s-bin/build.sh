@@ -32,9 +32,10 @@ prometheus_dir="${SWEROLLOUT_PROMETHEUS_BIN_DIR:-$cache/prometheus-${PROMETHEUS_
 mkdir -p "$bin_dir" "$prometheus_dir"
 # One build at a time per cache: two checkouts running `make` at once (or `make test`
 # beside `make bench`) would otherwise write the same binary and move it from under
-# each other. The second waits, then finds the binaries built.
-exec 9>"$bin_dir/.build.lock"
-flock 9
+# each other. The second waits, then finds the binaries built. Only a build takes the
+# lock: a run that finds its binaries answering does not wait behind another's build
+# (a test looking up promtool behind a cold build of something else timed out).
+locked=""
 
 export GOTOOLCHAIN=local   # never fetch another toolchain
 export CGO_ENABLED=0
@@ -106,6 +107,15 @@ for t in "${targets[@]}"; do
   # shellcheck disable=SC2086
   if [ -x "$out" ] && reports "$expect" "$out" $vcmd; then
     continue
+  fi
+  if [ -z "$locked" ]; then
+    exec 9>"$bin_dir/.build.lock"
+    flock 9
+    locked=1
+    # shellcheck disable=SC2086
+    if [ -x "$out" ] && reports "$expect" "$out" $vcmd; then
+      continue   # built by the run we waited for
+    fi
   fi
   echo "building $name into $out (one-time; each binary takes minutes on 2 cores)" >&2
   start=$(date +%s)
