@@ -102,6 +102,13 @@ class AgentLoop:
     async def run(self) -> LoopResult:
         return await self.resume(LoopState())
 
+    async def prepare(self) -> None:
+        """What the first turn needs before its model call: the shell, and the system and
+        instance messages (tokenized by the model). `resume(self.state)` then starts with
+        that model call, the warm start of a prepared rollout."""
+        if not self.state.started:
+            await self._start()
+
     async def resume(self, state: LoopState) -> LoopResult:
         """Continue from `state` (a fresh LoopState starts a new run)."""
         self.state = state.model_copy(deep=True)

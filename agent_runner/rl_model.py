@@ -142,6 +142,11 @@ class RLTokenModel:
             self.state.replaced_code_points += replaced
             self.state.pending.append(cleaned)
 
+    def render_pending(self) -> None:
+        """Tokenize the messages added since the last turn now rather than in the next
+        generate (a prepared rollout builds its first prompt before the go)."""
+        self._prepare_request()
+
     async def generate(self, *, max_new_tokens: int | None = None) -> ModelTurn:
         self._prepare_request()
         state = self.state

@@ -21,6 +21,7 @@ import os
 import shlex
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -252,6 +253,8 @@ class Runner:
         )
         self.swerex_token = env.read_swerex_token()
         self.sandbox: Sandbox | None = None
+        self._prepared: _Run | None = None
+        """The run a `prepare` set up, held for its go."""
 
     async def serve(self) -> int:
         try:
@@ -264,7 +267,9 @@ class Runner:
                 if kind == wire.AssignmentKind.STOP:
                     log.info("assignment stop: exiting")
                     return 0
-                if (
+                if kind == wire.AssignmentKind.PREPARE and self.env.role is RunnerRole.ROLLOUT:
+                    await self._prepare(assignment)
+                elif (
                     kind in (wire.AssignmentKind.RUN, wire.AssignmentKind.RESUME)
                     and self.env.role is RunnerRole.ROLLOUT
                 ):
@@ -355,7 +360,11 @@ class Runner:
             return model, agent_state, client
         return RLTokenModel(tokenizer, client, **kwargs), {}, client
 
-    async def _execute(self, assignment: wire.Assignment) -> None:
+    async def _setup(self, assignment: wire.Assignment, *, warm: bool = False) -> _Run | None:
+        """Everything a run or resume needs before its first model call; None when the
+        setup failed (reported). `warm` (a prepare): an inference server that does not
+        answer yet is asked for its limits at the go instead (it may be asleep while the
+        trainer trains)."""
         assert self.sandbox is not None and assignment.spec is not None
         try:
             # The operator validated the spec with the same model; a runner of another
@@ -364,13 +373,13 @@ class Runner:
             config = AgentConfig.from_spec(spec.agent, max_context_tokens=spec.inference.max_context_tokens)
         except (ValidationError, AgentConfigError) as exc:
             await self._setup_failed(assignment, one_line(exc) if isinstance(exc, ValidationError) else str(exc))
-            return
+            return None
         snapshot = await self.ingest.download(assignment.snapshot) if assignment.snapshot else None
         try:
             inner, agent_state, client = self._model(spec, config, snapshot)
         except Exception as exc:  # noqa: BLE001 - a bad tokenizer name or endpoint must be reported, not crash-loop
             await self._setup_failed(assignment, f"{type(exc).__name__}: {exc}")
-            return
+            return None
         instance = spec.instance
         workdir = await self._workdir(instance.workdir)
         if assignment.replay and agent_state.get("workdir_diff"):
@@ -385,38 +394,107 @@ class Runner:
                         log=await self._log_ref(),
                     )
                 )
-                return
-        notice = await _apply_server_limits(inner, client) if client else ""
+                return None
+        notice, limits_pending = "", False
+        if client is not None:
+            try:
+                notice = await _apply_server_limits(inner, client)
+            except Exception as exc:  # noqa: BLE001 - only a prepare may put it off
+                if not warm:
+                    raise
+                log.warning("the inference server's limits are read at the go (%s)", exc)
+                limits_pending = True
         abortable = AbortableModel(
             inner,
             client.abort_in_flight if client else None,
             outage_budget=float(spec.inference.outage_budget_seconds),
         )
         abortable.inference_aborts = int(agent_state.get("inference_aborts") or 0)
-        await self.ingest.event(
-            wire.RunnerEvent(
-                kind=wire.EventKind.STARTED,
-                assignment_id=assignment.id,
-                reason="InferenceNotice" if notice else "",
-                message=notice,
-            )
-        )
         task = TaskInfo.from_instance(instance, spec.agent.issue_image_mode).model_copy(update={"working_dir": workdir})
         reporter = _ProgressReporter(self.ingest, abortable)
         loop = AgentLoop(abortable, self.sandbox, config, task, on_step=reporter.on_step)
+        saved = agent_state.get("loop")
+        return _Run(
+            wire_spec=assignment.spec,
+            attempt=assignment.attempt,
+            spec=spec,
+            inner=inner,
+            client=client,
+            abortable=abortable,
+            reporter=reporter,
+            loop=loop,
+            workdir=workdir,
+            notice=notice,
+            limits_pending=limits_pending,
+            state=LoopState.model_validate(saved) if saved else LoopState(),
+        )
+
+    async def _prepare(self, assignment: wire.Assignment) -> None:
+        """A warm start: set the run up (tokenizer, server limits, shell, the first prompt's
+        tokens) and hold it for the go; the `run` that follows sends the first /generate."""
+        if self._prepared is not None:
+            return
+        run = await self._setup(assignment, warm=True)
+        if run is None:
+            return
+        try:
+            await run.loop.prepare()
+            if isinstance(run.inner, RLTokenModel):
+                run.inner.render_pending()
+        except Exception as exc:  # noqa: BLE001 - the go sets up cold and meets it again, as an exit status
+            log.warning("could not prepare the first turn (%s); the run sets it up at the go", exc)
+            return
+        run.state = run.loop.state
+        self._prepared = run
+        await self.ingest.event(
+            wire.RunnerEvent(
+                kind=wire.EventKind.PREPARED, assignment_id=assignment.id, context_tokens=run.inner.context_tokens
+            )
+        )
+
+    def _take_prepared(self, assignment: wire.Assignment) -> _Run | None:
+        """The prepared run, when the go is for the work it was prepared for (the batch's
+        weight version may have moved with the go: the run labels tokens with the new one)."""
+        run, self._prepared = self._prepared, None
+        if run is None or assignment.spec is None or run.attempt != assignment.attempt:
+            return None
+        if _without_weight_version(run.wire_spec) != _without_weight_version(assignment.spec):
+            log.info("the spec changed since the prepare: setting the run up again")
+            return None
+        version = (assignment.spec.get("inference") or {}).get("weightVersion")
+        if isinstance(run.inner, RLTokenModel):
+            run.inner.weight_version = version
+        return run
+
+    async def _execute(self, assignment: wire.Assignment) -> None:
+        run = self._take_prepared(assignment)
+        started_report: asyncio.Task[Any] | None = None
+        if run is None:
+            run = await self._setup(assignment)
+            if run is None:
+                return
+            await self.ingest.event(_started(assignment, run.notice))
+        else:
+            # Warm: nothing before the first /generate; the start is reported beside it.
+            if run.limits_pending and run.client is not None:
+                run.notice = await _apply_server_limits(run.inner, run.client)
+            run.reporter.last_step = time.monotonic()
+            started_report = asyncio.create_task(self.ingest.event(_started(assignment, run.notice)))
+        instance, inner, abortable, loop = run.spec.instance, run.inner, run.abortable, run.loop
         watcher = asyncio.create_task(self._watch_for_abort(assignment.id, abortable))
         started = time.monotonic()
         try:
-            saved = agent_state.get("loop")
-            result = await (loop.resume(LoopState.model_validate(saved)) if saved else loop.run())
+            result = await loop.resume(run.state)
         finally:
             watcher.cancel()
+            if started_report is not None:
+                await started_report
         # The last progress goes out before the event that ends the run, so the
         # status never shows fewer turns than the result.
-        await reporter.flush(final=True)
+        await run.reporter.flush(final=True)
         elapsed = time.monotonic() - started
         if result.partial:
-            await self._report_abort(assignment, inner, abortable, result, workdir, instance.base_commit)
+            await self._report_abort(assignment, inner, abortable, result, run.workdir, instance.base_commit)
         else:
             await self._report_finish(assignment, inner, result, elapsed)
 
@@ -583,6 +661,37 @@ class Runner:
                 log=await self._log_ref(),
             )
         )
+
+
+def _started(assignment: wire.Assignment, notice: str) -> wire.RunnerEvent:
+    return wire.RunnerEvent(
+        kind=wire.EventKind.STARTED,
+        assignment_id=assignment.id,
+        reason="InferenceNotice" if notice else "",
+        message=notice,
+    )
+
+
+@dataclass
+class _Run:
+    """A run set up to its first model call (a prepare holds one until the go)."""
+
+    wire_spec: dict[str, Any]
+    attempt: int
+    spec: api.SWERolloutSpec
+    inner: Model
+    client: SGLangClient | None
+    abortable: AbortableModel
+    reporter: _ProgressReporter
+    loop: AgentLoop
+    workdir: str
+    notice: str
+    limits_pending: bool
+    state: LoopState
+
+
+def _without_weight_version(spec: dict[str, Any]) -> dict[str, Any]:
+    return {**spec, "inference": {k: v for k, v in (spec.get("inference") or {}).items() if k != "weightVersion"}}
 
 
 class _ProgressReporter:

@@ -6,6 +6,7 @@ measured in the same run, and the ratios are what to compare across runs.
 
     python -m bench                 # all
     python -m bench runner lifecycle
+    python -m bench prepared --json  # a suite's figures as JSON (JSON_SUITES)
 """
 
 from __future__ import annotations
@@ -79,6 +80,18 @@ def _realnode() -> str:
     return realnode_steps.report(realnode_steps.run())
 
 
+def _prepared_figures() -> dict[str, float]:
+    from bench import prepared_starts
+
+    return prepared_starts.run()
+
+
+def _prepared() -> str:
+    from bench import prepared_starts
+
+    return prepared_starts.report(_prepared_figures())
+
+
 def _operator_cache() -> str:
     from bench import operator_cache
 
@@ -134,6 +147,10 @@ SUITES = {
         "operator at batch scale: 500 rollouts burst and 50/s, abort and resume fan-out, writes per rollout, 2,000 at rest",
         _lifecycle,
     ),
+    "prepared": (
+        "warm starts on the node agent: a prepared batch's go -> first /generate vs a cold batch's",
+        _prepared,
+    ),
     "realnode": (
         "a rollout's steps on the real node (kubelet, containerd, images) against the node agent (root)",
         _realnode,
@@ -146,7 +163,7 @@ SUITES = {
 }
 
 # Suites that can print their figures as one JSON object (`python -m bench NAME --json`).
-JSON_SUITES: dict[str, Callable[[], dict[str, Any]]] = {"fleet": _fleet_json}
+JSON_SUITES: dict[str, Callable[[], dict[str, Any]]] = {"fleet": _fleet_json, "prepared": _prepared_figures}
 
 
 def main(argv: list[str]) -> int:

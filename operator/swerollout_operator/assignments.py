@@ -48,7 +48,10 @@ def assignment_for(
                 patch=patch,
                 exit_status=(status.get("result") or {}).get("exitStatus"),
             )
-        if phase in (Phase.EVALUATING,):
+        if phase == Phase.EVALUATING:
+            return Assignment(id="wait", kind=AssignmentKind.WAIT, attempt=attempt)
+        if not phase.is_terminal and (spec.get("reward") or {}).get("prewarm"):
+            # A prewarmed eval pod, ready before the patch: it waits for Evaluating.
             return Assignment(id="wait", kind=AssignmentKind.WAIT, attempt=attempt)
         return Assignment(id="stop", kind=AssignmentKind.STOP, attempt=attempt)
 
@@ -67,6 +70,15 @@ def assignment_for(
     )
     if phase in (Phase.PENDING, Phase.STARTING):
         return Assignment(id="wait", kind=AssignmentKind.WAIT, attempt=attempt)
+    if phase == Phase.PREPARED:
+        if (status.get("sandbox") or {}).get("reclaimedAt"):
+            # Released: this pod is going; the pass starts a fresh one on the resume.
+            return Assignment(id="stop", kind=AssignmentKind.STOP, attempt=attempt)
+        if suspend:
+            return Assignment(id=f"prepare:{attempt}", kind=AssignmentKind.PREPARE, attempt=attempt, spec=spec)
+        # The go, answered in memory as the resume arrives (before the pass that records
+        # Running), with the id Running answers, so the runner acts on it once.
+        return Assignment(id=f"run:{attempt}", kind=AssignmentKind.RUN, attempt=attempt, spec=spec)
     if phase == Phase.RUNNING:
         if suspend:
             return Assignment(id=abort_id, kind=AssignmentKind.ABORT, attempt=attempt)

@@ -1,7 +1,8 @@
-"""When a rollout has waited too long: the startup deadline and the keep-alive after an abort.
+"""When a rollout has waited too long: the startup deadline, the keep-alive after an abort,
+and the hold of a Prepared rollout's pod.
 
-Both count from times stored in the object (creationTimestamp, partial.abortedAt),
-so they survive operator restarts and hold whatever phase held the rollout up.
+All count from times stored in the object (creationTimestamp, partial.abortedAt,
+prepared.since and prepared.restartedAt), so they survive operator restarts and hold whatever phase held the rollout up.
 """
 
 from __future__ import annotations
@@ -23,16 +24,41 @@ def parse_time(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
+def _startup_deadline(entry: Tracked) -> float | None:
+    """startupTimeoutSeconds from the rollout's creation, or from the fresh pod's start after
+    its prepared pod was released (a prepared rollout may wait hours for its go)."""
+    started = parse_time((entry.body.get("metadata") or {}).get("creationTimestamp"))
+    restarted = ((entry.body.get("status") or {}).get("prepared") or {}).get("restartedAt")
+    if restarted:
+        started = parse_time(restarted)
+    if started is None:
+        return None
+    return started.timestamp() + int((entry.spec.get("sandbox") or {}).get("startupTimeoutSeconds", 600))
+
+
 def startup_overdue(entry: Tracked) -> bool:
     """Not running yet, and startupTimeoutSeconds have passed since the rollout was created
     (a pod never created, or never ready: the deadline is the same)."""
     if entry.phase not in (Phase.PENDING, Phase.STARTING):
         return False
-    created = parse_time((entry.body.get("metadata") or {}).get("creationTimestamp"))
-    if created is None:
+    deadline = _startup_deadline(entry)
+    return deadline is not None and utcnow().timestamp() >= deadline
+
+
+def _prepared_deadline(entry: Tracked) -> float | None:
+    status = entry.rollout_status
+    if status.prepared is None or status.prepared.released_at or (status.sandbox and status.sandbox.reclaimed_at):
+        return None
+    keep = int((entry.spec.get("sandbox") or {}).get("preparedTimeoutSeconds", 1800))
+    return status.prepared.since.timestamp() + keep
+
+
+def prepared_expired(entry: Tracked) -> bool:
+    """Prepared, its pod still held, and preparedTimeoutSeconds have passed since it became so."""
+    if entry.phase != Phase.PREPARED:
         return False
-    timeout = int((entry.spec.get("sandbox") or {}).get("startupTimeoutSeconds", 600))
-    return (utcnow() - created).total_seconds() >= timeout
+    deadline = _prepared_deadline(entry)
+    return deadline is not None and utcnow().timestamp() >= deadline
 
 
 def keepalive_expired(entry: Tracked) -> bool:
@@ -51,9 +77,9 @@ def keepalive_expired(entry: Tracked) -> bool:
 
 def _next_deadline(entry: Tracked) -> float | None:
     if entry.phase in (Phase.PENDING, Phase.STARTING):
-        created = parse_time((entry.body.get("metadata") or {}).get("creationTimestamp"))
-        timeout = int((entry.spec.get("sandbox") or {}).get("startupTimeoutSeconds", 600))
-        return created.timestamp() + timeout if created is not None else None
+        return _startup_deadline(entry)
+    if entry.phase == Phase.PREPARED:
+        return _prepared_deadline(entry)
     status = entry.rollout_status
     if entry.phase == Phase.ABORTED and not (status.sandbox is not None and status.sandbox.reclaimed_at):
         keep = int((entry.spec.get("sandbox") or {}).get("keepAliveSecondsAfterAbort", 1800))

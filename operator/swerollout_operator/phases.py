@@ -1,6 +1,7 @@
 """The rollout phase machine — the only place that decides phase transitions.
 
     Pending -> Starting -> Running -> (Aborted <-> Resuming) -> Evaluating -> Succeeded | Failed
+                     +-> Prepared -> Running   (suspended before the first run: a warm start)
 
 Handlers report *events* (the pod was created, the sandbox became ready, the
 runner finished, ...); `apply` checks the transition against the table, and
@@ -25,6 +26,16 @@ class Trigger(str, Enum):
     """The rollout pod exists (created now or adopted after a restart)."""
     SANDBOX_READY = "SandboxReady"
     """All containers of the pod are ready."""
+    PREPARE = "Prepare"
+    """All containers of the pod are ready and the rollout is suspended before its first run."""
+    PREPARED = "Prepared"
+    """The runner holds the first prompt's tokens and waits for the go."""
+    PREPARED_RELEASED = "PreparedReleased"
+    """A Prepared rollout's pod was released (preparedTimeoutSeconds) or lost."""
+    START_REQUESTED = "StartRequested"
+    """A Prepared rollout is no longer suspended and its pod is up: it runs."""
+    RESTARTED = "Restarted"
+    """A released Prepared rollout is no longer suspended: a fresh pod starts it."""
     STARTUP_FAILED = "StartupFailed"
     """The pod could not start (image pull, scheduling, deadline)."""
     ABORTED = "Aborted"
@@ -52,6 +63,12 @@ _T: dict[tuple[Phase, Trigger], Phase] = {
     (Phase.PENDING, Trigger.FAILED): Phase.FAILED,
     (Phase.PENDING, Trigger.STARTUP_FAILED): Phase.FAILED,
     (Phase.STARTING, Trigger.SANDBOX_READY): Phase.RUNNING,
+    (Phase.STARTING, Trigger.PREPARE): Phase.PREPARED,
+    (Phase.PREPARED, Trigger.PREPARED): Phase.PREPARED,
+    (Phase.PREPARED, Trigger.PREPARED_RELEASED): Phase.PREPARED,
+    (Phase.PREPARED, Trigger.START_REQUESTED): Phase.RUNNING,
+    (Phase.PREPARED, Trigger.RESTARTED): Phase.STARTING,
+    (Phase.PREPARED, Trigger.FAILED): Phase.FAILED,
     (Phase.STARTING, Trigger.STARTUP_FAILED): Phase.FAILED,
     (Phase.STARTING, Trigger.POD_LOST): Phase.FAILED,
     (Phase.STARTING, Trigger.FAILED): Phase.FAILED,
@@ -81,6 +98,7 @@ _T: dict[tuple[Phase, Trigger], Phase] = {
 _CONDITIONS: dict[Phase, dict[ConditionType, ConditionStatus | None]] = {
     Phase.PENDING: {ConditionType.SANDBOX_READY: ConditionStatus.FALSE},
     Phase.STARTING: {ConditionType.SANDBOX_READY: ConditionStatus.FALSE},
+    Phase.PREPARED: {ConditionType.GENERATING: ConditionStatus.FALSE},
     Phase.RUNNING: {
         ConditionType.SANDBOX_READY: ConditionStatus.TRUE,
         ConditionType.GENERATING: ConditionStatus.TRUE,
@@ -95,6 +113,20 @@ _CONDITIONS: dict[Phase, dict[ConditionType, ConditionStatus | None]] = {
         ConditionType.COMPLETE: ConditionStatus.TRUE,
     },
     Phase.FAILED: {ConditionType.GENERATING: ConditionStatus.FALSE, ConditionType.COMPLETE: ConditionStatus.TRUE},
+}
+
+
+# Conditions that a trigger sets besides its phase's (Prepared says how far a Prepared
+# rollout got, which its phase alone does not).
+_TRIGGER_CONDITIONS: dict[Trigger, dict[ConditionType, ConditionStatus]] = {
+    Trigger.PREPARE: {ConditionType.SANDBOX_READY: ConditionStatus.TRUE, ConditionType.PREPARED: ConditionStatus.FALSE},
+    Trigger.PREPARED: {ConditionType.PREPARED: ConditionStatus.TRUE},
+    Trigger.PREPARED_RELEASED: {
+        ConditionType.SANDBOX_READY: ConditionStatus.FALSE,
+        ConditionType.PREPARED: ConditionStatus.FALSE,
+    },
+    Trigger.START_REQUESTED: {ConditionType.PREPARED: ConditionStatus.FALSE},
+    Trigger.RESTARTED: {ConditionType.PREPARED: ConditionStatus.FALSE},
 }
 
 
@@ -178,7 +210,7 @@ def apply(
     new = next_phase(old, event)
     at = now()
     conditions: list[dict[str, Any]] = list(status.get("conditions") or [])
-    for ctype, cstatus in _CONDITIONS[new].items():
+    for ctype, cstatus in {**_CONDITIONS[new], **_TRIGGER_CONDITIONS.get(event, {})}.items():
         if cstatus is not None:
             conditions = set_condition(conditions, ctype, cstatus, reason, message, generation, at)
     patch: dict[str, Any] = {"phase": new.value, "conditions": conditions, "message": message}

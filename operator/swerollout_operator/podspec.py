@@ -80,6 +80,11 @@ def owner_reference(meta: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def image_label(image: str) -> str:
+    """The value of LABEL_IMAGE: a label value cannot hold an image reference."""
+    return hashlib.sha256(image.encode()).hexdigest()[:16]
+
+
 def _labels(meta: dict[str, Any], component: str) -> dict[str, str]:
     labels = {
         "app.kubernetes.io/name": "swerollout",
@@ -234,6 +239,9 @@ def rollout_pod(
             {
                 "name": SANDBOX_CONTAINER,
                 "image": spec.instance.image,
+                # Task images are immutable per task, and SWE-bench tags them :latest (whose
+                # default is Always): pulled once per node, then every member uses the copy.
+                "imagePullPolicy": "IfNotPresent",
                 "command": [f"{BUNDLE_MOUNT}/bin/swerex-serve"],
                 "workingDir": spec.instance.workdir,
                 "env": [
@@ -316,6 +324,22 @@ def rollout_pod(
         pod_spec["runtimeClassName"] = spec.sandbox.runtime_class_name
     if spec.sandbox.image_pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": n} for n in spec.sandbox.image_pull_secrets]
+    # A GRPO group's members (and every rollout of the same task) prefer a node that runs a
+    # pod of their image already: it holds the image (the scheduler's ImageLocality scores
+    # that too, but only for images it has seen in a node's status, after the first pull).
+    pod_spec["affinity"] = {
+        "podAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 50,
+                    "podAffinityTerm": {
+                        "labelSelector": {"matchLabels": {api.LABEL_IMAGE: image_label(spec.instance.image)}},
+                        "topologyKey": "kubernetes.io/hostname",
+                    },
+                }
+            ]
+        }
+    }
 
     return {
         "apiVersion": "v1",
@@ -323,7 +347,7 @@ def rollout_pod(
         "metadata": {
             "name": name,
             "namespace": meta["namespace"],
-            "labels": _labels(meta, role),
+            "labels": {**_labels(meta, role), api.LABEL_IMAGE: image_label(spec.instance.image)},
             "annotations": {
                 "swerollout.io/attempt": str(attempt),
                 api.ANNOTATION_EGRESS: _egress(rollout, settings, role),

@@ -28,7 +28,7 @@ from swerollout.issue_images import spec_problem
 from swerollout.kube import SWEROLLOUTBATCHES, SWEROLLOUTS, AsyncKubeClient, KubeError, NotFound
 from swerollout.wire.ingest import Ack, Assignment, AssignmentKind, ProgressReport, RunnerEvent
 
-from . import phases, podspec
+from . import phases, podspec, warm
 from .assignments import assignment_for
 from .cache import BatchCache, BatchState, PodCache, RolloutCache, Tracked, controller_uid
 from .deadlines import deadline_passed, keepalive_expired, startup_overdue, utcnow
@@ -68,6 +68,8 @@ class BatchPasses:
 
 
 class Reconciler:
+    max_rollout_attempts = MAX_ROLLOUT_ATTEMPTS
+
     def __init__(
         self, kube: AsyncKubeClient, settings: OperatorSettings, token_key: TokenKey, metrics: OperatorMetrics
     ) -> None:
@@ -350,12 +352,16 @@ class Reconciler:
         await self.objects.ensure_secret(entry)
         if phase in (Phase.PENDING, Phase.STARTING):
             await self._ensure_started(entry)
+        elif phase == Phase.PREPARED:
+            await warm.reconcile_prepared(self, entry)
         elif phase == Phase.RUNNING:
             await self._check_running(entry)
+            await warm.ensure_prewarmed_eval(self, entry)
         elif phase == Phase.ABORTED:
             await self._reconcile_aborted(entry)
         elif phase == Phase.RESUMING:
             await self._ensure_resume_pod(entry)
+            await warm.ensure_prewarmed_eval(self, entry)
         elif phase == Phase.EVALUATING:
             await self._ensure_eval_pod(entry)
 
@@ -383,7 +389,7 @@ class Reconciler:
         )
         return False
 
-    async def _sandbox_pod(self, entry: Tracked) -> tuple[dict[str, Any] | None, PodState | None, bool]:
+    async def sandbox_pod(self, entry: Tracked) -> tuple[dict[str, Any] | None, PodState | None, bool]:
         """The pod named in status.sandbox, its state, and whether it is gone (deleted, going, failed)."""
         name = _pod_name(entry)
         pod = await self.objects.pod(entry, name) if name else None
@@ -405,7 +411,7 @@ class Reconciler:
                 message=f"pod {pod['metadata']['name']} created; waiting for the sandbox",
                 extra={"attempts": attempt, "sandbox": handle.to_patch()},
             )
-        current, state, gone = await self._sandbox_pod(entry)
+        current, state, gone = await self.sandbox_pod(entry)
         if current is None:
             # Deleted before it was ready (the cache knew it, the server does not).
             self.metrics.startup_failures.labels("PodDeleted").inc()
@@ -429,6 +435,9 @@ class Reconciler:
         elif state.ready:
             if entry.pod_created_at is not None:
                 self.metrics.sandbox_startup.observe(time.monotonic() - entry.pod_created_at)
+            if self.suspended(entry):
+                await warm.park_prepared(self, entry, pod, _handle(pod, state))
+                return
             await self.transition(
                 entry,
                 Trigger.SANDBOX_READY,
@@ -438,7 +447,7 @@ class Reconciler:
             )
 
     async def _check_running(self, entry: Tracked) -> None:
-        pod, state, gone = await self._sandbox_pod(entry)
+        pod, state, gone = await self.sandbox_pod(entry)
         if gone:
             detail = (state.message if state else "") or "the pod was deleted"
             name = _pod_name(entry)
@@ -473,6 +482,7 @@ class Reconciler:
             keep = entry.rollout_spec.sandbox.keep_alive_seconds_after_abort
             if pod_name:
                 await self.objects.delete_pod(entry.namespace, pod_name)
+            await warm.release_prewarmed_eval(self, entry)
             await self._mark_reclaimed(
                 entry,
                 f"pod {pod_name} reclaimed after keepAliveSecondsAfterAbort ({keep}s); "
@@ -480,7 +490,7 @@ class Reconciler:
             )
             self.post_event(entry, reason="SandboxReclaimed", message=f"pod {pod_name} deleted after {keep}s aborted")
             return
-        _, _, gone = await self._sandbox_pod(entry)
+        _, _, gone = await self.sandbox_pod(entry)
         if gone:
             await self._mark_reclaimed(
                 entry, f"pod {pod_name} is gone; a resume replays the recorded actions into a fresh pod"
@@ -493,7 +503,7 @@ class Reconciler:
     async def _ensure_resume_pod(self, entry: Tracked) -> None:
         """Resume on the same pod when it is alive; otherwise replay into a fresh one."""
         sandbox = entry.rollout_status.sandbox or api.SandboxHandle()
-        current, state, gone = (None, None, True) if sandbox.reclaimed_at else await self._sandbox_pod(entry)
+        current, state, gone = (None, None, True) if sandbox.reclaimed_at else await self.sandbox_pod(entry)
         if current is not None and state is not None and not gone:
             if state.ready and sandbox.pod_ip != state.pod_ip:
                 await self.write_status(entry, {"sandbox": _handle(current, state)})

@@ -85,6 +85,8 @@ async def apply_runner_event(r: Reconciler, entry: Tracked, event: RunnerEvent) 
         if notice and entry.phase == api.Phase.RUNNING:
             await r.write_status(entry, {"message": cut_message(notice)})
         return False
+    if event.kind == EventKind.PREPARED:
+        return await _prepared(r, entry, event)
     if event.kind == EventKind.ABORTED:
         return await _aborted(r, entry, event)
     if event.kind == EventKind.FINISHED:
@@ -107,6 +109,24 @@ def _took_resume(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
     attempt = max(1, entry.rollout_status.attempts)
     answer = r.assignment(entry, role="rollout", attempt=attempt)
     return answer.kind == AssignmentKind.RESUME and answer.id == event.assignment_id
+
+
+async def _prepared(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
+    """The runner of the current attempt holds the first prompt (a late report of an older
+    attempt, or one after the go, no longer applies)."""
+    prepared = entry.rollout_status.prepared
+    answer = r.assignment(entry, role="rollout", attempt=max(1, entry.rollout_status.attempts))
+    if prepared is None or answer.id != event.assignment_id:
+        return False
+    state = api.PreparedState(since=prepared.since, prepared_at=utcnow().replace(microsecond=0))
+    state.prompt_tokens = event.context_tokens
+    return await r.transition(
+        entry,
+        Trigger.PREPARED,
+        reason="Prepared",
+        message=f"prepared: {event.context_tokens} prompt tokens; the first /generate goes out on resume",
+        extra={"prepared": state.to_patch()},
+    )
 
 
 async def _aborted(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:

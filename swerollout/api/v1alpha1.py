@@ -53,6 +53,9 @@ LABEL_BATCH = "swerollout.io/batch"
 LABEL_MEMBER = "swerollout.io/member"
 LABEL_ROLLOUT = "swerollout.io/rollout"
 LABEL_COMPONENT = "swerollout.io/component"
+# On a rollout/eval pod: a short hash of its task image, so pods of one image prefer the
+# nodes that run one already (and hold the image: one pull per node, not per pod).
+LABEL_IMAGE = "swerollout.io/image"
 # On a rollout/eval pod: the host:port addresses (comma-separated) its runner must
 # reach (the ingest API, the policy server); the embedded node agent links exactly these.
 ANNOTATION_EGRESS = "swerollout.io/egress"
@@ -159,6 +162,10 @@ class Phase(str, Enum):
 
     PENDING = "Pending"
     STARTING = "Starting"
+    PREPARED = "Prepared"
+    """Suspended before its first run: the pod and sandbox are up and the runner holds the
+    first prompt; a resume sends the first /generate at once (the Prepared condition says
+    whether the runner is done preparing, or the pod was released)."""
     RUNNING = "Running"
     ABORTED = "Aborted"
     RESUMING = "Resuming"
@@ -708,6 +715,8 @@ class SandboxSpec(ApiModel):
     """How long the pod may take to become ready before the rollout fails with the reason (image pull, scheduling)."""
     keep_alive_seconds_after_abort: int = Field(default=1800, ge=0, le=7 * 86400)
     """How long an aborted rollout keeps its live pod for a resume on the same sandbox; after that the pod is reclaimed."""
+    prepared_timeout_seconds: int = Field(default=1800, ge=0, le=7 * 86400)
+    """How long a Prepared rollout (created suspended, never run) holds its ready pod, counted from when it became Prepared; after that the pod is released and a resume starts the rollout in a fresh pod (seconds, default 1800: one trainer step)."""
 
     @model_validator(mode="after")
     def _sets(self) -> SandboxSpec:
@@ -724,6 +733,8 @@ class Reward(ApiModel):
     """Limit for the whole evaluation (seconds)."""
     resources: Resources | None = None
     """Resources of the eval sandbox; defaults to the rollout sandbox's."""
+    prewarm: bool = False
+    """Start the eval pod while the rollout runs, so it waits ready for the patch (fresh, used for nothing else) and the reward follows the runner's finish by the tests' own time; costs a second pod per running rollout. Default false: see docs/architecture.md, "Warm starts", for the measured trade."""
 
 
 _GRADABLE = (
@@ -805,6 +816,8 @@ class ConditionType(str, Enum):
     """Set when the reward is known (or skipped by exit-status gating)."""
     COMPLETE = "Complete"
     """Set when the rollout reached Succeeded or Failed; the reason says which and why."""
+    PREPARED = "Prepared"
+    """Set while the rollout is Prepared: True (reason Prepared) once its runner holds the first prompt, ready to send it; False while it prepares (Preparing) or after its pod was released (Released)."""
 
 
 class Condition(ApiModel):
@@ -900,6 +913,21 @@ class Result(ApiModel):
     """The submission patch, as the eval pod receives it."""
 
 
+class PreparedState(ApiModel):
+    """A rollout that was suspended before its first run (phase Prepared)."""
+
+    since: datetime
+    """When it became Prepared (its pod ready); preparedTimeoutSeconds count from here."""
+    prepared_at: datetime | None = None
+    """When its runner reported it holds the first prompt's tokens."""
+    prompt_tokens: int | None = Field(default=None, ge=0)
+    """Tokens of the first prompt, as the runner built them."""
+    released_at: datetime | None = None
+    """When its pod was released (preparedTimeoutSeconds, or the pod was lost); a resume starts a fresh pod."""
+    restarted_at: datetime | None = None
+    """When a resume after the release started the fresh pod (its startup deadline counts from here)."""
+
+
 class EvaluationState(ApiModel):
     """The eval pod of a finished rollout."""
 
@@ -941,6 +969,7 @@ class SWERolloutStatus(ApiModel):
     progress: Progress | None = None
     partial: Partial | None = None
     result: Result | None = None
+    prepared: PreparedState | None = None
     evaluation: EvaluationState | None = None
     reward: RewardStatus | None = None
     logs: ContainerLogs | None = None

@@ -83,13 +83,16 @@ def _submit(args: argparse.Namespace, client: RolloutClient) -> int:
         mode=args.mode,
         labels=labels,
         weight_version=args.weight_version,
-        reward={"enabled": not args.no_reward},
+        reward={"enabled": not args.no_reward, **({"prewarm": True} if args.prewarm_eval else {})},
         check_endpoint=args.check_endpoint,
+        prepared=args.prepare,
     )
     print(
         f"batch {args.batch}: {len(names)} rollouts ({len(instances)} instances x {args.group_size}) "
         f"in namespace {client.namespace}; follow with `swerollout watch --batch {args.batch}`"
     )
+    if args.prepare:
+        print(f"prepared: they park in phase Prepared; start them with `swerollout resume --batch {args.batch}`")
     return EXIT_OK
 
 
@@ -173,6 +176,17 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--label", action="append", metavar="KEY=VALUE", help="extra label on every rollout (repeatable)"
     )
     parser.add_argument("--no-reward", action="store_true", help="skip the evaluation pod (no reward)")
+    parser.add_argument(
+        "--prepare",
+        action="store_true",
+        help="submit the batch suspended: each rollout is prepared (pod, sandbox, tokenizer, first prompt) and "
+        "parks in phase Prepared until `swerollout resume --batch`, which sends every first /generate at once",
+    )
+    parser.add_argument(
+        "--prewarm-eval",
+        action="store_true",
+        help="start each eval pod while its rollout runs (spec.reward.prewarm), so the reward follows the finish",
+    )
     parser.add_argument("--check-endpoint", action="store_true", help="fail unless GET <endpoint>/health answers first")
     add_connection_args(parser)
     parser.set_defaults(func=run_client_command(_submit))

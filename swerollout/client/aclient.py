@@ -40,9 +40,12 @@ from swerollout.api.v1alpha1 import (
     VERSION,
     Agent,
     AgentKind,
+    ConditionStatus,
+    ConditionType,
     Inference,
     Instance,
     Mode,
+    Phase,
     Reward,
     SandboxSpec,
     SWERolloutBatchSpec,
@@ -486,8 +489,14 @@ class AsyncRolloutClient:
         check_endpoint: bool = False,
         member_inference: Sequence[Inference | Mapping[str, Any]] | None = None,
         trainer_labels: Sequence[Mapping[str, TrainerLabel]] | None = None,
+        prepared: bool = False,
     ) -> list[str]:
         """Create ``len(instances) x group_size`` SWERollouts named ``<batch>-<sample>-<member>``.
+
+        ``prepared`` submits the batch suspended (:meth:`prepare`, before the rollouts
+        exist): each member is *prepared* (pod and sandbox up, tokenizer loaded, first
+        prompt built; phase Prepared) and parks until ``resume(batch)``, which sends every
+        first ``/generate`` at once. Submit step N+1 prepared while step N trains.
 
         ``weight_version`` and ``max_sampled_tokens`` set ``spec.inference.weightVersion``
         and ``spec.inference.maxSampledTokens`` (the cap on tokens the policy may sample in
@@ -532,6 +541,8 @@ class AsyncRolloutClient:
                 await check_inference_endpoint(endpoint)
         await self.check_cluster()
         await self._check_batch_object(batch)
+        if prepared:
+            await self.prepare(batch)
 
         bodies = []
         for sample, spec in enumerate(specs):
@@ -593,6 +604,45 @@ class AsyncRolloutClient:
         await self.check_cluster()
         await self._check_batch_object(batch)
         return (await self._apply([body]))[0]
+
+    async def prepare(self, batch: str) -> None:
+        """Make ``batch``'s rollouts prepared: one write, ``spec.suspend: true`` on its
+        SWERolloutBatch (created if needed), before or after its members are submitted.
+        A member suspended before its first run is prepared (pod, sandbox, tokenizer and
+        first prompt ready; phase Prepared) and holds its pod for
+        ``spec.sandbox.preparedTimeoutSeconds``; ``resume(batch)`` is the go. Needs the
+        SWERolloutBatch CRD (ClientConfigError otherwise)."""
+        self._check_batch(batch)
+        await self.check_cluster()
+        if not self._batch_crd:
+            raise ClientConfigError(
+                f"prepare({batch!r}) needs the {BATCH_PLURAL}.{GROUP} CRD, which the API server does not serve: "
+                "install the current CRDs (kubectl apply --server-side -f crds/)"
+            )
+        await self._batches.set(batch, suspend=True)
+
+    async def wait_prepared(self, batch: str, *, timeout: float | None = None) -> list[str]:
+        """Return once no member of ``batch`` is still on its way to Prepared: the names of
+        those that are prepared (phase Prepared, condition Prepared true). A member that
+        failed meanwhile (its result says why) is not among them."""
+
+        def prepared(obj: Object) -> bool:
+            status = parse_status(obj)
+            return status.phase is Phase.PREPARED and any(
+                c.type == ConditionType.PREPARED.value and c.status is ConditionStatus.TRUE for c in status.conditions
+            )
+
+        try:
+            async with asyncio.timeout(timeout):
+                async with aclosing(self._observe(batch)) as states:
+                    async for objects in states:
+                        if objects and all(prepared(o) or parse_status(o).phase.is_terminal for o in objects):
+                            return sorted(_name(o) for o in objects if prepared(o))
+        except TimeoutError:
+            raise WaitTimeout(
+                f"batch {batch!r} was not prepared after {timeout} s; see `swerollout list --batch {batch}`"
+            ) from None
+        raise AssertionError("unreachable: _observe never ends on its own")
 
     @staticmethod
     def _check_batch(batch: str) -> None:

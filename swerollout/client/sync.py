@@ -127,6 +127,7 @@ class RolloutClient:
         check_endpoint: bool = False,
         member_inference: Sequence[Inference | Mapping[str, Any]] | None = None,
         trainer_labels: Sequence[Mapping[str, TrainerLabel]] | None = None,
+        prepared: bool = False,
     ) -> list[str]:
         return self._run(
             self._inner.submit_batch(
@@ -144,8 +145,15 @@ class RolloutClient:
                 check_endpoint=check_endpoint,
                 member_inference=member_inference,
                 trainer_labels=trainer_labels,
+                prepared=prepared,
             )
         )
+
+    def prepare(self, batch: str) -> None:
+        self._run(self._inner.prepare(batch))
+
+    def wait_prepared(self, batch: str, *, timeout: float | None = None) -> list[str]:
+        return self._run(self._inner.wait_prepared(batch, timeout=timeout))
 
     def submit_one(
         self,

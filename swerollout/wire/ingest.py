@@ -54,7 +54,11 @@ class AssignmentKind(str, Enum):
     WAIT = "wait"
     """Nothing to do yet; poll again."""
     RUN = "run"
-    """Start the agent from the beginning."""
+    """Start the agent from the beginning (at once, from what a `prepare` built)."""
+    PREPARE = "prepare"
+    """The rollout is suspended before its first run: load the tokenizer, build the first
+    prompt, report `prepared`, and wait for `run` (which then sends the first /generate
+    with no other work on the way)."""
     RESUME = "resume"
     """Restore the snapshot and continue; with `replay`, first replay the recorded
     actions into this (fresh) sandbox."""
@@ -100,6 +104,8 @@ class ProgressReport(WireModel):
 class EventKind(str, Enum):
     STARTED = "started"
     """The runner picked the assignment up (run or resume)."""
+    PREPARED = "prepared"
+    """The runner did its `prepare`: `context_tokens` is the first prompt's size."""
     ABORTED = "aborted"
     """The run stopped mid-way; `snapshot` holds its state."""
     FINISHED = "finished"

@@ -1,0 +1,160 @@
+"""Warm starts: a prepared batch's "go" -> first /generate against a cold batch's creation
+-> first /generate, in one run on the node agent (`dev up`, no root).
+
+Both batches are the bundled tasks x G oracle rollouts behind a recording proxy that notes
+when each rollout's first /generate arrives (bench.realnode_steps.GenerateRecorder):
+
+- cold:     submit the batch; seconds from the submit to each rollout's first /generate;
+- prepared: submit it with `prepared=True`, wait until every member is Prepared, then
+            `resume(batch)`; seconds from the resume call to each first /generate.
+
+Both batches run to the end and must earn the same rewards (the oracle resolves every
+task). Also printed: each batch's wall time from its go to its last reward.
+
+    python -m bench prepared            # the report
+    python -m bench prepared --json     # the figures as JSON
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.realnode_steps import GenerateRecorder, _cli
+from swerollout.client import RolloutClient
+from swerollout.instances import SWEBenchInstance
+from swerollout.kube import SWEROLLOUTS, KubeClient
+from swerollout_dev.policy_server.launch import launch
+from swerollout_dev.stack.paths import DevPaths
+from swerollout_dev.tasks import INDEX_FILE, materialize_tasks
+
+NAMESPACE = "default"
+GROUP = 4
+POLL = 0.2
+TIMEOUT = 3600.0
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def _statuses(kube: KubeClient, batch: str) -> dict[str, dict[str, Any]]:
+    items = kube.list(SWEROLLOUTS, NAMESPACE, label_selector=f"swerollout.io/batch={batch}")["items"]
+    return {o["metadata"]["name"]: o for o in items}
+
+
+def _until_done(kube: KubeClient, recorder: GenerateRecorder, batch: str, go: float) -> dict[str, Any]:
+    """Per rollout: seconds from `go` to its first /generate; the batch's wall time to its
+    last reward; its rewards by name."""
+    first: dict[str, float] = {}
+    deadline = go + TIMEOUT
+    while True:
+        objects = _statuses(kube, batch)
+        for name, obj in objects.items():
+            at = recorder.first_generate(obj["metadata"]["uid"])
+            if name not in first and at is not None:
+                first[name] = at - go
+        phases = {n: (o.get("status") or {}).get("phase") for n, o in objects.items()}
+        if objects and all(p in ("Succeeded", "Failed") for p in phases.values()):
+            wall = time.monotonic() - go
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"batch {batch} not done after {TIMEOUT:.0f}s: {phases}")
+        time.sleep(POLL)
+    rewards = {n: ((o.get("status") or {}).get("reward") or {}).get("value") for n, o in objects.items()}
+    failed = [n for n, p in phases.items() if p != "Succeeded"]
+    if failed:
+        raise RuntimeError(f"batch {batch}: {failed} did not succeed")
+    return {"first": first, "wall": wall, "rewards": rewards}
+
+
+def run_batches(
+    kubeconfig: Path, recorder: GenerateRecorder, tasks: list[SWEBenchInstance], group: int = GROUP
+) -> dict[str, Any]:
+    """One cold batch, then one prepared batch, of `tasks` x `group` (the same client and stack)."""
+    inference = {"endpoint": recorder.url, "tokenizer": "qwen-2.5"}
+    sandbox = {"startupTimeoutSeconds": 1800}
+    out: dict[str, Any] = {}
+    with (
+        RolloutClient.connect(kubeconfig, namespace=NAMESPACE) as client,
+        KubeClient.from_kubeconfig(kubeconfig) as kube,
+    ):
+        go = time.monotonic()
+        client.submit_batch(tasks, group, batch="bench-cold", inference=inference, sandbox=sandbox)
+        out["cold"] = _until_done(kube, recorder, "bench-cold", go)
+
+        started = time.monotonic()
+        client.submit_batch(tasks, group, batch="bench-warm", inference=inference, sandbox=sandbox, prepared=True)
+        prepared = client.wait_prepared("bench-warm", timeout=TIMEOUT)
+        out["prepare_seconds"] = time.monotonic() - started
+        if len(prepared) != len(tasks) * group:
+            raise RuntimeError(f"only {len(prepared)} of {len(tasks) * group} members prepared")
+        go = time.monotonic()
+        client.resume("bench-warm")
+        out["prepared"] = _until_done(kube, recorder, "bench-warm", go)
+        client.delete_batch("bench-cold")
+        client.delete_batch("bench-warm")
+    cold, warm = out["cold"], out["prepared"]
+    by_slot = {n.removeprefix("bench-cold-"): r for n, r in cold["rewards"].items()}
+    if by_slot != {n.removeprefix("bench-warm-"): r for n, r in warm["rewards"].items()}:
+        raise RuntimeError(f"rewards differ: cold {cold['rewards']} prepared {warm['rewards']}")
+    return out
+
+
+def figures(out: dict[str, Any]) -> dict[str, float]:
+    cold, warm = list(out["cold"]["first"].values()), list(out["prepared"]["first"].values())
+    return {
+        "rollouts_per_batch": float(len(warm)),
+        "prepared_go_to_generate_p50_s": statistics.median(warm),
+        "prepared_go_to_generate_p99_s": _quantile(warm, 0.99),
+        "cold_create_to_generate_p50_s": statistics.median(cold),
+        "cold_create_to_generate_p99_s": _quantile(cold, 0.99),
+        "prepare_seconds": out["prepare_seconds"],
+        "cold_batch_wall_s": out["cold"]["wall"],
+        "prepared_batch_wall_s": out["prepared"]["wall"],
+    }
+
+
+def run(tasks: int | None = None, group: int = GROUP) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix="bench-prepared-", dir="/var/tmp") as tmp:
+        workdir = Path(tmp)
+        instances = materialize_tasks(workdir / "tasks")[:tasks]
+        with (
+            launch(
+                "oracle",
+                subprocess=True,
+                ready_timeout=900,
+                tokenizer="qwen-2.5",
+                tasks=str(workdir / "tasks" / INDEX_FILE),
+            ) as oracle,
+            GenerateRecorder(oracle.url, "127.0.0.1").running() as recorder,
+        ):
+            _cli("dev", "up", "--sglang-url", recorder.url, "--workdir", str(workdir))
+            try:
+                return figures(run_batches(DevPaths.under(str(workdir)).kubeconfig, recorder, instances, group))
+            finally:
+                _cli("dev", "down", "--workdir", str(workdir))
+
+
+def report(f: dict[str, float]) -> str:
+    ratio = f["cold_create_to_generate_p50_s"] / f["prepared_go_to_generate_p50_s"]
+    return "\n".join(
+        [
+            f"{f['rollouts_per_batch']:.0f} oracle rollouts per batch on the node agent "
+            "(baseline: the cold batch, same run):",
+            f"  cold     create -> first /generate  p50 {f['cold_create_to_generate_p50_s']:.2f} s, "
+            f"p99 {f['cold_create_to_generate_p99_s']:.2f} s",
+            f"  prepared go     -> first /generate  p50 {f['prepared_go_to_generate_p50_s'] * 1000:.0f} ms, "
+            f"p99 {f['prepared_go_to_generate_p99_s'] * 1000:.0f} ms  ({ratio:.0f}x sooner at p50)",
+            f"  preparing took {f['prepare_seconds']:.1f} s (off the step's critical path); batch wall time "
+            f"go -> last reward: cold {f['cold_batch_wall_s']:.1f} s, prepared {f['prepared_batch_wall_s']:.1f} s",
+        ]
+    )
+
+
+if __name__ == "__main__":
+    print(report(run()))
