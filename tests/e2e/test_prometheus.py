@@ -37,6 +37,9 @@ DASHBOARD = Path(__file__).resolve().parents[2] / "helm" / "swerollout" / "dashb
 # A ServiceMonitor's job label is the chart's Service: its fullname, the release's name here.
 JOB = RELEASE
 TERMINAL = {"Succeeded", "Failed"}
+# The one test also pays for the module's stack and two policy servers: 3.7 min here, 6.3
+# on a machine loaded 20-fold; its waits (at most 5 min each) bound it, not the default.
+pytestmark = pytest.mark.timeout(1800)
 BATCH = "prom"
 ORACLES = ("prom-oracle-0", "prom-oracle-1")
 NULL = "prom-null"
