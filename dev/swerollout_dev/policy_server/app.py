@@ -223,7 +223,9 @@ async def get_model_info(request: web.Request) -> web.Response:
 async def get_server_info(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS_KEY]
     engine = _engine(request)
-    server_args = settings.model_dump(mode="json")
+    # Never the keys: this route is open without an API key, and every pod that may reach
+    # the server (its sandbox container too) could read the admin key here.
+    server_args = settings.model_dump(mode="json", exclude={"api_key", "admin_api_key"})
     return web.json_response(
         {
             **server_args,

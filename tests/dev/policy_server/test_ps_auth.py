@@ -42,3 +42,5 @@ def test_admin_routes_need_the_admin_key_over_http(policy_server) -> None:  # ty
         )
         assert http.get("/health").status_code == 200
         assert http.get("/get_model_info").status_code == 200  # normal routes stay open without an API key
+        info = http.get("/get_server_info")
+        assert info.status_code == 200 and "adm1n" not in info.text  # an open route never shows a key
