@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 
 from agent_runner.ingest_client import IngestClient
 from agent_runner.snapshot import ModelState, Snapshot, TurnRecord
@@ -93,15 +94,26 @@ class Shape:
         return self.prompt_tokens + sum(self.sampled[:turns]) + sum(self.environment[:turns])
 
 
+_STREAM = [random.Random("simrunner-words").choice(WORDS) for _ in range(1 << 16)]
+"""A fixed stream of words; a message is a slice of it at a drawn offset (drawing every
+word per rollout cost the bench more CPU than the operator spent on the rollout)."""
+
+
 def _text(rng: random.Random, tokens: int) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(tokens))
+    start = rng.randrange(len(_STREAM) - tokens) if tokens < len(_STREAM) else 0
+    return " ".join(_STREAM[start : start + tokens])
+
+
+def _ids(rng: np.random.Generator, n: int) -> list[int]:
+    return [int(i) for i in rng.integers(0, 150_000, n)]
 
 
 def _conversation(name: str, shape: Shape, turns: int) -> tuple[TokenBuffer, list[dict[str, Any]], list[TurnRecord]]:
     """The token list and messages of `turns` turns of `shape`, as RLTokenModel holds them."""
     rng = random.Random(f"{name}/tokens")
+    draw = np.random.default_rng(int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "little"))
     buffer = TokenBuffer()
-    buffer.set_prompt([rng.randrange(150_000) for _ in range(shape.prompt_tokens)])
+    buffer.set_prompt(_ids(draw, shape.prompt_tokens))
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": _text(rng, 300)},
         {"role": "user", "content": _text(rng, shape.prompt_tokens - 300)},
@@ -109,10 +121,8 @@ def _conversation(name: str, shape: Shape, turns: int) -> tuple[TokenBuffer, lis
     records = []
     for t in range(turns):
         n = shape.sampled[t]
-        buffer.append_sampled(
-            [rng.randrange(150_000) for _ in range(n)], [-rng.random() * 3 for _ in range(n)], VERSION
-        )
-        buffer.append_context([rng.randrange(150_000) for _ in range(shape.environment[t])])
+        buffer.append_sampled(_ids(draw, n), [float(x) for x in draw.uniform(-3.0, 0.0, n)], VERSION)
+        buffer.append_context(_ids(draw, shape.environment[t]))
         messages.append({"role": "assistant", "content": _text(rng, n)})
         messages.append({"role": "user", "content": _text(rng, shape.environment[t])})
         records.append(
@@ -271,15 +281,20 @@ class SimulatedRunners:
             return
         container = next(c for c in pod["spec"]["containers"] if c["name"] == RUNNER_CONTAINER)
         env = RunnerEnv.from_environ({e["name"]: e["value"] for e in container.get("env") or [] if "value" in e})
-        self._tasks[uid] = asyncio.create_task(self._runner(env))
+        self._tasks[uid] = asyncio.create_task(self._runner(env, len(self._tasks)))
 
     # -- one runner -------------------------------------------------------------------
 
-    async def _runner(self, env: RunnerEnv) -> None:
+    async def _runner(self, env: RunnerEnv, k: int) -> None:
         from swerollout_operator.tokens import TokenKind
 
         token = self.key.derive(TokenKind.INGEST, env.namespace, env.name, env.uid)
-        transport = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=2))
+        # Each runner dials from a loopback address of its own, as each pod has its own IP:
+        # 20,000 runners with two connections each would otherwise need more ephemeral
+        # ports towards the one operator address than the kernel hands out (about 28,000).
+        transport = httpx.AsyncHTTPTransport(
+            limits=httpx.Limits(max_connections=2), local_address=f"127.2.{k // 250 % 250}.{k % 250 + 1}"
+        )
         ingest = IngestClient(
             env.ingest_url,
             namespace=env.namespace,
