@@ -1,6 +1,6 @@
 """The scale bench's whole RL step, small: KWOK nodes, simulated runners, one operator.
 
-What `make bench BENCH=scale` runs per size, at 30 rollouts on a fresh API server: every
+What `make bench BENCH=scale` runs per size, at 20 rollouts on a fresh API server: every
 rollout is created, runs on a KWOK node, holds its abort, reads Aborted, resumes,
 finishes, is graded in its eval pod and reads Succeeded, over the runner's own ingest
 client. The bench's figures are its own; here only what must hold at any size.
@@ -16,7 +16,7 @@ from bench.simrunner import Shape
 
 
 def test_a_whole_step_on_simulated_nodes() -> None:
-    n = 30
+    n = 20
     r = asyncio.run(scale.one_size(n))
     assert r["runner_errors"] == []
     assert (r["succeeded"], r["stuck"]) == (n, 0), r["phases_at_end"]
