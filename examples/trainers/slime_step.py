@@ -143,10 +143,22 @@ def summary(groups: list[list[Any]]) -> list[dict[str, Any]]:
     ]
 
 
+def sample_class(path: str) -> Any:
+    """The ``--sample-class``; slime itself is not on PyPI, so its absence is one line with the way out."""
+    try:
+        return load_function(path)
+    except ModuleNotFoundError as exc:
+        raise SystemExit(
+            f"error: --sample-class {path}: {exc.name} is not installed (slime is github.com/THUDM/slime; the PyPI "
+            "package `slime` is another project). Install slime, or from a checkout pass --sample-class "
+            "tests.support.slime_double.Sample (slime's fields) with PYTHONPATH=."
+        ) from None
+
+
 def main() -> None:
     args = slime_args()
     rows = [json.loads(line) for line in Path(args.prompt_data).read_text().splitlines() if line.strip()]
-    data_source = DataSource(rows, args, load_function(args.sample_class))
+    data_source = DataSource(rows, args, sample_class(args.sample_class))
     if args.rollout_function_path:
         rollout = load_function(args.rollout_function_path)
         try:

@@ -20,6 +20,7 @@ from swerollout_dev.binaries import find_binaries
 from swerollout_dev.cluster.buildimage import IMAGE
 from swerollout_dev.cluster.supervisor import POLICY_PORT, RELEASE, RELEASE_NAMESPACE
 from swerollout_dev.policy_server.launch import launch
+from tests.support.docblocks import blocks_run_by
 from tests.support.realnode import TERMINAL, RealNode, Rollouts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,14 +96,16 @@ def helm(node: RealNode, *args: str) -> str:
     return proc.stdout
 
 
-README_SECTION = "### A real single-node cluster on this machine"
+THIS_TEST = "tests/cluster/test_rollouts.py::test_the_readme_real_cluster_section_step_by_step"
 
 
 def readme_steps() -> list[str]:
-    """The commands of the README's real-cluster block, comments dropped."""
-    text = (ROOT / "README.md").read_text()
-    block = text[text.index(README_SECTION) :].split("```bash\n", 1)[1].split("```", 1)[0]
-    return [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.strip()]
+    """The commands of the README's real-cluster block, comments dropped; docs/real-node.md
+    shows the same commands (with its own comments)."""
+    (readme,) = blocks_run_by("README.md", THIS_TEST)
+    (docs,) = blocks_run_by("docs/real-node.md", THIS_TEST)
+    assert docs.commands() == readme.commands(), "docs/real-node.md's block differs from the README's"
+    return readme.commands()
 
 
 def test_the_readme_real_cluster_section_step_by_step(real_node: RealNode) -> None:

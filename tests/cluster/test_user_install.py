@@ -27,19 +27,18 @@ from swerollout_dev.binaries import find_binaries
 from swerollout_dev.cluster import containerd
 from swerollout_dev.cluster.buildimage import IMAGE
 from swerollout_dev.cluster.supervisor import POLICY_PORT, RELEASE, RELEASE_NAMESPACE, chart_install_args
+from tests.support.docblocks import blocks_run_by
 from tests.support.realnode import SWEROLLOUTS, TERMINAL, RealNode, Rollouts
 
 ROOT = Path(__file__).resolve().parents[2]
-README_SECTION = "## Running on a real cluster"
+THIS_TEST = "tests/cluster/test_user_install.py::test_the_readme_general_block_as_written"
 REGISTRY = "registry.swerollout.invalid"  # `.invalid`: a name that can never resolve (RFC 2606)
 
 
 def readme_steps() -> list[str]:
     """The commands of the README's general block (continuations joined, comments dropped)."""
-    text = (ROOT / "README.md").read_text()
-    block = text[text.index(README_SECTION) :].split("```bash\n", 1)[1].split("```", 1)[0]
-    lines = [line.split("  #", 1)[0] for line in block.replace("\\\n", " ").splitlines()]
-    return [" ".join(line.split()) for line in lines if line.strip()]
+    (block,) = blocks_run_by("README.md", THIS_TEST)
+    return block.commands()
 
 
 def _operator_ready(node: RealNode) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ import pytest
 import yaml
 
 from swerollout.tokenizers import resolve_tokenizer_dir
+from tests.support.docblocks import blocks_run_by
 from tests.swerollout.trainers.conftest import Stack
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -52,6 +54,23 @@ def _start(output: Path, script: str, *args: str) -> Example:
             [sys.executable, str(EXAMPLES / script), *args], cwd=ROOT, env=env, stdout=out, stderr=err
         )
     return Example(process, output)
+
+
+SLIME_DOC_TEST = "tests/swerollout/trainers/test_examples.py::test_slime_rollout_function_example_with_partial_rollout"
+
+
+def slime_doc_flags(instances: str, config: str) -> list[str]:
+    """The flags of docs/trainers-slime.md's slime_step.py command, its `tasks/instances.jsonl`
+    and `swerollout.yaml` replaced by this stack's (_start sets its PYTHONPATH=. as the root)."""
+    (block,) = blocks_run_by("docs/trainers-slime.md", SLIME_DOC_TEST)
+    (command,) = block.commands()
+    argv = shlex.split(command)
+    assert argv[:3] == ["PYTHONPATH=.", "python", "examples/trainers/slime_step.py"], argv
+    flags = argv[3:]
+    for flag, value in (("--prompt-data", instances), ("--custom-config-path", config)):
+        flags[flags.index(flag) + 1] = value
+    assert flags[flags.index("--sample-class") + 1] == SLIME_DOUBLE, "slime is not installable here"
+    return flags
 
 
 @pytest.fixture(scope="session")
@@ -112,22 +131,10 @@ def examples(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         "areal": _start(
             out / "areal", "areal_episode.py", *common, "--group-size", "1", "--task", "1", "--version", "5"
         ),
-        # The flags of docs/trainers-slime.md: the rollout function with partial rollout over two
-        # steps, and the generate function inside slime's own rollout.
-        "slime_rollout": _start(
-            out / "slime_rollout",
-            "slime_step.py",
-            *slime,
-            "--rollout-function-path",
-            "swerollout.trainers.slime.generate_rollout",
-            "--partial-rollout",
-            "--over-sampling-batch-size",
-            "2",
-            "--rollout-batch-size",
-            "1",
-            "--steps",
-            "2",
-        ),
+        # docs/trainers-slime.md's command as written (its two files where this stack has them):
+        # the rollout function with partial rollout over two steps; then the generate function
+        # inside slime's own rollout.
+        "slime_rollout": _start(out / "slime_rollout", "slime_step.py", *slime_doc_flags(instances, str(config))),
         "slime_generate": _start(
             out / "slime_generate",
             "slime_step.py",
