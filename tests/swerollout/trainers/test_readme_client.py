@@ -73,6 +73,6 @@ def test_the_readme_trainer_block_as_written(stack: Stack) -> None:
     assert sorted(r.name for r in records) == [f"{BATCH}-{s}-{m}" for s in range(2) for m in range(2)]
     for record in records:
         assert record.status.value == "completed" and record.reward == 1.0, record.name
-        assert len(record.loss_mask) == len(record.response_ids) and sum(record.loss_mask) > 0
+        assert len(record.loss_mask) == len(record.response_ids) and record.sampled_tokens > 0
     # abort and resume were each one write of the batch's spec.suspend; the last one stands.
     assert dev.kube.get(SWEROLLOUTBATCHES, BATCH, "default")["spec"].get("suspend") is False
