@@ -68,7 +68,7 @@ def assignment_for(
     abort_id = f"abort:{attempt}:{generation}" + (
         f":b{batch_generation}" if batch is not None and batch.suspend else ""
     )
-    if phase in (Phase.PENDING, Phase.STARTING):
+    if phase in (Phase.PENDING, Phase.QUEUED, Phase.STARTING):
         return Assignment(id="wait", kind=AssignmentKind.WAIT, attempt=attempt)
     if phase == Phase.PREPARED:
         if (status.get("sandbox") or {}).get("reclaimedAt"):

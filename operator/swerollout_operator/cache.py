@@ -104,7 +104,7 @@ _CONTAINER_STATUSES = ("initContainerStatuses", "containerStatuses")
 
 def trim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     """What the operator reads of a pod (podstatus.py): its identity and owner, each
-    container's name and image, the node, and of the status the phase, IP, reason, the
+    container's name and image, the node and scheduling gates, and of the status the phase, IP, reason, the
     Ready and PodScheduled conditions and each container's state. The kubelet's
     timestamps, image and container ids, restart counts, resources and mounts are most of
     a running pod's status and nothing reads them."""
@@ -112,6 +112,7 @@ def trim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"metadata": _pick(pod.get("metadata") or {}, _POD_META)}
     out["spec"] = {
         "nodeName": _interned(spec.get("nodeName")),
+        **({"schedulingGates": _interned(spec["schedulingGates"])} if spec.get("schedulingGates") else {}),
         **{key: [_pick(c, ("name", "image")) for c in spec.get(key) or []] for key in ("initContainers", "containers")},
     }
     if "status" in pod:
@@ -147,6 +148,8 @@ class Tracked:
     deliver our own write's echo before its response, so they are judged after it."""
     secret_ready: bool = False
     pod_created_at: float | None = None
+    quota_retries: int = 0
+    """Consecutive creates of its pod refused for quota (the retry backs off; 0: not waiting for quota)."""
     last_error: str | None = None
     """The last failure of a reconcile (retried with backoff), named if the startup deadline passes."""
     told_at: float = 0.0

@@ -1,8 +1,10 @@
-"""When a rollout has waited too long: the startup deadline, the keep-alive after an abort,
-and the hold of a Prepared rollout's pod.
+"""When a rollout has waited too long: the startup deadline, the queue limit, the keep-alive
+after an abort, and the hold of a Prepared rollout's pod.
 
-All count from times stored in the object (creationTimestamp, partial.abortedAt,
-prepared.since and prepared.restartedAt), so they survive operator restarts and hold whatever phase held the rollout up.
+All count from times stored in the object (creationTimestamp, status.queue, partial.abortedAt,
+prepared.since and prepared.restartedAt), so they survive operator restarts. The startup
+deadline holds whatever held the rollout up except a wait for capacity (phase Queued), which
+only queueTimeoutSeconds bounds.
 """
 
 from __future__ import annotations
@@ -33,15 +35,37 @@ def _startup_deadline(entry: Tracked) -> float | None:
         started = parse_time(restarted)
     if started is None:
         return None
-    return started.timestamp() + int((entry.spec.get("sandbox") or {}).get("startupTimeoutSeconds", 600))
+    timeout = int((entry.spec.get("sandbox") or {}).get("startupTimeoutSeconds", 600))
+    # The time it waited Queued for capacity does not count.
+    waited = int(((entry.status.get("queue") or {}).get("waitedSeconds")) or 0)
+    return started.timestamp() + timeout + waited
+
+
+def _queue_deadline(entry: Tracked) -> float | None:
+    """Epoch seconds at which a Queued rollout has waited queueTimeoutSeconds over all its
+    waits; None without a limit (the default)."""
+    timeout = (entry.spec.get("sandbox") or {}).get("queueTimeoutSeconds")
+    queue = entry.status.get("queue") or {}
+    since = parse_time(queue.get("queuedAt"))
+    if timeout is None or since is None:
+        return None
+    return since.timestamp() + int(timeout) - int(queue.get("waitedSeconds") or 0)
 
 
 def startup_overdue(entry: Tracked) -> bool:
-    """Not running yet, and startupTimeoutSeconds have passed since the rollout was created
-    (a pod never created, or never ready: the deadline is the same)."""
+    """Not running yet, and startupTimeoutSeconds have passed since the rollout was created,
+    time spent Queued left out (a pod never created, or never ready: the deadline is the same)."""
     if entry.phase not in (Phase.PENDING, Phase.STARTING):
         return False
     deadline = _startup_deadline(entry)
+    return deadline is not None and utcnow().timestamp() >= deadline
+
+
+def queue_overdue(entry: Tracked) -> bool:
+    """Queued, and its waits add up to spec.sandbox.queueTimeoutSeconds."""
+    if entry.phase != Phase.QUEUED:
+        return False
+    deadline = _queue_deadline(entry)
     return deadline is not None and utcnow().timestamp() >= deadline
 
 
@@ -78,6 +102,8 @@ def keepalive_expired(entry: Tracked) -> bool:
 def _next_deadline(entry: Tracked) -> float | None:
     if entry.phase in (Phase.PENDING, Phase.STARTING):
         return _startup_deadline(entry)
+    if entry.phase == Phase.QUEUED:
+        return _queue_deadline(entry)
     if entry.phase == Phase.PREPARED:
         return _prepared_deadline(entry)
     status = entry.rollout_status
@@ -88,7 +114,7 @@ def _next_deadline(entry: Tracked) -> float | None:
 
 
 def deadline_passed(entry: Tracked, now: float) -> bool:
-    """Whether startup_overdue or keepalive_expired may hold (the sweep asks every second):
+    """Whether startup_overdue, queue_overdue, prepared_expired or keepalive_expired may hold (the sweep asks every second):
     the deadline is worked out once per body, so a sweep over thousands is a comparison each."""
     if entry.deadline is None or entry.deadline[0] is not entry.body:
         entry.deadline = (entry.body, _next_deadline(entry))

@@ -146,6 +146,9 @@ async def batch_event(event: kopf.RawEvent, memo: Any, **_: Any) -> None:
 @kopf.on.event("", "v1", "pods", labels={api.LABEL_ROLLOUT: kopf.PRESENT})
 async def pod_changed(event: kopf.RawEvent, memo: Any, **_: Any) -> None:
     runtime = _runtime(memo)
-    uid = runtime.reconciler.observe_pod(dict(event["object"]), deleted=event["type"] == "DELETED")
+    deleted = event["type"] == "DELETED"
+    uid = runtime.reconciler.observe_pod(dict(event["object"]), deleted=deleted)
     if uid is not None:
         runtime.queue.add(uid)
+    if deleted:
+        runtime.reconciler.wake_quota_waiters(str(event["object"]["metadata"]["namespace"]))

@@ -14,7 +14,17 @@ from typing import Any
 
 from swerollout.api import v1alpha1 as api
 from swerollout.api.labels import rollout_label
-from swerollout.kube import PODS, SECRETS, AlreadyExists, AsyncKubeClient, BadRequest, Invalid, KubeError, NotFound
+from swerollout.kube import (
+    PODS,
+    SECRETS,
+    AlreadyExists,
+    AsyncKubeClient,
+    BadRequest,
+    Forbidden,
+    Invalid,
+    KubeError,
+    NotFound,
+)
 
 from . import podspec
 from .cache import PodCache, Tracked
@@ -32,6 +42,24 @@ class Rejected(Exception):
     def __init__(self, kind: str, name: str, exc: KubeError) -> None:
         super().__init__(f"the API server rejected {kind} {name}: {exc.message or exc}")
         self.reason = f"{kind}Rejected"
+
+
+class QuotaRefused(Exception):
+    """The API server refused the pod for a ResourceQuota of the namespace (403): the same
+    create succeeds once other pods free the quota, so the rollout waits Queued."""
+
+    def __init__(self, name: str, exc: KubeError) -> None:
+        super().__init__(f"the API server refused pod {name} for quota: {exc.message or exc}")
+
+
+QUOTA_MESSAGES = ("exceeded quota", "status unknown for quota")
+"""How the quota admission plugin words a refusal (k8s.io/apiserver's resourcequota
+plugin): over a limit, or the quota's usage not computed yet by the controller-manager.
+A 403 says nothing more specific (its reason is Forbidden, as for RBAC)."""
+
+
+def is_quota_refusal(exc: KubeError) -> bool:
+    return isinstance(exc, Forbidden) and any(m in (exc.message or "") for m in QUOTA_MESSAGES)
 
 
 def owned_by(obj: dict[str, Any], uid: str) -> bool:
@@ -113,11 +141,17 @@ class Objects:
                     self.pods.update(existing)
                 except (Invalid, BadRequest) as exc:
                     raise Rejected("Pod", name, exc) from exc
+                except Forbidden as exc:
+                    if is_quota_refusal(exc):
+                        raise QuotaRefused(name, exc) from exc
+                    raise
                 else:
                     self.metrics.pods_created.labels(role).inc()
                     self.pods.update(created)
+                    entry.quota_retries = 0
                     return created
             if owned_by(existing, entry.uid):
+                entry.quota_retries = 0
                 return existing  # adopt
             log.warning("deleting pod %s/%s left over from an older rollout of the same name", entry.namespace, name)
             try:

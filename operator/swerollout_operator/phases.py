@@ -1,7 +1,12 @@
 """The rollout phase machine — the only place that decides phase transitions.
 
-    Pending -> Starting -> Running -> (Aborted <-> Resuming) -> Evaluating -> Succeeded | Failed
-                     +-> Prepared -> Running   (suspended before the first run: a warm start)
+    Pending -> [Queued] -> Starting -> Running -> (Aborted <-> Resuming) -> Evaluating -> Succeeded | Failed
+                                  +-> Prepared -> Running   (suspended before the first run: a warm start)
+
+Queued is a wait for capacity (a ResourceQuota refuses the pod, no node can take it,
+Kueue has not admitted it): entered from Pending or Starting, left for Starting once
+the pod exists and is placed. `apply` keeps its clock (status.queue), so the startup
+deadline can leave the wait out and queueTimeoutSeconds can bound it.
 
 Handlers report *events* (the pod was created, the sandbox became ready, the
 runner finished, ...); `apply` checks the transition against the table, and
@@ -18,7 +23,7 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
-from swerollout.api.v1alpha1 import MESSAGE_LIMIT, ConditionStatus, ConditionType, Phase
+from swerollout.api.v1alpha1 import MESSAGE_LIMIT, ConditionStatus, ConditionType, Phase, QueueReason
 
 
 class Trigger(str, Enum):
@@ -37,7 +42,11 @@ class Trigger(str, Enum):
     RESTARTED = "Restarted"
     """A released Prepared rollout is no longer suspended: a fresh pod starts it."""
     STARTUP_FAILED = "StartupFailed"
-    """The pod could not start (image pull, scheduling, deadline)."""
+    """The pod could not start (image pull, init container, a deadline)."""
+    QUEUED = "WaitingForCapacity"
+    """The pod waits for capacity: refused for quota, unschedulable, or gated by Kueue (reason: a QueueReason)."""
+    DEQUEUED = "CapacityFound"
+    """The queued rollout's pod was placed on a node (scheduled, admitted)."""
     ABORTED = "Aborted"
     """The runner stopped mid-run and uploaded a snapshot."""
     RESUME_REQUESTED = "ResumeRequested"
@@ -62,6 +71,17 @@ _T: dict[tuple[Phase, Trigger], Phase] = {
     (Phase.PENDING, Trigger.POD_CREATED): Phase.STARTING,
     (Phase.PENDING, Trigger.FAILED): Phase.FAILED,
     (Phase.PENDING, Trigger.STARTUP_FAILED): Phase.FAILED,
+    (Phase.PENDING, Trigger.QUEUED): Phase.QUEUED,
+    (Phase.STARTING, Trigger.QUEUED): Phase.QUEUED,
+    # Another reason to wait (the pod is created at last, and now waits for a node).
+    (Phase.QUEUED, Trigger.QUEUED): Phase.QUEUED,
+    (Phase.QUEUED, Trigger.POD_CREATED): Phase.STARTING,
+    (Phase.QUEUED, Trigger.DEQUEUED): Phase.STARTING,
+    (Phase.QUEUED, Trigger.SANDBOX_READY): Phase.RUNNING,
+    (Phase.QUEUED, Trigger.PREPARE): Phase.PREPARED,
+    (Phase.QUEUED, Trigger.STARTUP_FAILED): Phase.FAILED,
+    (Phase.QUEUED, Trigger.POD_LOST): Phase.FAILED,
+    (Phase.QUEUED, Trigger.FAILED): Phase.FAILED,
     (Phase.STARTING, Trigger.SANDBOX_READY): Phase.RUNNING,
     (Phase.STARTING, Trigger.PREPARE): Phase.PREPARED,
     (Phase.PREPARED, Trigger.PREPARED): Phase.PREPARED,
@@ -97,6 +117,7 @@ _T: dict[tuple[Phase, Trigger], Phase] = {
 # Conditions that each phase implies; None = leave that condition as it is.
 _CONDITIONS: dict[Phase, dict[ConditionType, ConditionStatus | None]] = {
     Phase.PENDING: {ConditionType.SANDBOX_READY: ConditionStatus.FALSE},
+    Phase.QUEUED: {ConditionType.SANDBOX_READY: ConditionStatus.FALSE},
     Phase.STARTING: {ConditionType.SANDBOX_READY: ConditionStatus.FALSE},
     Phase.PREPARED: {ConditionType.GENERATING: ConditionStatus.FALSE},
     Phase.RUNNING: {
@@ -220,6 +241,29 @@ def apply(
         patch["completionTime"] = at
     if old == Phase.PENDING and not status.get("startTime"):
         patch["startTime"] = at
+    queue = _queue_clock(status.get("queue") or {}, old, new, reason, at)
+    if queue is not None:
+        patch["queue"] = queue
     if extra:
         patch.update(extra)
     return Transition(old=old, new=new, event=event, status_patch=patch)
+
+
+def _seconds_between(start: str, end: str) -> int:
+    def parse(value: str) -> datetime:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+    return max(0, int((parse(end) - parse(start)).total_seconds()))
+
+
+def _queue_clock(queue: dict[str, Any], old: Phase, new: Phase, reason: str, at: str) -> dict[str, Any] | None:
+    """status.queue's patch for a transition: a wait starts when Queued is entered and is
+    added to waitedSeconds when it is left (the startup deadline leaves that time out)."""
+    if new == Phase.QUEUED:
+        why = QueueReason(reason).value  # a Queued transition always says which wait
+        return {"reason": why} if old == Phase.QUEUED else {"reason": why, "queuedAt": at}
+    if old != Phase.QUEUED:
+        return None
+    since = queue.get("queuedAt")
+    waited = int(queue.get("waitedSeconds") or 0) + (_seconds_between(since, at) if since else 0)
+    return {"reason": None, "queuedAt": None, "waitedSeconds": waited}

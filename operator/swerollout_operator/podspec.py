@@ -341,18 +341,61 @@ def rollout_pod(
         }
     }
 
+    queue_labels, queue_annotations = kueue_metadata(spec, meta, settings, role=role, attempt=attempt)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
             "name": name,
             "namespace": meta["namespace"],
-            "labels": {**_labels(meta, role), api.LABEL_IMAGE: image_label(spec.instance.image)},
+            "labels": {**_labels(meta, role), api.LABEL_IMAGE: image_label(spec.instance.image), **queue_labels},
             "annotations": {
                 "swerollout.io/attempt": str(attempt),
                 api.ANNOTATION_EGRESS: _egress(rollout, settings, role),
+                **queue_annotations,
             },
             "ownerReferences": [owner_reference(meta)],
         },
         "spec": pod_spec,
     }
+
+
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+KUEUE_GROUP_COUNT = "kueue.x-k8s.io/pod-group-total-count"
+KUEUE_GROUP_SERVING = "kueue.x-k8s.io/pod-group-serving"
+
+
+def pod_group(meta: dict[str, Any]) -> tuple[str, int] | None:
+    """The rollout's GRPO group as a Kueue pod group: (name, members), from the labels the
+    client's submit_batch sets (batch, sample, group size); None for a rollout made otherwise."""
+    labels = meta.get("labels") or {}
+    batch, sample, size = labels.get(api.LABEL_BATCH), labels.get(api.LABEL_SAMPLE), labels.get(api.LABEL_GROUP_SIZE)
+    if not (batch and sample and size and size.isdigit() and int(size) >= 1):
+        return None
+    return rollout_label(f"{batch}-{sample}"), int(size)
+
+
+def kueue_metadata(
+    spec: api.SWERolloutSpec, meta: dict[str, Any], settings: OperatorSettings, *, role: str, attempt: int
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Labels and annotations that put the pod into Kueue's plain-Pod integration, if a queue
+    is named (spec.sandbox.queueName, else --default-queue-name).
+
+    The first pods of a GRPO group are one pod group: Kueue admits all of them or none, so a
+    half-admitted group never holds capacity a whole one could use. It is a serving group:
+    rollout pods never succeed on their own (the operator deletes them), so the group holds
+    its quota until every member's pod is gone, an aborted member's kept-alive pod included.
+    Eval pods and replay pods (attempt 2+, after a lost pod) are workloads of their own: a
+    lone pod cannot join a group that was admitted whole and has since let go of pods."""
+    queue = spec.sandbox.queue_name or settings.default_queue_name
+    if not queue:
+        return {}, {}
+    labels = {KUEUE_QUEUE_LABEL: queue}
+    annotations: dict[str, str] = {}
+    group = pod_group(meta) if role == "rollout" and attempt == 1 else None
+    if group is not None:
+        labels[KUEUE_GROUP_LABEL] = group[0]
+        annotations[KUEUE_GROUP_COUNT] = str(group[1])
+        annotations[KUEUE_GROUP_SERVING] = "true"
+    return labels, annotations

@@ -3,13 +3,19 @@
 A pod stuck pulling an image looks "Pending" forever; users of other systems
 report exactly that silent hang. Here every waiting reason that will not fix
 itself is turned into a failure that names the container, the image and the
-reason.
+reason. A pod that waits for capacity (no node fits it, Kueue has not admitted it)
+says so too (`waits_for`), so the rollout reads Queued with the reason.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from swerollout.api.v1alpha1 import QueueReason
+
+KUEUE_GATE = "kueue.x-k8s.io/admission"
+"""The scheduling gate Kueue's pod webhook puts on the pods it manages."""
 
 # Waiting reasons that do not resolve by waiting longer.
 FATAL_WAITING = frozenset(
@@ -35,6 +41,8 @@ class PodState:
     message: str
     pod_ip: str | None
     node_name: str | None
+    waits_for: QueueReason | None = None
+    """The pod waits for capacity (a node, Kueue's admission): the rollout reads Queued."""
 
 
 def _statuses(pod: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
@@ -90,12 +98,23 @@ def read_pod(pod: dict[str, Any]) -> PodState:
             )
             return PodState(False, True, "ContainerExited", message, ip, node)
 
+    gates = [g.get("name", "") for g in (pod.get("spec") or {}).get("schedulingGates") or []]
+    if gates and not node:
+        # Kueue gates a pod it manages until its workload (the pod, or its whole pod group)
+        # is admitted by the LocalQueue's ClusterQueue; no scheduler looks at it before.
+        by_kueue = KUEUE_GATE in gates
+        message = f"held by scheduling gate {', '.join(gates)}" + (
+            " until Kueue admits its workload (kubectl get workloads shows why it waits)" if by_kueue else ""
+        )
+        return PodState(False, False, "SchedulingGated", message, ip, node, QueueReason.AWAITING_ADMISSION)
     conditions = {c.get("type"): c for c in status.get("conditions") or []}
     ready = conditions.get("Ready", {}).get("status") == "True"
     if not ready:
         scheduled = conditions.get("PodScheduled", {})
         if scheduled.get("status") == "False":
-            return PodState(
-                False, False, scheduled.get("reason") or "Unschedulable", scheduled.get("message", ""), ip, node
-            )
+            reason = scheduled.get("reason") or "Unschedulable"
+            # The scheduler retries an unschedulable pod as the cluster changes: a wait for
+            # capacity, not a failure (its message names what no node has).
+            waits = {"Unschedulable": QueueReason.UNSCHEDULABLE, "SchedulingGated": QueueReason.AWAITING_ADMISSION}
+            return PodState(False, False, reason, scheduled.get("message", ""), ip, node, waits.get(reason))
     return PodState(ready, False, "PodReady" if ready else "ContainersNotReady", "", ip, node)

@@ -31,10 +31,10 @@ from swerollout.wire.ingest import Ack, Assignment, AssignmentKind, ProgressRepo
 from . import phases, podspec, warm
 from .assignments import assignment_for
 from .cache import BatchCache, BatchState, PodCache, RolloutCache, Tracked, controller_uid
-from .deadlines import deadline_passed, keepalive_expired, startup_overdue, utcnow
+from .deadlines import deadline_passed, keepalive_expired, queue_overdue, startup_overdue, utcnow
 from .events import post_event
 from .metrics import OperatorMetrics
-from .objects import Objects, Rejected
+from .objects import Objects, QuotaRefused, Rejected
 from .phases import IllegalTransition, Trigger
 from .podstatus import PodState, read_pod
 from .progress import ProgressCoalescer
@@ -47,6 +47,12 @@ MAX_EVAL_ATTEMPTS = 2
 MAX_ROLLOUT_ATTEMPTS = 5
 # Events are best effort and written in the background, at most this many at once.
 EVENT_WRITERS = 8
+QUOTA_RETRY_MAX_SECONDS = 30.0
+"""A pod refused for quota is created again after 2, 4, ... seconds, at most this far apart."""
+QUOTA_WAKE_PER_POD = 2
+QUOTA_WAKE_DELAY_SECONDS = 1.0
+"""After one of our pods is deleted, this many quota waiters of its namespace retry after this
+delay (the quota controller counts the pod out first; a few spare tries cover pods of others)."""
 PARSED_IDLE_SECONDS = 60.0
 """A rollout whose parsed spec and status nobody read for this long holds neither (memory
 at thousands of rollouts at rest); a burst's passes all fall well inside it."""
@@ -333,6 +339,13 @@ class Reconciler:
                 raise
             except Rejected as exc:
                 await self.transition(entry, Trigger.FAILED, reason=exc.reason, message=str(exc), warning=True)
+            except QuotaRefused as exc:
+                # An eval or replay pod (a first pod makes the rollout Queued instead): the
+                # phase stays, the message says why, and the create is tried again.
+                message = phases.cut_message(f"waiting for quota: {exc}")
+                if entry.status.get("message") != message:
+                    await self.write_status(entry, {"message": message})
+                self._retry_for_quota(entry)
             changed = entry.phase != before
         await self.notify(entry)
         if changed:
@@ -349,8 +362,11 @@ class Reconciler:
         if startup_overdue(entry):
             await self._startup_timeout(entry)
             return
+        if queue_overdue(entry):
+            await self._queue_timeout(entry)
+            return
         await self.objects.ensure_secret(entry)
-        if phase in (Phase.PENDING, Phase.STARTING):
+        if phase in (Phase.PENDING, Phase.QUEUED, Phase.STARTING):
             await self._ensure_started(entry)
         elif phase == Phase.PREPARED:
             await warm.reconcile_prepared(self, entry)
@@ -400,8 +416,13 @@ class Reconciler:
 
     async def _ensure_started(self, entry: Tracked) -> None:
         attempt = max(1, entry.rollout_status.attempts)
-        if entry.phase == Phase.PENDING:
-            pod = await self.objects.ensure_pod(entry, attempt, role="rollout")
+        if entry.phase == Phase.PENDING or (entry.phase == Phase.QUEUED and _pod_name(entry) is None):
+            try:
+                pod = await self.objects.ensure_pod(entry, attempt, role="rollout")
+            except QuotaRefused as exc:
+                await self._queue(entry, api.QueueReason.QUOTA_EXCEEDED, str(exc))
+                self._retry_for_quota(entry)
+                return
             entry.pod_created_at = time.monotonic()
             handle = _sandbox(pod_name=pod["metadata"]["name"], pod_uid=pod["metadata"]["uid"])
             await self.transition(
@@ -445,6 +466,49 @@ class Reconciler:
                 message=f"pod {pod['metadata']['name']} is ready on {state.node_name}",
                 extra={"sandbox": _handle(pod, state)},
             )
+        elif state.waits_for is not None:
+            await self._queue(entry, state.waits_for, f"pod {pod['metadata']['name']}: {state.message or state.reason}")
+        elif entry.phase == Phase.QUEUED:
+            where = f" on {state.node_name}" if state.node_name else ""
+            await self.transition(
+                entry,
+                Trigger.DEQUEUED,
+                reason="CapacityFound",
+                message=f"pod {pod['metadata']['name']} placed{where}; waiting for the sandbox",
+            )
+
+    async def _queue(self, entry: Tracked, why: api.QueueReason, detail: str) -> None:
+        """Queued for `why`; written once per reason, not once per retry."""
+        queue = entry.rollout_status.queue
+        if entry.phase == Phase.QUEUED and queue is not None and queue.reason == why:
+            return
+        limit = entry.rollout_spec.sandbox.queue_timeout_seconds
+        bound = f"up to queueTimeoutSeconds ({limit}s)" if limit else "with no limit (spec.sandbox.queueTimeoutSeconds)"
+        await self.transition(
+            entry,
+            Trigger.QUEUED,
+            reason=why.value,
+            message=f"waiting for capacity, {bound}; startupTimeoutSeconds does not count the wait: {detail}",
+        )
+
+    def _retry_for_quota(self, entry: Tracked) -> None:
+        # Nothing announces freed quota (another team's pod may free it), so the create is
+        # tried again, sooner when one of our own pods goes (wake_quota_waiters).
+        entry.quota_retries += 1
+        self.requeue_after(entry.uid, min(QUOTA_RETRY_MAX_SECONDS, 2.0 ** min(entry.quota_retries, 5)))
+
+    def wake_quota_waiters(self, namespace: str) -> None:
+        """One of our pods in `namespace` is gone, which may free quota: the rollouts that
+        wait longest for it there try their create again (soon, once the quota controller
+        has counted the pod out), not all of them at once."""
+        waiting = [
+            e
+            for e in self.rollouts.entries.values()
+            if e.namespace == namespace and e.quota_retries and not e.phase.is_terminal
+        ]
+        waiting.sort(key=lambda e: (str(e.body["metadata"].get("creationTimestamp", "")), e.name))
+        for entry in waiting[:QUOTA_WAKE_PER_POD]:
+            self.requeue_after(entry.uid, QUOTA_WAKE_DELAY_SECONDS)
 
     async def _check_running(self, entry: Tracked) -> None:
         pod, state, gone = await self.sandbox_pod(entry)
@@ -568,6 +632,19 @@ class Reconciler:
             attempt=attempt, pod_name=pod["metadata"]["name"], started_at=utcnow().replace(microsecond=0)
         )
         await self.write_status(entry, {"evaluation": state_patch.to_patch()})
+
+    async def _queue_timeout(self, entry: Tracked) -> None:
+        queue = entry.rollout_status.queue
+        limit = entry.rollout_spec.sandbox.queue_timeout_seconds
+        why = queue.reason.value if queue is not None and queue.reason is not None else "capacity"
+        self.metrics.startup_failures.labels("QueueTimeout").inc()
+        await self.transition(
+            entry,
+            Trigger.STARTUP_FAILED,
+            reason="QueueTimeout",
+            message=f"waited queueTimeoutSeconds ({limit}s) for capacity ({why}): {entry.status.get('message', '')}",
+            warning=True,
+        )
 
     async def _startup_timeout(self, entry: Tracked) -> None:
         pod_name = _pod_name(entry) or podspec.rollout_pod_name(entry.name, 1)

@@ -88,5 +88,10 @@ class OperatorSettings(BaseModel):
     """How long a runner told by its batch to abort or resume has to report it before its
     rollout's pass looks (writing Resuming for a silent one); a report asks for the pass
     at once. So a batch resume costs one status write per member, not two."""
+    default_queue_name: str | None = Field(
+        default=None, min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+    )
+    """Kueue LocalQueue for the pods of rollouts that name none (spec.sandbox.queueName);
+    unset: such pods do not use Kueue."""
     keep_failed_pods: bool = False
     """Keep the pods of Failed rollouts for debugging instead of deleting them."""

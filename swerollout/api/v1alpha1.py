@@ -51,6 +51,10 @@ BATCH_SHORT_NAMES = ["swerb"]
 # Labels the operator and the client put on objects.
 LABEL_BATCH = "swerollout.io/batch"
 LABEL_MEMBER = "swerollout.io/member"
+LABEL_SAMPLE = "swerollout.io/sample"
+LABEL_GROUP_SIZE = "swerollout.io/group-size"
+"""Members of the rollout's GRPO group (same batch and sample), set by the client's submit_batch:
+with a Kueue queue the group's pods form one pod group of this many (admitted whole)."""
 LABEL_ROLLOUT = "swerollout.io/rollout"
 LABEL_COMPONENT = "swerollout.io/component"
 # On a rollout/eval pod: a short hash of its task image, so pods of one image prefer the
@@ -147,6 +151,14 @@ LabelValue = Annotated[
         "must be a label value: at most 63 characters of a-z, A-Z, 0-9, '-', '_', '.', starting and ending alphanumeric",
     ),
 ]
+QueueName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=63),
+    pattern_rule(
+        formats.DNS_SUBDOMAIN,
+        "must be a Kueue LocalQueue name: at most 63 lowercase characters a-z, 0-9, '-', '.', e.g. team-a",
+    ),
+]
 HttpUrl = Annotated[
     str,
     StringConstraints(min_length=1, max_length=2048),
@@ -161,6 +173,8 @@ class Phase(str, Enum):
     """Where a rollout is in its life. The transitions live in the operator's phase machine."""
 
     PENDING = "Pending"
+    QUEUED = "Queued"
+    """Waiting for capacity: a ResourceQuota refuses the pod, no node can take it, or Kueue has not admitted it."""
     STARTING = "Starting"
     PREPARED = "Prepared"
     """Suspended before its first run: the pod and sandbox are up and the runner holds the
@@ -712,7 +726,11 @@ class SandboxSpec(ApiModel):
     image_pull_secrets: list[DnsSubdomain] = Field(default_factory=list, max_length=8, json_schema_extra=_SET)
     """Names of Secrets in the namespace used to pull the task image."""
     startup_timeout_seconds: int = Field(default=600, ge=10, le=86400)
-    """How long the pod may take to become ready before the rollout fails with the reason (image pull, scheduling)."""
+    """How long the pod may take to become ready before the rollout fails with the reason (image pull, init container). Time spent Queued (waiting for quota, a node or Kueue's admission) does not count."""
+    queue_timeout_seconds: int | None = Field(default=None, ge=10, le=30 * 86400)
+    """How long the rollout may wait Queued for capacity, over all its waits, before it fails with reason QueueTimeout. Unset (the default): no limit."""
+    queue_name: QueueName | None = None
+    """Kueue LocalQueue the rollout's pods join (label `kueue.x-k8s.io/queue-name`); the members of one GRPO group (batch and sample) form one pod group, admitted whole or not at all. Unset: the operator's `--default-queue-name` (chart value `operator.queueName`), or no Kueue."""
     keep_alive_seconds_after_abort: int = Field(default=1800, ge=0, le=7 * 86400)
     """How long an aborted rollout keeps its live pod for a resume on the same sandbox; after that the pod is reclaimed."""
     prepared_timeout_seconds: int = Field(default=1800, ge=0, le=7 * 86400)
@@ -936,6 +954,28 @@ class EvaluationState(ApiModel):
     started_at: datetime | None = None
 
 
+class QueueReason(str, Enum):
+    """Why a rollout is Queued (status.queue.reason, and the reason of its SandboxReady condition)."""
+
+    QUOTA_EXCEEDED = "QuotaExceeded"
+    """Set when the API server refuses the pod for a ResourceQuota of the namespace (403 exceeded quota)."""
+    UNSCHEDULABLE = "Unschedulable"
+    """Set when the scheduler finds no node for the pod (PodScheduled=False, reason Unschedulable)."""
+    AWAITING_ADMISSION = "AwaitingAdmission"
+    """Set when the pod is held by a scheduling gate, Kueue's until its workload is admitted."""
+
+
+class QueueState(ApiModel):
+    """Waiting for capacity. The time spent Queued does not count against startupTimeoutSeconds; queueTimeoutSeconds bounds it."""
+
+    reason: QueueReason | None = None
+    """Why the rollout waits now; unset when it does not wait."""
+    queued_at: datetime | None = None
+    """When the current wait began; unset when it does not wait."""
+    waited_seconds: int = Field(default=0, ge=0)
+    """Seconds spent in waits that ended (the current one not included)."""
+
+
 class RewardStatus(ApiModel):
     """The graded outcome."""
 
@@ -966,6 +1006,7 @@ class SWERolloutStatus(ApiModel):
     replay: bool = False
     """The current pod replaced a lost one: the runner replays the recorded actions before resuming."""
     sandbox: SandboxHandle | None = None
+    queue: QueueState | None = None
     progress: Progress | None = None
     partial: Partial | None = None
     result: Result | None = None

@@ -1,6 +1,7 @@
 """`swerollout watch --batch NAME`: live progress of a batch until every rollout finished.
 
-Shows rollouts per phase, how many unfinished ones are suspended (by their own flag or
+Shows rollouts per phase, how many wait for capacity and why (Queued: quota, no node,
+Kueue's admission), how many unfinished ones are suspended (by their own flag or
 their batch's), generated tokens and tokens per second, rewards and
 resolved counts. The final line counts the finished rollouts per trainer status
 (completed, truncated, failed), the same statuses `results` and the client's records
@@ -40,6 +41,7 @@ def summary_table(state: BatchProgress, tokens_per_second: float) -> Table:
     table = Table(title=f"batch {state.batch}", box=None, header_style="bold")
     for phase in Phase:
         table.add_column(phase.value, justify="right")
+    table.add_column("queued for", justify="left")
     table.add_column("suspended", justify="right")
     table.add_column("tokens", justify="right")
     table.add_column("tok/s", justify="right")
@@ -49,6 +51,7 @@ def summary_table(state: BatchProgress, tokens_per_second: float) -> Table:
     rewards = state.rewards
     table.add_row(
         *(str(phases.get(p.value, 0)) for p in Phase),
+        ", ".join(f"{n} {why}" for why, n in sorted(state.queued_by_reason.items())) or "-",
         str(state.suspended),
         str(state.generated_tokens),
         f"{tokens_per_second:.1f}",
@@ -65,9 +68,8 @@ def members_table(state: BatchProgress) -> Table:
     for m in state.members:
         reward = "" if m.reward is None else f"{m.reward:g}"
         suspended = m.suspended_by if not m.phase.is_terminal else ""
-        table.add_row(
-            m.name, m.phase.value, str(m.turns), str(m.generated_tokens), m.exit_status or "", reward, suspended
-        )
+        phase = f"{m.phase.value} ({m.queue_reason})" if m.queue_reason else m.phase.value
+        table.add_row(m.name, phase, str(m.turns), str(m.generated_tokens), m.exit_status or "", reward, suspended)
     return table
 
 

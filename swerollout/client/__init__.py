@@ -18,6 +18,7 @@ use ``submit_one`` and ``result(name)`` (one shared watch per client serves ever
 so submitting the same batch again changes nothing.
 """
 
+from swerollout.api.v1alpha1 import LABEL_SAMPLE
 from swerollout.client.aclient import FIELD_MANAGER, AsyncRolloutClient, check_inference_endpoint
 from swerollout.client.errors import (
     ClientConfigError,
@@ -35,7 +36,6 @@ from swerollout.client.naming import check_batch_name, rollout_name
 from swerollout.client.progress import BatchProgress, MemberState
 from swerollout.client.records import (
     ANNOTATION_TRAINER_LABELS,
-    LABEL_SAMPLE,
     RolloutRecord,
     TrainerStatus,
     align_routed_experts,

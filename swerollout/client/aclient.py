@@ -35,7 +35,9 @@ from swerollout.api.v1alpha1 import (
     GROUP,
     KIND,
     LABEL_BATCH,
+    LABEL_GROUP_SIZE,
     LABEL_MEMBER,
+    LABEL_SAMPLE,
     PLURAL,
     VERSION,
     Agent,
@@ -70,7 +72,6 @@ from swerollout.client.progress import BatchProgress
 from swerollout.client.records import (
     ANNOTATION_INSTANCE_ID,
     ANNOTATION_TRAINER_LABELS,
-    LABEL_SAMPLE,
     RolloutRecord,
     build_record,
     parse_status,
@@ -97,7 +98,7 @@ from swerollout.tokenizer_check import ordinary_text_problem
 from swerollout.wire.trajectory import Trajectory
 
 FIELD_MANAGER = "swerollout-client"
-RESERVED_LABELS = (LABEL_BATCH, LABEL_MEMBER, LABEL_SAMPLE)
+RESERVED_LABELS = (LABEL_BATCH, LABEL_MEMBER, LABEL_SAMPLE, LABEL_GROUP_SIZE)
 InstanceLike = Instance | SWEBenchInstance | Mapping[str, Any]
 Object = dict[str, Any]
 T = TypeVar("T")
@@ -558,6 +559,7 @@ class AsyncRolloutClient:
                         member_spec,
                         extra_labels,
                         per_sample_labels[sample] if per_sample_labels is not None else None,
+                        group_size=group_size,
                     )
                 )
         return await self._apply(bodies)
@@ -711,6 +713,8 @@ class AsyncRolloutClient:
         spec: Object,
         labels: Mapping[str, str],
         trainer_annotation: str | None = None,
+        *,
+        group_size: int | None = None,
     ) -> Object:
         try:
             name = rollout_name(batch, sample, member)
@@ -719,13 +723,17 @@ class AsyncRolloutClient:
         annotations = {ANNOTATION_INSTANCE_ID: instance_id}
         if trainer_annotation is not None:
             annotations[ANNOTATION_TRAINER_LABELS] = trainer_annotation
+        identity = {LABEL_BATCH: batch, LABEL_SAMPLE: str(sample), LABEL_MEMBER: str(member)}
+        if group_size is not None:
+            # The whole group is known here (submit_batch): under Kueue its pods are one pod group.
+            identity[LABEL_GROUP_SIZE] = str(group_size)
         return {
             "apiVersion": API_VERSION,
             "kind": KIND,
             "metadata": {
                 "name": name,
                 "namespace": self.namespace,
-                "labels": {**labels, LABEL_BATCH: batch, LABEL_SAMPLE: str(sample), LABEL_MEMBER: str(member)},
+                "labels": {**labels, **identity},
                 "annotations": annotations,
             },
             "spec": spec,

@@ -31,6 +31,8 @@ class MemberState:
     """The operator's summary of the latest phase change (why it failed, for example)."""
     status: TrainerStatus = TrainerStatus.ABORTED
     """What the trainer's records say of this member (`results`, the client's records)."""
+    queue_reason: str = ""
+    """Why a Queued member waits (QuotaExceeded, Unschedulable, AwaitingAdmission); '' otherwise."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,16 @@ class BatchProgress:
     def suspended(self) -> int:
         """Unfinished members that are suspended (by their own flag or their batch's)."""
         return sum(1 for m in self.members if m.suspend and not m.phase.is_terminal)
+
+    @property
+    def queued(self) -> int:
+        """Members waiting for capacity (phase Queued: quota, no node, Kueue's admission)."""
+        return sum(1 for m in self.members if m.phase is Phase.QUEUED)
+
+    @property
+    def queued_by_reason(self) -> dict[str, int]:
+        """Queued members per reason, e.g. {"QuotaExceeded": 2}."""
+        return dict(Counter(m.queue_reason for m in self.members if m.phase is Phase.QUEUED))
 
     @property
     def generated_tokens(self) -> int:
@@ -123,6 +135,7 @@ def member_state(obj: dict[str, Any], batches: Mapping[str, SWERolloutBatchSpec]
         suspend=is_suspended(own, batch),
         suspended_by=suspended_by(own, batch, owner),
         message=status.message,
+        queue_reason=status.queue.reason.value if status.queue and status.queue.reason else "",
         status=trainer_status(
             status.phase,
             result.exit_status if result else None,

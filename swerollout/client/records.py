@@ -17,6 +17,7 @@ from swerollout.api.base import one_line
 from swerollout.api.v1alpha1 import (
     LABEL_BATCH,
     LABEL_MEMBER,
+    LABEL_SAMPLE,
     ConditionStatus,
     ConditionType,
     Partial,
@@ -27,7 +28,6 @@ from swerollout.client.errors import ClientError
 from swerollout.exit_status import is_failed_run, is_truncated
 from swerollout.wire.trajectory import Trajectory
 
-LABEL_SAMPLE = "swerollout.io/sample"
 ANNOTATION_INSTANCE_ID = "swerollout.io/instance-id"
 ANNOTATION_TRAINER_LABELS = "swerollout.io/trainer-labels"
 """JSON object of the trainer's own ids for the sample (``trainer_labels=`` at submit)."""

@@ -136,6 +136,7 @@ def test_operator_args_parse(helm_bin: Callable[..., Any]) -> None:
         assert settings.ingest_port == 8081 and settings.store_url == "file:///data"
         # Flags carry the settings' own names, so every value lands where the chart meant it.
         assert settings.cluster_wide is settings.keep_failed_pods is bool(values)
+        assert settings.default_queue_name is None, "no Kueue unless a queue is named"
         assert settings.namespaces == ([] if values else ["swer-system"])
     (deploy,) = by_kind(
         render(
@@ -148,10 +149,13 @@ def test_operator_args_parse(helm_bin: Callable[..., Any]) -> None:
             'operator.podTolerations=[{"key":"gpu","operator":"Exists"}]',
             "--set-json",
             'operator.podNodeSelector={"pool":"rl"}',
+            "--set",
+            "operator.queueName=team-a",
         ),
         "Deployment",
     )
     settings, _, _ = parse_args(deploy["spec"]["template"]["spec"]["containers"][0]["args"])
+    assert settings.default_queue_name == "team-a"
     assert settings.store_url == "s3://b/swerollout/"
     assert settings.extra_tolerations == [{"key": "gpu", "operator": "Exists"}]
     assert settings.extra_node_selector == {"pool": "rl"}

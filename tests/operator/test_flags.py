@@ -36,6 +36,7 @@ NON_DEFAULT: dict[str, tuple[list[str], object]] = {
     "workers": (["--workers", "4"], 4),
     "status_coalesce_seconds": (["--status-coalesce-seconds", "0.5"], 0.5),
     "runner_report_grace_seconds": (["--runner-report-grace-seconds", "30"], 30.0),
+    "default_queue_name": (["--default-queue-name", "team-a"], "team-a"),
     "keep_failed_pods": (["--keep-failed-pods"], True),
 }
 

@@ -28,9 +28,9 @@ import pytest
 from agent_runner.model import FinishReason
 from agent_runner.rl_model import RLTokenModel
 from agent_runner.sglang import RetryPolicy, SamplingParams, SGLangClient
-from swerollout.api.v1alpha1 import LABEL_BATCH, LABEL_MEMBER
+from swerollout.api.v1alpha1 import LABEL_BATCH, LABEL_MEMBER, LABEL_SAMPLE
 from swerollout.cli.results import write_jsonl, write_parquet
-from swerollout.client.records import ANNOTATION_INSTANCE_ID, LABEL_SAMPLE, RolloutRecord, build_record
+from swerollout.client.records import ANNOTATION_INSTANCE_ID, RolloutRecord, build_record
 from swerollout.tokenizers import load_tokenizer
 from swerollout.wire.trajectory import Trajectory
 from swerollout_dev.policy_server.launch import launch
