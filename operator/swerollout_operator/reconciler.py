@@ -50,7 +50,7 @@ EVENT_WRITERS = 8
 QUOTA_RETRY_MAX_SECONDS = 30.0
 """A pod refused for quota is created again after 2, 4, ... seconds, at most this far apart."""
 QUOTA_WAKE_PER_POD = 2
-QUOTA_WAKE_DELAY_SECONDS = 1.0
+QUOTA_WAKE_DELAY_SECONDS = 2.0
 """After one of our pods is deleted, this many quota waiters of its namespace retry after this
 delay (the quota controller counts the pod out first; a few spare tries cover pods of others)."""
 PARSED_IDLE_SECONDS = 60.0
@@ -508,6 +508,7 @@ class Reconciler:
         ]
         waiting.sort(key=lambda e: (str(e.body["metadata"].get("creationTimestamp", "")), e.name))
         for entry in waiting[:QUOTA_WAKE_PER_POD]:
+            entry.quota_retries = 1  # refused once more, the next try comes soon again
             self.requeue_after(entry.uid, QUOTA_WAKE_DELAY_SECONDS)
 
     async def _check_running(self, entry: Tracked) -> None:

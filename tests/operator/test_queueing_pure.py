@@ -211,3 +211,21 @@ def test_batch_progress_counts_queued_members_by_reason() -> None:
     assert progress.queued == 3 and progress.phases["Queued"] == 3
     assert progress.queued_by_reason == {"QuotaExceeded": 2, "AwaitingAdmission": 1}
     assert [m.queue_reason for m in progress.members] == ["", "QuotaExceeded", "QuotaExceeded", "AwaitingAdmission"]
+
+
+def test_swerollout_watch_shows_the_queued_counts_and_reasons() -> None:
+    from rich.console import Console
+
+    from swerollout.cli.watch import members_table, summary_table
+
+    objects = [
+        {"metadata": {"name": f"b-0-{m}"}, "status": {"phase": "Queued", "queue": {"reason": "QuotaExceeded"}}}
+        for m in range(3)
+    ] + [{"metadata": {"name": "b-0-3"}, "status": {"phase": "Running"}}]
+    state = BatchProgress.from_objects("b", objects)
+    console = Console(width=250, record=True)
+    console.print(summary_table(state, 0.0))
+    console.print(members_table(state))
+    text = console.export_text()
+    assert "queued for" in text and "3 QuotaExceeded" in text
+    assert "Queued (QuotaExceeded)" in text

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from swerollout.api.v1alpha1 import LABEL_BATCH, LABEL_MEMBER
+from swerollout.api.v1alpha1 import LABEL_BATCH, LABEL_GROUP_SIZE, LABEL_MEMBER
 from swerollout.client import FIELD_MANAGER, LABEL_SAMPLE, AsyncRolloutClient, ClientConfigError
 from swerollout.kube import SWEROLLOUTBATCHES, SWEROLLOUTS, AsyncKubeClient, ResourceType, load_kubeconfig
 from swerollout.store import ResultStore
@@ -36,6 +36,7 @@ async def test_submit_creates_samples_times_members_with_names_and_labels(
         labels = obj["metadata"]["labels"]
         assert labels[LABEL_BATCH] == "step-7"
         assert labels[LABEL_SAMPLE] == sample and labels[LABEL_MEMBER] == member
+        assert labels[LABEL_GROUP_SIZE] == "2", "the group's size: under Kueue its pods are one pod group"
         assert labels["team"] == "rl"
         assert obj["spec"]["instance"]["instanceId"] == f"demo__lib-{sample}"
         assert obj["spec"]["inference"]["weightVersion"] == "w-11"
