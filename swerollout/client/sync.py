@@ -11,6 +11,8 @@ the loop free. Progress callbacks of ``wait`` run in the portal thread.
 from __future__ import annotations
 
 import os
+import threading
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from types import TracebackType
@@ -28,6 +30,15 @@ T = TypeVar("T")
 
 async def _await(awaitable: Awaitable[T]) -> T:
     return await awaitable
+
+
+def _closer(ref: weakref.ReferenceType[RolloutClient]) -> Callable[[], None]:
+    def close() -> None:
+        client = ref()
+        if client is not None:
+            client.close()
+
+    return close
 
 
 class RolloutClient:
@@ -51,7 +62,13 @@ class RolloutClient:
         except BaseException as exc:
             portal_cm.__exit__(type(exc), exc, exc.__traceback__)
             raise
-        return cls(inner, portal, portal_cm)
+        client = cls(inner, portal, portal_cm)
+        # A script that ends without close() would never exit: the portal's thread is not a
+        # daemon, and the interpreter waits for it before any atexit hook runs. threading's
+        # own pre-join hooks run first (concurrent.futures stops its workers there), so
+        # close what is still open there. Weak: an exit hook must not keep a client alive.
+        threading._register_atexit(_closer(weakref.ref(client)))  # type: ignore[attr-defined]
+        return client
 
     @classmethod
     def connect(
