@@ -275,7 +275,7 @@ async def one_size(n: int) -> dict[str, Any]:
     others = Counter(
         {
             "POST swerollouts": n,
-            "POST pods/binding": binder.bound,
+            "POST pods/binding": binder.posted,
             # KWOK's final delete of every pod the operator deleted (the operator counts its own).
             "DELETE pods": writes["DELETE pods"] - own["DELETE"],
         }

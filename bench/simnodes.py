@@ -142,6 +142,8 @@ class Binder:
         self.namespace = namespace
         self.nodes = nodes
         self.bound = 0
+        self.posted = 0
+        """Binding requests sent (a relist may send one for a pod bound meanwhile: refused)."""
         self._next = 0
         self._sem = asyncio.Semaphore(parallel)
         self._task: asyncio.Task[None] | None = None
@@ -170,6 +172,7 @@ class Binder:
 
     async def _bind(self, name: str, uid: str, node: str) -> None:
         async with self._sem:
+            self.posted += 1
             try:
                 await self.kube.bind_pod(self.namespace, name, node, pod_uid=uid)
                 self.bound += 1
