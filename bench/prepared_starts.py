@@ -5,8 +5,13 @@ Both batches are the bundled tasks x G oracle rollouts behind a recording proxy 
 when each rollout's first /generate arrives (bench.realnode_steps.GenerateRecorder):
 
 - cold:     submit the batch; seconds from the submit to each rollout's first /generate;
-- prepared: submit it with `prepared=True`, wait until every member is Prepared, then
-            `resume(batch)`; seconds from the resume call to each first /generate.
+- prepared: submit it with `prepared=True` and `reward.prewarm`, wait until every member
+            is Prepared, then `resume(batch)`; seconds from the resume call to each first
+            /generate.
+
+From the runner's finish to the reward, per rollout: the Evaluated condition's time minus
+the Generating condition's (it turns false at the finish); whole seconds, as conditions
+are stamped.
 
 Both batches run to the end and must earn the same rewards (the oracle resolves every
 task). Also printed: each batch's wall time from its go to its last reward.
@@ -20,6 +25,7 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -66,10 +72,27 @@ def _until_done(kube: KubeClient, recorder: GenerateRecorder, batch: str, go: fl
             raise RuntimeError(f"batch {batch} not done after {TIMEOUT:.0f}s: {phases}")
         time.sleep(POLL)
     rewards = {n: ((o.get("status") or {}).get("reward") or {}).get("value") for n, o in objects.items()}
+    to_reward = [_finish_to_reward(o.get("status") or {}) for o in objects.values()]
     failed = [n for n, p in phases.items() if p != "Succeeded"]
     if failed:
         raise RuntimeError(f"batch {batch}: {failed} did not succeed")
-    return {"first": first, "wall": wall, "rewards": rewards}
+    return {
+        "first": first,
+        "wall": wall,
+        "rewards": rewards,
+        "finish_to_reward": [t for t in to_reward if t is not None],
+    }
+
+
+def _finish_to_reward(status: dict[str, Any]) -> float | None:
+    times = {c["type"]: c["lastTransitionTime"] for c in status.get("conditions") or []}
+    if "Evaluated" not in times or "Generating" not in times:
+        return None
+    return _stamp(times["Evaluated"]) - _stamp(times["Generating"])
+
+
+def _stamp(value: str) -> float:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
 def run_batches(
@@ -88,7 +111,15 @@ def run_batches(
         out["cold"] = _until_done(kube, recorder, "bench-cold", go)
 
         started = time.monotonic()
-        client.submit_batch(tasks, group, batch="bench-warm", inference=inference, sandbox=sandbox, prepared=True)
+        client.submit_batch(
+            tasks,
+            group,
+            batch="bench-warm",
+            inference=inference,
+            sandbox=sandbox,
+            reward={"prewarm": True},
+            prepared=True,
+        )
         prepared = client.wait_prepared("bench-warm", timeout=TIMEOUT)
         out["prepare_seconds"] = time.monotonic() - started
         if len(prepared) != len(tasks) * group:
@@ -114,6 +145,8 @@ def figures(out: dict[str, Any]) -> dict[str, float]:
         "cold_create_to_generate_p50_s": statistics.median(cold),
         "cold_create_to_generate_p99_s": _quantile(cold, 0.99),
         "prepare_seconds": out["prepare_seconds"],
+        "cold_finish_to_reward_p50_s": statistics.median(out["cold"]["finish_to_reward"]),
+        "prewarmed_finish_to_reward_p50_s": statistics.median(out["prepared"]["finish_to_reward"]),
         "cold_batch_wall_s": out["cold"]["wall"],
         "prepared_batch_wall_s": out["prepared"]["wall"],
     }
@@ -150,6 +183,8 @@ def report(f: dict[str, float]) -> str:
             f"p99 {f['cold_create_to_generate_p99_s']:.2f} s",
             f"  prepared go     -> first /generate  p50 {f['prepared_go_to_generate_p50_s'] * 1000:.0f} ms, "
             f"p99 {f['prepared_go_to_generate_p99_s'] * 1000:.0f} ms  ({ratio:.0f}x sooner at p50)",
+            f"  runner finish -> reward p50: cold eval pod {f['cold_finish_to_reward_p50_s']:.0f} s, "
+            f"prewarmed {f['prewarmed_finish_to_reward_p50_s']:.0f} s (whole seconds)",
             f"  preparing took {f['prepare_seconds']:.1f} s (off the step's critical path); batch wall time "
             f"go -> last reward: cold {f['cold_batch_wall_s']:.1f} s, prepared {f['prepared_batch_wall_s']:.1f} s",
         ]
