@@ -38,11 +38,8 @@ SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", 
 # /etc is where a host keeps its secrets (shadow, TLS keys, /etc/kubernetes/admin.conf on a
 # kubeadm node); it is small enough to scan at every container start, /usr is not.
 _SCANNED_FOR_PRIVATE = ("/etc",)
-# The packages a runner image is made of, found where they are imported from. The dev
-# tooling is one: the environment the node agent maps runner images to has it installed,
-# and `swerollout` loads its command entry points (the init container runs
-# `swerollout sandbox-bundle install`), so its source must be as visible as the rest.
-_OWN_PACKAGES = ("swerollout", "agent_runner", "swerollout_operator", "swerollout_dev")
+# The packages a runner image is made of, found where they are imported from.
+_OWN_PACKAGES = ("swerollout", "agent_runner", "swerollout_operator")
 _REPLACED = (PurePosixPath("/proc"), PurePosixPath("/dev"), PurePosixPath("/tmp"))
 # Never visible to any container: host daemons keep their sockets here (containerd,
 # a `cluster up` node's containerd under /run/swerollout-cluster, dbus), and a read-only
