@@ -80,8 +80,12 @@ class AgentLoop:
         task: TaskInfo,
         *,
         on_step: StepCallback | None = None,
+        before_action: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.model = model
+        self.before_action = before_action
+        """Awaited before each action touches the sandbox (the checkpoint of the last
+        boundary must have read the working tree first)."""
         self.sandbox = sandbox
         self.config = config
         self.task = task
@@ -109,14 +113,17 @@ class AgentLoop:
         if not self.state.started:
             await self._start()
 
-    async def resume(self, state: LoopState) -> LoopResult:
-        """Continue from `state` (a fresh LoopState starts a new run)."""
+    async def resume(self, state: LoopState, *, fresh_sandbox: bool = False) -> LoopResult:
+        """Continue from `state` (a fresh LoopState starts a new run). `fresh_sandbox`: the
+        run moved to a new pod (a replay), whose shell is prepared again."""
         self.state = state.model_copy(deep=True)
         self._pause_requested = False
         self._editor = StrReplaceEditor(self.sandbox, self.state.editor_history, working_dir=self.task.working_dir)
         try:
             if not self.state.started:
                 await self._start()
+            elif fresh_sandbox:
+                await self._prepare_shell()
             while True:
                 turn = await self._next_turn()
                 if turn is None:
@@ -138,10 +145,7 @@ class AgentLoop:
     # -- one step ----------------------------------------------------------
 
     async def _start(self) -> None:
-        exports = "".join(f" && export {name}={shlex.quote(value)}" for name, value in self.config.tools.env.items())
-        prepared = await self.sandbox.run(f"cd {shlex.quote(self.task.working_dir)}{exports}", timeout=60)
-        if prepared.exit_code != 0:
-            raise SandboxError(f"cannot prepare the shell in {self.task.working_dir}: {prepared.output.strip()[:300]}")
+        await self._prepare_shell()
         self.model.add_messages(
             [
                 {"role": "system", "content": self._render("system_template")},
@@ -149,6 +153,12 @@ class AgentLoop:
             ]
         )
         self.state.started = True
+
+    async def _prepare_shell(self) -> None:
+        exports = "".join(f" && export {name}={shlex.quote(value)}" for name, value in self.config.tools.env.items())
+        prepared = await self.sandbox.run(f"cd {shlex.quote(self.task.working_dir)}{exports}", timeout=60)
+        if prepared.exit_code != 0:
+            raise SandboxError(f"cannot prepare the shell in {self.task.working_dir}: {prepared.output.strip()[:300]}")
 
     async def _next_turn(self) -> ModelTurn | None:
         """The model's next turn, or None when the run pauses (abort or request_pause)."""
@@ -186,6 +196,8 @@ class AgentLoop:
         self.state.requeries = 0
         if isinstance(action, SubmitAction):
             raise Submitted()
+        if self.before_action is not None:
+            await self.before_action()
         observation, exit_code, label = await self._execute(action)
         self.model.add_messages(self._reply(turn, observation))
         await self._report(StepInfo(state=self.state, action=label, observation=observation, exit_code=exit_code))

@@ -37,7 +37,9 @@ from swerollout.wire import ingest as wire
 from swerollout.wire.codec import decode, encode
 from swerollout.wire.runner_env import RunnerEnv, RunnerEnvError, RunnerRole
 
+from . import turn_checkpoints
 from .chat_model import chat_model_from_spec
+from .checkpoint import CheckpointWriter, Head
 from .config import ActionFormat, AgentConfig, AgentConfigError
 from .errors import ModelError, ModelUnavailableError
 from .eval import EvalRequest, evaluate
@@ -375,7 +377,10 @@ class Runner:
             await self._setup_failed(assignment, one_line(exc) if isinstance(exc, ValidationError) else str(exc))
             return None
         snapshot = await self.ingest.download(assignment.snapshot) if assignment.snapshot else None
+        head: Head | None = None
         try:
+            if snapshot is not None:
+                snapshot, head = await turn_checkpoints.restore(self.ingest, snapshot)
             inner, agent_state, client = self._model(spec, config, snapshot)
         except Exception as exc:  # noqa: BLE001 - a bad tokenizer name or endpoint must be reported, not crash-loop
             await self._setup_failed(assignment, f"{type(exc).__name__}: {exc}")
@@ -410,9 +415,24 @@ class Runner:
             outage_budget=float(spec.inference.outage_budget_seconds),
         )
         abortable.inference_aborts = int(agent_state.get("inference_aborts") or 0)
+        if assignment.replay and isinstance(inner, RLTokenModel):
+            loop_turns = int((agent_state.get("loop") or {}).get("turns") or 0)
+            inner.state.notes.append(turn_checkpoints.replay_note(assignment.attempt, loop_turns))
         task = TaskInfo.from_instance(instance, spec.agent.issue_image_mode).model_copy(update={"working_dir": workdir})
         reporter = _ProgressReporter(self.ingest, abortable)
-        loop = AgentLoop(abortable, self.sandbox, config, task, on_step=reporter.on_step)
+        on_step: Callable[[StepInfo], Awaitable[None]] = reporter.on_step
+        checkpoints: CheckpointWriter | None = None
+        if isinstance(inner, RLTokenModel):
+            # A checkpoint at every turn boundary, written while the next turn generates.
+            checkpoints = turn_checkpoints.writer(
+                self.sandbox, self.ingest, workdir=workdir, base_commit=instance.base_commit,
+                attempt=assignment.attempt, head=head, send=reporter.checkpointed,
+            )  # fmt: skip
+            on_step = _checkpointing(reporter, checkpoints, inner, abortable)
+        loop = AgentLoop(
+            abortable, self.sandbox, config, task, on_step=on_step,
+            before_action=checkpoints.settle if checkpoints else None,
+        )  # fmt: skip
         saved = agent_state.get("loop")
         return _Run(
             wire_spec=assignment.spec,
@@ -427,6 +447,8 @@ class Runner:
             notice=notice,
             limits_pending=limits_pending,
             state=LoopState.model_validate(saved) if saved else LoopState(),
+            checkpoints=checkpoints,
+            fresh_sandbox=assignment.replay and bool(saved),
         )
 
     async def _prepare(self, assignment: wire.Assignment) -> None:
@@ -484,9 +506,11 @@ class Runner:
         watcher = asyncio.create_task(self._watch_for_abort(assignment.id, abortable))
         started = time.monotonic()
         try:
-            result = await loop.resume(run.state)
+            result = await loop.resume(run.state, fresh_sandbox=run.fresh_sandbox)
         finally:
             watcher.cancel()
+            if run.checkpoints is not None:
+                await run.checkpoints.drain()
             if started_report is not None:
                 await started_report
         # The last progress goes out before the event that ends the run, so the
@@ -688,10 +712,28 @@ class _Run:
     notice: str
     limits_pending: bool
     state: LoopState
+    checkpoints: CheckpointWriter | None = None
+    """The run's per-turn checkpoint writer (token-tracking runs)."""
+    fresh_sandbox: bool = False
+    """A replay into a new pod: the shell is prepared again before the next turn."""
 
 
 def _without_weight_version(spec: dict[str, Any]) -> dict[str, Any]:
     return {**spec, "inference": {k: v for k, v in (spec.get("inference") or {}).items() if k != "weightVersion"}}
+
+
+def _checkpointing(
+    reporter: _ProgressReporter, checkpoints: CheckpointWriter, model: RLTokenModel, abortable: AbortableModel
+) -> Callable[[StepInfo], Awaitable[None]]:
+    """The step callback of a checkpointed run: capture first (before the next turn moves
+    the model on), then the progress report."""
+
+    async def on_step(info: StepInfo) -> None:
+        agent_state = {"loop": info.state.model_dump(mode="json"), "inference_aborts": abortable.inference_aborts}
+        checkpoints.capture(model.state, model.buffer, agent_state, turns=info.state.turns)
+        await reporter.on_step(info)
+
+    return on_step
 
 
 class _ProgressReporter:
@@ -707,6 +749,13 @@ class _ProgressReporter:
         self.tool_seconds: list[float] = []
         self._seen = 0
         self._sent_generation = 0
+        self.checkpoint: wire.CheckpointReport | None = None
+
+    async def checkpointed(self, report: wire.CheckpointReport) -> None:
+        """A checkpoint was stored: the operator hears of it at once (it coalesces the
+        status write; a pod lost now replays from here)."""
+        self.checkpoint = report
+        await self.flush(final=True)
 
     async def on_step(self, info: StepInfo) -> None:
         now = time.monotonic()
@@ -734,6 +783,7 @@ class _ProgressReporter:
             generated_tokens=generated,
             generation_seconds=self.model.generation_seconds[self._sent_generation :][-1000:],
             tool_seconds=self.tool_seconds[-1000:],
+            checkpoint=self.checkpoint,
         )
         self._sent_generation = len(self.model.generation_seconds)
         self.tool_seconds = []

@@ -82,8 +82,8 @@ def assignment_for(
     if phase == Phase.RUNNING:
         if suspend:
             return Assignment(id=abort_id, kind=AssignmentKind.ABORT, attempt=attempt)
-        if partial:
-            # Running again after a resume: keep answering the resume it picked up.
+        if partial or status.get("replay"):
+            # Running again after a resume or a replay: keep answering the resume it picked up.
             return _resume(spec, partial, attempt, replay=bool(status.get("replay")))
         return Assignment(id=f"run:{attempt}", kind=AssignmentKind.RUN, attempt=attempt, spec=spec)
     if phase == Phase.RESUMING:

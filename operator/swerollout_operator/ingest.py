@@ -27,6 +27,7 @@ from swerollout.api import v1alpha1 as api
 from swerollout.kube import AsyncKubeClient, KubeError
 from swerollout.store import IntegrityError, NotFoundError, Owner, ResultStore, StoreError
 from swerollout.store import ObjectKind as StoreKind
+from swerollout.store.models import sibling_ref
 from swerollout.wire import ingest as wire
 
 from .cache import Tracked
@@ -49,6 +50,7 @@ it at net.core.somaxconn (4096 by default)."""
 _STORE_KIND = {
     wire.ObjectKind.TRAJECTORY: StoreKind.TRAJECTORY,
     wire.ObjectKind.SNAPSHOT: StoreKind.SNAPSHOT,
+    wire.ObjectKind.CHECKPOINT: StoreKind.CHECKPOINT,
     wire.ObjectKind.REPORT: StoreKind.REPORT,
     wire.ObjectKind.PATCH: StoreKind.OTHER,
     wire.ObjectKind.LOG: StoreKind.LOG,
@@ -227,6 +229,11 @@ class IngestServer:
             status.result.trajectory if status.result else None,
         ]
         ref = next((c.ref for c in candidates if c is not None and c.sha256 == sha), None)
+        head = status.checkpoint.snapshot if status.checkpoint else None
+        if ref is None and head is not None and request.match_info["kind"] == wire.ObjectKind.CHECKPOINT.value:
+            # A checkpoint segment names its parent by sha256 only: any checkpoint segment
+            # of this rollout's own prefix may be read (the store checks the sha256).
+            ref = sibling_ref(head.ref, sha)
         if ref is None:
             return _error(404, "NotFound", f"no object {sha} is referenced by this rollout's status")
         try:

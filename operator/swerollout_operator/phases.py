@@ -2,6 +2,7 @@
 
     Pending -> [Queued] -> Starting -> Running -> (Aborted <-> Resuming) -> Evaluating -> Succeeded | Failed
                                   +-> Prepared -> Running   (suspended before the first run: a warm start)
+                              Running -(Retry: attempt lost)-> Resuming (replay from the checkpoint)
 
 Queued is a wait for capacity (a ResourceQuota refuses the pod, no node can take it,
 Kueue has not admitted it): entered from Pending or Starting, left for Starting once
@@ -55,6 +56,10 @@ class Trigger(str, Enum):
     """The runner picked the resume assignment up."""
     POD_LOST = "PodLost"
     """The pod disappeared or failed while the rollout needed it."""
+    RETRY = "Retry"
+    """The infrastructure lost the attempt (its pod or node went, or the run ended on an
+    infrastructure exit with nothing graded) and attempts remain: a fresh pod replays
+    from the last per-turn checkpoint (retries.py decides what is retried)."""
     REPLAY_STARTED = "ReplayStarted"
     """A fresh pod replays the recorded actions after the old one was lost."""
     FINISHED = "Finished"
@@ -96,6 +101,7 @@ _T: dict[tuple[Phase, Trigger], Phase] = {
     (Phase.RUNNING, Trigger.FINISHED): Phase.EVALUATING,
     (Phase.RUNNING, Trigger.FINISHED_UNGRADED): Phase.SUCCEEDED,
     (Phase.RUNNING, Trigger.POD_LOST): Phase.FAILED,
+    (Phase.RUNNING, Trigger.RETRY): Phase.RESUMING,
     (Phase.RUNNING, Trigger.FAILED): Phase.FAILED,
     (Phase.ABORTED, Trigger.RESUME_REQUESTED): Phase.RESUMING,
     # The runner is told to resume as soon as the rollout is no longer suspended
@@ -167,6 +173,13 @@ def next_phase(phase: Phase, event: Trigger) -> Phase:
 
 def allowed(phase: Phase, event: Trigger) -> bool:
     return (phase, event) in _T
+
+
+def lost_attempt(phase: Phase, *, attempts_left: bool) -> Trigger:
+    """What losing the attempt's pod means in ``phase``: (Running, PodLost) is a replay
+    from the last checkpoint (RETRY) while attempts remain, else POD_LOST (which fails a
+    Running rollout, and leaves an Aborted or Resuming one to replay when resumed)."""
+    return Trigger.RETRY if attempts_left and allowed(phase, Trigger.RETRY) else Trigger.POD_LOST
 
 
 def cut_message(message: str) -> str:

@@ -18,6 +18,7 @@ from swerollout.api import v1alpha1 as api
 from swerollout.kube import KubeError
 from swerollout.wire.ingest import ProgressReport, RunnerEvent
 
+from . import retries
 from .cache import Tracked
 from .metrics import OperatorMetrics
 
@@ -65,8 +66,13 @@ class ProgressCoalescer:
             inference_aborts=progress.inference_aborts,
             updated_at=_now(),
         )
+        patch: dict[str, Any] = {"progress": status.to_patch()}
+        checkpoint = progress.checkpoint
+        if checkpoint is not None and checkpoint.attempt >= max(1, entry.rollout_status.attempts):
+            # In the same coalesced write: no status write of its own per turn.
+            patch["checkpoint"] = retries.to_status(checkpoint).to_patch()
         try:
-            await self.write_status(entry, {"progress": status.to_patch()})
+            await self.write_status(entry, patch)
         except KubeError as exc:
             entry.progress_dirty = True
             log.warning("progress patch for %s/%s failed: %s", entry.namespace, entry.name, exc)

@@ -28,7 +28,7 @@ from swerollout.issue_images import spec_problem
 from swerollout.kube import SWEROLLOUTBATCHES, SWEROLLOUTS, AsyncKubeClient, KubeError, NotFound
 from swerollout.wire.ingest import Ack, Assignment, AssignmentKind, ProgressReport, RunnerEvent
 
-from . import phases, podspec, warm
+from . import phases, podspec, retries, warm
 from .assignments import assignment_for
 from .cache import BatchCache, BatchState, PodCache, RolloutCache, Tracked, controller_uid
 from .deadlines import deadline_passed, keepalive_expired, queue_overdue, startup_overdue, utcnow
@@ -43,8 +43,6 @@ from .settings import OperatorSettings
 from .tokens import TokenKey
 
 log = logging.getLogger(__name__)
-MAX_EVAL_ATTEMPTS = 2
-MAX_ROLLOUT_ATTEMPTS = 5
 # Events are best effort and written in the background, at most this many at once.
 EVENT_WRITERS = 8
 QUOTA_RETRY_MAX_SECONDS = 30.0
@@ -74,8 +72,6 @@ class BatchPasses:
 
 
 class Reconciler:
-    max_rollout_attempts = MAX_ROLLOUT_ATTEMPTS
-
     def __init__(
         self, kube: AsyncKubeClient, settings: OperatorSettings, token_key: TokenKey, metrics: OperatorMetrics
     ) -> None:
@@ -516,13 +512,39 @@ class Reconciler:
         if gone:
             detail = (state.message if state else "") or "the pod was deleted"
             name = _pod_name(entry)
+            trigger = phases.lost_attempt(entry.phase, attempts_left=retries.attempts_left(entry))
+            if trigger is Trigger.RETRY:
+                await self.retry(entry, reason="PodLost", cause=f"sandbox pod {name} lost while running ({detail})")
+                return
+            tried = entry.rollout_spec.sandbox.max_attempts
             await self.transition(
                 entry,
                 Trigger.POD_LOST,
                 reason="PodLost",
-                message=f"sandbox pod {name} lost while running ({detail}); no snapshot to resume from",
+                message=f"sandbox pod {name} lost while running ({detail}); all {tried} attempts "
+                "(spec.sandbox.maxAttempts) are used",
                 warning=True,
             )
+
+    async def retry(self, entry: Tracked, *, reason: str, cause: str) -> bool:
+        """Replay the rollout from its last checkpoint into a fresh pod (call with entry.lock
+        held, attempts left): one status write, then the next pass starts the pod. The old
+        pod is deleted, so a runner still alive there stops (its attempt is over)."""
+        old = _pod_name(entry)
+        patch, turns = retries.replay_patch(entry, reason, utcnow().replace(microsecond=0))
+        start = f"its checkpoint at turn {turns}" if turns else "the beginning (no checkpoint yet)"
+        attempt = max(1, entry.rollout_status.attempts)
+        applied = await self.transition(
+            entry,
+            Trigger.RETRY,
+            reason=reason,
+            message=f"{cause}; attempt {attempt + 1} of {entry.rollout_spec.sandbox.max_attempts} replays from {start}",
+            extra=patch,
+            warning=True,
+        )
+        if applied and old:
+            await self.objects.delete_pod(entry.namespace, old)
+        return applied
 
     async def _reconcile_aborted(self, entry: Tracked) -> None:
         if not self.suspended(entry):
@@ -574,7 +596,7 @@ class Reconciler:
                 await self.write_status(entry, {"sandbox": _handle(current, state)})
             return
         attempt = max(1, entry.rollout_status.attempts) + 1
-        if attempt > MAX_ROLLOUT_ATTEMPTS:
+        if attempt > entry.rollout_spec.sandbox.max_attempts:
             await self.transition(
                 entry,
                 Trigger.FAILED,
@@ -616,7 +638,7 @@ class Reconciler:
             going = current is not None and bool(current["metadata"].get("deletionTimestamp"))
             if current is None or going or (state is not None and state.failed):
                 detail = f"{state.reason}: {state.message}" if state else "deleted"
-                if attempt >= MAX_EVAL_ATTEMPTS:
+                if not retries.eval_attempts_left(entry, attempt):
                     await self.transition(
                         entry,
                         Trigger.FAILED,
@@ -625,14 +647,27 @@ class Reconciler:
                         warning=True,
                     )
                     return
+                lost = attempt
                 attempt += 1
             else:
                 return
+        else:
+            lost = 0
         pod = await self.objects.ensure_pod(entry, attempt, role="eval")
-        state_patch = api.EvaluationState(
-            attempt=attempt, pod_name=pod["metadata"]["name"], started_at=utcnow().replace(microsecond=0)
-        )
-        await self.write_status(entry, {"evaluation": state_patch.to_patch()})
+        at = utcnow().replace(microsecond=0)
+        state_patch = api.EvaluationState(attempt=attempt, pod_name=pod["metadata"]["name"], started_at=at)
+        patch: dict[str, Any] = {"evaluation": state_patch.to_patch()}
+        if lost:
+            # A failed eval pod is the infrastructure's (a test failure is a report, not a
+            # failed pod): re-run, and recorded with the other retries.
+            patch["retries"] = retries.record(entry, "EvalPodFailed", at, attempt=lost)
+            self.post_event(
+                entry,
+                reason="EvalPodFailed",
+                message=f"eval pod {evaluation.pod_name} failed; re-running it as eval attempt {attempt}",
+                warning=True,
+            )
+        await self.write_status(entry, patch)
 
     async def _queue_timeout(self, entry: Tracked) -> None:
         queue = entry.rollout_status.queue

@@ -14,9 +14,10 @@ from swerollout.api import v1alpha1 as api
 from swerollout.exit_status import ExitStatus, base_exit, gate_exit_status, is_failed_run
 from swerollout.wire.ingest import AssignmentKind, EventKind, RunnerEvent, StoredObjectRef
 
+from . import retries
 from .deadlines import utcnow
 from .metrics import abort_reason_label
-from .phases import Trigger, cut_message
+from .phases import Trigger, allowed, cut_message
 from .progress import ProgressCoalescer
 
 if TYPE_CHECKING:
@@ -187,8 +188,12 @@ async def _finished(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
     graded = spec.reward.enabled and decision.evaluate and result.has_patch
     if is_failed_run(exit_status, graded):
         # The infrastructure ended this run, not the policy, and nothing will be
-        # graded: the rollout fails, naming the cause (the trajectory is kept).
+        # graded: replayed from the last checkpoint while attempts remain (retries.py),
+        # else the rollout fails, naming the cause (the trajectory is kept).
         cause = event.message.strip() or "the runner gave no detail"
+        retried = retries.is_retried_exit(exit_status, graded) and retries.attempts_left(entry)
+        if retried and allowed(entry.phase, Trigger.RETRY):
+            return await r.retry(entry, reason=failure_reason(exit_status), cause=f"{exit_status}: {cause}"[:2048])
         return await r.transition(
             entry,
             Trigger.FAILED,

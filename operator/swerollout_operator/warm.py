@@ -34,7 +34,6 @@ class Reconciler(Protocol):
 
     objects: Objects
     pods: PodCache
-    max_rollout_attempts: int
 
     def suspended(self, entry: Tracked) -> bool: ...
 
@@ -126,7 +125,7 @@ def _since(entry: Tracked) -> Any:
 async def _restart(r: Reconciler, entry: Tracked) -> None:
     """A go for a released Prepared rollout: a fresh pod (the next attempt) starts it, cold."""
     attempt = max(1, entry.rollout_status.attempts) + 1
-    if attempt > r.max_rollout_attempts:
+    if attempt > entry.rollout_spec.sandbox.max_attempts:
         await r.transition(
             entry,
             Trigger.FAILED,

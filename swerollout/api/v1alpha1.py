@@ -735,6 +735,8 @@ class SandboxSpec(ApiModel):
     """How long an aborted rollout keeps its live pod for a resume on the same sandbox; after that the pod is reclaimed."""
     prepared_timeout_seconds: int = Field(default=1800, ge=0, le=7 * 86400)
     """How long a Prepared rollout (created suspended, never run) holds its ready pod, counted from when it became Prepared; after that the pod is released and a resume starts the rollout in a fresh pod (seconds, default 1800: one trainer step)."""
+    max_attempts: int = Field(default=5, ge=1, le=20)
+    """Rollout pods a rollout may use: a pod or node lost mid-run, or a run the infrastructure ended with nothing graded (`exit_api`, `exit_environment_error`), is replayed from its last per-turn checkpoint into a fresh pod while attempts remain; then the rollout fails with the cause. Eval pods that fail for infrastructure reasons are re-run within the same bound. The policy's own outcomes are never retried."""
 
     @model_validator(mode="after")
     def _sets(self) -> SandboxSpec:
@@ -897,6 +899,36 @@ class Partial(ApiModel):
     """What asked for the abort: `Suspended` (spec.suspend) or `InferenceAborted` (the server aborted the request)."""
 
 
+class Checkpoint(ApiModel):
+    """The newest per-turn checkpoint the operator knows of: the head of a chain of segments in the result store (each holds only what its turn added), from which a lost pod is replayed. Coalesced with `progress`: it may trail the runner by a few seconds, and a replay then re-samples those turns."""
+
+    snapshot: ObjectRef
+    """The chain's head segment."""
+    attempt: int = Field(ge=1)
+    """The attempt (pod) that wrote it."""
+    segments: int = Field(ge=1)
+    """Segments a restore reads (a whole one, then one per turn)."""
+    bytes: int = Field(ge=0)
+    """Bytes of those segments."""
+    turns: int = Field(ge=0)
+    tokens: int = Field(ge=0)
+    """Tokens in the context at the boundary (prompt and generated)."""
+    sampled_tokens: int = Field(default=0, ge=0)
+    """Tokens sampled up to the boundary, dropped ones included."""
+
+
+class Retry(ApiModel):
+    """One attempt the infrastructure lost, and what was done about it."""
+
+    attempt: int = Field(ge=1)
+    """The attempt that was lost."""
+    reason: ShortText
+    """`PodLost` (pod or node gone mid-run), `InferenceFailed` (`exit_api`), `SandboxFailed` (`exit_environment_error`), `EvalPodFailed`."""
+    turns: int = Field(default=0, ge=0)
+    """Turns of the checkpoint the replay starts from (0: from the beginning)."""
+    at: datetime
+
+
 class Progress(ApiModel):
     """Coalesced progress (at most one update every few seconds)."""
 
@@ -1008,6 +1040,9 @@ class SWERolloutStatus(ApiModel):
     sandbox: SandboxHandle | None = None
     queue: QueueState | None = None
     progress: Progress | None = None
+    checkpoint: Checkpoint | None = None
+    retries: list[Retry] = Field(default_factory=list, max_length=32)
+    """Attempts the infrastructure lost (a lost pod, an infrastructure exit, an eval pod that failed), oldest first."""
     partial: Partial | None = None
     result: Result | None = None
     prepared: PreparedState | None = None

@@ -49,6 +49,8 @@ class ObjectKind(StrEnum):
     """A runner container's own log (bounded by MAX_LOG_BYTES), kept when its pod is deleted."""
     OTHER = "other"
     """Anything else a runner attaches."""
+    CHECKPOINT = "checkpoint"
+    """A segment of a running rollout's per-turn checkpoint chain (agent_runner.checkpoint)."""
 
 
 class Owner(BaseModel):
@@ -122,6 +124,15 @@ class ObjectKey(BaseModel):
                 f"ref {ref!r} has an invalid namespace or rollout uid: {namespace!r}/{uid!r}"
             ) from exc
         return cls(owner=owner, kind=parse_kind(kind, ref=ref), sha256=parse_sha256(sha, what=f"ref {ref!r}"))
+
+
+def sibling_ref(ref: str, sha256: str) -> str:
+    """The ref of another object of the same rollout and kind as ``ref`` (a checkpoint
+    segment names its parent by sha256 only): the key's last component replaced."""
+    base, _, last = ref.rpartition("/")
+    if not base or not _SHA256.fullmatch(last):
+        raise InvalidRefError(f"ref {ref!r} does not end in a sha256")
+    return f"{base}/{parse_sha256(sha256, what='a sibling object')}"
 
 
 def parse_kind(kind: str | ObjectKind, *, ref: str | None = None) -> ObjectKind:

@@ -87,6 +87,22 @@ class Assignment(WireModel):
     """For eval: the rollout's exit status (for gating and the report)."""
 
 
+class CheckpointReport(WireModel):
+    """The newest per-turn checkpoint a runner stored (agent_runner.checkpoint): the head
+    segment of its chain, and what it covers."""
+
+    head: StoredObjectRef
+    attempt: int = Field(ge=1)
+    """The attempt (pod) that wrote it; a report of an older attempt is ignored."""
+    segments: int = Field(ge=1)
+    """Segments a restore reads, from the last whole one to the head."""
+    chain_bytes: int = Field(ge=0)
+    turns: int = Field(ge=0)
+    context_tokens: int = Field(ge=0)
+    sampled_tokens: int = Field(ge=0)
+    """Tokens sampled up to this boundary, dropped ones included (the budget spent)."""
+
+
 class ProgressReport(WireModel):
     """Fine-grained progress; the operator coalesces it into status and metrics."""
 
@@ -99,6 +115,8 @@ class ProgressReport(WireModel):
     """Tool execution time of each turn since the last report."""
     inference_aborts: int = Field(default=0, ge=0)
     """Aborts from the inference side (pause_generation, abort_request) that the run rode out by re-sampling."""
+    checkpoint: CheckpointReport | None = None
+    """The newest checkpoint stored, when there is one (sent as soon as each one is stored)."""
 
 
 class EventKind(str, Enum):

@@ -197,12 +197,13 @@ def test_an_infrastructure_exit_fails_the_rollout_naming_the_cause(
     operator: OperatorProcess, kubectl: Callable[..., Any], namespace: str
 ) -> None:
     """exit_api (the inference server stayed down past the budget) is no reward of the
-    policy: the rollout ends Failed with the runner's cause in status and an Event, and
-    the client's records, `watch`'s counts and `kubectl get` all say failed."""
+    policy: with no attempt left (spec.sandbox.maxAttempts 1) the rollout ends Failed with
+    the runner's cause in status and an Event, and the client's records, `watch`'s counts
+    and `kubectl get` all say failed."""
     from swerollout.client.progress import BatchProgress
     from swerollout.client.records import TrainerStatus
 
-    uid, token = setup_rollout(operator, kubectl, namespace, "down")
+    uid, token = setup_rollout(operator, kubectl, namespace, "down", sandbox={"maxAttempts": 1})
     auth = {"Authorization": f"Bearer {token}", "X-Swerollout-Role": "rollout", "X-Swerollout-Attempt": "1"}
     url = ingest_url(operator, namespace, "down", uid, "/assignment")
     first = httpx.get(url, headers=auth, params={"wait": "0"}).json()

@@ -76,8 +76,10 @@ def mark_ready(kubectl: Callable[..., Any], ns: str, pod: str, ip: str = "10.1.2
     kubectl("patch", "pod", pod, "-n", ns, "--subresource=status", "--type=merge", "-p", json.dumps(status))
 
 
-def setup_rollout(operator: OperatorProcess, kubectl: Callable[..., Any], namespace: str, name: str) -> tuple[str, str]:
-    kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(rollout(name)))
+def setup_rollout(
+    operator: OperatorProcess, kubectl: Callable[..., Any], namespace: str, name: str, **spec: Any
+) -> tuple[str, str]:
+    kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(rollout(name, **spec)))
     wait_for("Starting", lambda: phase(kubectl, namespace, name) == "Starting", op=operator)
     uid = get_json(kubectl, "swer", name, "-n", namespace)["metadata"]["uid"]
     assert operator.key_file is not None

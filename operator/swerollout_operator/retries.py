@@ -1,0 +1,106 @@
+"""What the operator retries, and from where: the one home of the failure-retry policy.
+
+Retried (a fresh pod replays from the last per-turn checkpoint, `spec.sandbox.maxAttempts`
+pods in all): a pod or node lost while Running; a run the infrastructure ended with nothing
+graded (`exit_api`, `exit_environment_error`). An eval pod that failed for infrastructure
+reasons (deleted, evicted, killed) is re-run within the same bound. Never retried: the
+policy's own outcomes (`exit_format`, `exit_context`, a wrong patch: a test failure is a
+result), and `exit_error` (a runner bug would only fail again).
+
+The phase change itself is the phase machine's (phases.Trigger.RETRY); this module says
+whether it applies and what the status patch carries.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from swerollout.api import v1alpha1 as api
+from swerollout.exit_status import ExitStatus, base_exit, is_failed_run
+
+if TYPE_CHECKING:
+    from .cache import Tracked
+
+RETRIED_EXITS = frozenset({ExitStatus.EXIT_API.value, ExitStatus.EXIT_ENVIRONMENT_ERROR.value})
+"""Exits of the infrastructure that a fresh pod may not meet again."""
+MAX_RECORDED = 32
+"""status.retries keeps the newest this many."""
+
+
+def is_retried_exit(exit_status: str, graded: bool) -> bool:
+    """A finished run to replay rather than fail: an infrastructure exit with nothing graded."""
+    return is_failed_run(exit_status, graded) and base_exit(exit_status) in RETRIED_EXITS
+
+
+def attempts_left(entry: Tracked) -> bool:
+    """Whether another rollout pod may be started (spec.sandbox.maxAttempts)."""
+    return max(1, entry.rollout_status.attempts) < entry.rollout_spec.sandbox.max_attempts
+
+
+def eval_attempts_left(entry: Tracked, attempt: int) -> bool:
+    return attempt < entry.rollout_spec.sandbox.max_attempts
+
+
+def latest_checkpoint(entry: Tracked) -> api.Checkpoint | None:
+    """The newest checkpoint of the current attempt's chain: the runner's last report
+    (in memory, possibly not yet written) or the status, whichever covers more turns.
+    A report of an older attempt is ignored (its pod may still run, on another branch)."""
+    status = entry.rollout_status
+    recorded = status.checkpoint
+    attempt = max(1, status.attempts)
+    report = entry.progress.checkpoint if entry.progress is not None else None
+    if report is None or report.attempt < attempt:
+        return recorded
+    reported = to_status(report)
+    if recorded is None or reported.turns >= recorded.turns:
+        return reported
+    return recorded
+
+
+def to_status(report: Any) -> api.Checkpoint:
+    """A runner's wire.CheckpointReport as the status records it."""
+    head = report.head
+    return api.Checkpoint(
+        snapshot=api.ObjectRef(ref=head.ref, sha256=head.sha256, bytes=head.bytes),
+        attempt=report.attempt,
+        segments=report.segments,
+        bytes=report.chain_bytes,
+        turns=report.turns,
+        tokens=report.context_tokens,
+        sampled_tokens=report.sampled_tokens,
+    )
+
+
+def replay_patch(entry: Tracked, reason: str, at: datetime) -> tuple[dict[str, Any], int]:
+    """The status a RETRY writes: the checkpoint to resume from as `partial` (an older
+    abort's partial stays when no checkpoint is newer), the replay flag, the old pod
+    marked gone (the next pass starts the next attempt's pod), the retry recorded.
+    Returns the patch and the turns the replay starts from."""
+    status = entry.rollout_status
+    checkpoint = latest_checkpoint(entry)
+    patch: dict[str, Any] = {
+        "replay": True,
+        "sandbox": api.SandboxHandle(reclaimed_at=at).to_patch(),
+    }
+    turns = status.partial.turns if status.partial is not None else 0
+    if checkpoint is not None and (status.partial is None or checkpoint.turns >= status.partial.turns):
+        partial = api.Partial(
+            snapshot=checkpoint.snapshot,
+            turns=checkpoint.turns,
+            tokens=checkpoint.tokens,
+            aborted_at=at,
+            reason=reason,
+        )
+        patch["partial"] = partial.to_patch()
+        patch["checkpoint"] = checkpoint.to_patch()
+        turns = checkpoint.turns
+    record = api.Retry(attempt=max(1, status.attempts), reason=reason, turns=turns, at=at)
+    patch["retries"] = [r.to_patch() for r in [*status.retries, record][-MAX_RECORDED:]]
+    return patch, turns
+
+
+def record(entry: Tracked, reason: str, at: datetime, *, attempt: int) -> list[dict[str, Any]]:
+    """status.retries with one more entry (an eval pod re-run)."""
+    records = [*entry.rollout_status.retries, api.Retry(attempt=attempt, reason=reason, at=at)]
+    return [r.to_patch() for r in records[-MAX_RECORDED:]]

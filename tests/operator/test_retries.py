@@ -1,0 +1,118 @@
+"""The operator's retry policy against a real API server (the runner's side played over
+HTTP): a pod lost while Running is replayed from the checkpoint its runner last reported
+into a fresh pod, an infrastructure exit is replayed the same way, each attempt counted
+and recorded, until spec.sandbox.maxAttempts; then the rollout fails with the cause."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from swerollout.wire import ingest as wire
+from tests.support.operator import OperatorProcess
+from tests.support.operator_cluster import get_json, ingest_url, mark_ready, phase, setup_rollout, wait_for
+
+
+def _auth(token: str, attempt: int) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}", "X-Swerollout-Role": "rollout", "X-Swerollout-Attempt": str(attempt)}
+
+
+def _status(kubectl: Callable[..., Any], namespace: str, name: str) -> dict[str, Any]:
+    return dict((get_json(kubectl, "swer", name, "-n", namespace) or {}).get("status") or {})
+
+
+def _assignment(url: str, auth: dict[str, str], kind: str) -> dict[str, Any]:
+    def probe() -> dict[str, Any] | None:
+        answer = dict(httpx.get(url, headers=auth, params={"wait": "5"}, timeout=30).json())
+        return answer if answer["kind"] == kind else None
+
+    return dict(wait_for(f"a {kind} assignment", probe))
+
+
+def test_a_lost_pod_and_infrastructure_exits_replay_from_the_checkpoint_until_max_attempts(
+    operator: OperatorProcess, kubectl: Callable[..., Any], namespace: str
+) -> None:
+    name = "lost"
+    uid, token = setup_rollout(operator, kubectl, namespace, name, sandbox={"maxAttempts": 3})
+    url = ingest_url(operator, namespace, name, uid, "/assignment")
+    first = _auth(token, 1)
+    mark_ready(kubectl, namespace, f"{name}-a1")
+    _assignment(url, first, "run")
+    # Two segments of a chain (the operator never reads inside them), then the progress
+    # report that names the newer one as the head.
+    objects = ingest_url(operator, namespace, name, uid, "/objects/checkpoint")
+    segments = [
+        wire.StoredObjectRef.model_validate(httpx.put(objects, content=body, headers=first).json())
+        for body in (b"segment one", b"segment two")
+    ]
+    report = wire.ProgressReport(
+        turns=2,
+        context_tokens=900,
+        generated_tokens=300,
+        checkpoint=wire.CheckpointReport(
+            head=segments[1], attempt=1, segments=2, chain_bytes=22, turns=2, context_tokens=900, sampled_tokens=300
+        ),
+    )
+    progress = ingest_url(operator, namespace, name, uid, "/progress")
+    assert httpx.post(progress, content=report.model_dump_json(), headers=first).status_code == 200
+
+    # The node loses the pod mid-turn: no snapshot was taken, the checkpoint is the resume point.
+    kubectl("delete", "pod", f"{name}-a1", "-n", namespace, "--grace-period=0", "--force", "--wait=false")
+    wait_for("attempt 2", lambda: _status(kubectl, namespace, name).get("attempts") == 2, op=operator)
+    status = _status(kubectl, namespace, name)
+    assert status["phase"] == "Resuming" and status["replay"] is True, status
+    assert status["partial"]["snapshot"]["sha256"] == segments[1].sha256 and status["partial"]["turns"] == 2
+    assert status["partial"]["reason"] == "PodLost"
+    assert [(r["attempt"], r["reason"], r["turns"]) for r in status["retries"]] == [(1, "PodLost", 2)]
+    assert status["sandbox"]["podName"] == f"{name}-a2"
+    # The old attempt's runner is told to stop; the new pod's resumes from the checkpoint.
+    assert httpx.get(url, headers=first, params={"wait": "0"}).json()["kind"] == "stop"
+    second = _auth(token, 2)
+    mark_ready(kubectl, namespace, f"{name}-a2")
+    resume = _assignment(url, second, "resume")
+    assert resume["replay"] is True and resume["snapshot"]["sha256"] == segments[1].sha256
+    # The chain is readable from the new pod: the head as the snapshot, its parent by sha256
+    # as a checkpoint segment of this rollout, nothing else.
+    base = ingest_url(operator, namespace, name, uid, "/objects")
+    assert httpx.get(f"{base}/snapshot/{segments[1].sha256}", headers=second).content == b"segment two"
+    assert httpx.get(f"{base}/checkpoint/{segments[0].sha256}", headers=second).content == b"segment one"
+    stranger = hashlib.sha256(b"not stored").hexdigest()
+    assert httpx.get(f"{base}/checkpoint/{stranger}", headers=second).status_code == 404
+    events = ingest_url(operator, namespace, name, uid, "/events")
+    started = wire.RunnerEvent(kind=wire.EventKind.STARTED, assignment_id=resume["id"])
+    assert httpx.post(events, content=started.model_dump_json(), headers=second).status_code == 200
+    wait_for("Running", lambda: phase(kubectl, namespace, name) == "Running", op=operator)
+
+    # The sandbox fails under the second attempt: an infrastructure exit, replayed again.
+    failed = wire.RunnerEvent(
+        kind=wire.EventKind.FINISHED, assignment_id=resume["id"], exit_status="exit_environment_error",
+        turns=2, message="SandboxError: the sandbox stopped answering",
+    )  # fmt: skip
+    assert httpx.post(events, content=failed.model_dump_json(), headers=second).status_code == 200
+    wait_for("attempt 3", lambda: _status(kubectl, namespace, name).get("attempts") == 3, op=operator)
+    status = _status(kubectl, namespace, name)
+    assert [r["reason"] for r in status["retries"]] == ["PodLost", "SandboxFailed"]
+    assert not status.get("result"), "a retried run records no result"
+    third = _auth(token, 3)
+    mark_ready(kubectl, namespace, f"{name}-a3")
+    resume = _assignment(url, third, "resume")
+    started = wire.RunnerEvent(kind=wire.EventKind.STARTED, assignment_id=resume["id"])
+    assert httpx.post(events, content=started.model_dump_json(), headers=third).status_code == 200
+    wait_for("Running", lambda: phase(kubectl, namespace, name) == "Running", op=operator)
+
+    # The last attempt: the same kind of failure now ends the rollout, naming the cause.
+    down = failed.model_copy(update={"exit_status": "exit_api", "message": "ModelUnavailableError: down"})
+    assert httpx.post(events, content=down.model_dump_json(), headers=third).status_code == 200
+    wait_for("Failed", lambda: phase(kubectl, namespace, name) == "Failed", op=operator)
+    status = _status(kubectl, namespace, name)
+    assert status["attempts"] == 3 and status["message"] == "exit_api: ModelUnavailableError: down"
+    reasons = kubectl(
+        "get", "events", "-n", namespace, "--field-selector", f"involvedObject.name={name}",
+        "-o", "jsonpath={range .items[*]}{.reason}{\"\\n\"}{end}",
+    ).stdout.split()  # fmt: skip
+    assert {"PodLost", "SandboxFailed", "InferenceFailed"} <= set(reasons), reasons
+    assert json.loads(json.dumps(status["retries"]))[-1]["attempt"] == 2
