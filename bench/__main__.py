@@ -110,6 +110,12 @@ def _abort() -> str:
     return abort_latency.report(abort_latency.run())
 
 
+def _checkpoint() -> str:
+    from bench import checkpoint
+
+    return checkpoint.report(checkpoint.run())
+
+
 def _tiny_lm() -> str:
     from bench import tiny_lm
 
@@ -131,6 +137,7 @@ def _fleet() -> str:
 SUITES = {
     "runner": ("runner overhead and snapshot size", _runner),
     "abort": ("abort -> runner Aborted on the SGLang stand-in", _abort),
+    "checkpoint": ("per-turn checkpoints: visible cost per turn and bytes per checkpoint at 4k/16k/32k", _checkpoint),
     "tinylm": (
         "the stand-in's tiny-lm: prefill and per-turn CPU against its old attention, with prefix reuse",
         _tiny_lm,

@@ -47,6 +47,7 @@ def summary_table(state: BatchProgress, tokens_per_second: float) -> Table:
     table.add_column("tok/s", justify="right")
     table.add_column("mean reward", justify="right")
     table.add_column("resolved", justify="right")
+    table.add_column("retried", justify="right")
     phases = state.phases
     rewards = state.rewards
     table.add_row(
@@ -57,6 +58,10 @@ def summary_table(state: BatchProgress, tokens_per_second: float) -> Table:
         f"{tokens_per_second:.1f}",
         f"{sum(rewards) / len(rewards):.3f}" if rewards else "-",
         f"{state.resolved}/{state.total}",
+        # Rollouts that needed a retry, and why (a lost pod, an infrastructure exit).
+        f"{state.retried} " + ", ".join(f"{k} {v}" for k, v in sorted(state.retry_reasons.items()))
+        if state.retried
+        else "0",
     )
     return table
 

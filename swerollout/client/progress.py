@@ -9,7 +9,7 @@ from typing import Any
 
 from swerollout.api.suspension import batch_name, is_suspended, suspended_by
 from swerollout.api.v1alpha1 import Phase, SWERolloutBatchSpec
-from swerollout.client.records import TrainerStatus, parse_status, trainer_status
+from swerollout.client.records import LABEL_SAMPLE, TrainerStatus, parse_status, trainer_status
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,13 @@ class MemberState:
     """What the trainer's records say of this member (`results`, the client's records)."""
     queue_reason: str = ""
     """Why a Queued member waits (QuotaExceeded, Unschedulable, AwaitingAdmission); '' otherwise."""
+    sample: str = ""
+    """Its GRPO group (the ``swerollout.io/sample`` label the client sets; '' without one)."""
+    attempts: int = 0
+    """Rollout pods it used (a replay after a lost pod or an infrastructure exit adds one)."""
+    retries: tuple[str, ...] = ()
+    """Why each lost attempt was retried, oldest first (``status.retries[].reason``:
+    PodLost, InferenceFailed, SandboxFailed, EvalPodFailed)."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +89,28 @@ class BatchProgress:
     def queued_by_reason(self) -> dict[str, int]:
         """Queued members per reason, e.g. {"QuotaExceeded": 2}."""
         return dict(Counter(m.queue_reason for m in self.members if m.phase is Phase.QUEUED))
+
+    @property
+    def retried(self) -> int:
+        """Members that needed a retry (a lost pod, an infrastructure exit, a failed eval pod)."""
+        return sum(1 for m in self.members if m.retries)
+
+    @property
+    def retry_reasons(self) -> dict[str, int]:
+        """Retries per reason over the batch, e.g. {"PodLost": 2, "EvalPodFailed": 1}."""
+        return dict(Counter(reason for m in self.members for reason in m.retries))
+
+    @property
+    def groups_complete(self) -> bool:
+        """Every GRPO group finished whole: each member reached a terminal phase and none
+        failed (a trainer drops a group with a hole). Members without a sample label
+        count as groups of one."""
+        return self.done and self.failed == 0
+
+    @property
+    def incomplete_groups(self) -> list[str]:
+        """The groups (sample labels, or member names without one) that have a failed member."""
+        return sorted({m.sample or m.name for m in self.members if m.status is TrainerStatus.FAILED})
 
     @property
     def generated_tokens(self) -> int:
@@ -136,6 +165,9 @@ def member_state(obj: dict[str, Any], batches: Mapping[str, SWERolloutBatchSpec]
         suspended_by=suspended_by(own, batch, owner),
         message=status.message,
         queue_reason=status.queue.reason.value if status.queue and status.queue.reason else "",
+        sample=str((meta.get("labels") or {}).get(LABEL_SAMPLE, "")),
+        attempts=status.attempts,
+        retries=tuple(r.reason for r in status.retries),
         status=trainer_status(
             status.phase,
             result.exit_status if result else None,

@@ -20,10 +20,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
+from swerollout.kube import PODS
 from swerollout.wire.trajectory import Trajectory
 from swerollout_dev.policy_server.launch import SubprocessServer, launch
 from tests.support.devstack import DevStack, dump
@@ -358,3 +360,58 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _chain(stack: DevStack, head: dict[str, Any]) -> Any:
+    """The snapshot a checkpoint chain in the store restores (agent_runner.checkpoint)."""
+    import asyncio
+
+    from agent_runner.checkpoint import restore_chain
+
+    folder = Path(head["ref"][len("file://") :]).parent
+
+    async def fetch(sha256: str, size: int) -> bytes:
+        return (folder / sha256).read_bytes()
+
+    snapshot, _ = asyncio.run(restore_chain(stack.read_object(head), fetch))
+    return snapshot
+
+
+def test_a_pod_killed_mid_turn_resumes_from_its_checkpoint(dev_stack: DevStack, policy: Policy) -> None:
+    """The rollout pod is deleted while a /generate is in flight, after some turns were
+    checkpointed: a fresh pod continues from the last checkpoint, the token list before the
+    loss is exactly the checkpoint's, the interrupted turn is sampled again, every command
+    still ran once, and the rollout gets its reward."""
+    [name] = _batch(dev_stack, "chaos-podkill", policy.url, size=1)
+    uid = (dev_stack.get(name) or {})["metadata"]["uid"]
+
+    def checkpointed_and_generating() -> bool:
+        own = [rid for rid in _admitted(policy.serving.url) if rid.startswith(f"{uid}-t")]
+        checkpoint = dev_stack.status(name).get("checkpoint") or {}
+        return (
+            checkpoint.get("turns", 0) >= 2
+            and len(own) > checkpoint.get("turns", 0)
+            and bool(_in_flight(policy.serving.url))
+        )
+
+    dev_stack.wait("a checkpoint and a turn in flight", checkpointed_and_generating, timeout=600)
+    pod = dev_stack.status(name)["sandbox"]["podName"]
+    dev_stack.kube.delete(PODS, pod, "default")
+    final = dev_stack.wait_phase(name, TERMINAL, timeout=600)
+    assert final["phase"] == "Succeeded" and final["reward"]["value"] == 1.0, dump(final)
+    assert final["attempts"] == 2 and final["sandbox"]["podName"] == f"{name}-a2", dump(final)
+    [retry] = final["retries"]
+    assert retry["reason"] == "PodLost" and retry["attempt"] == 1 and retry["turns"] >= 2, dump(final)
+    resumed = _chain(dev_stack, final["partial"]["snapshot"])
+    assert len(resumed.state.turns) >= 2
+    trajectory = Trajectory.from_bytes(dev_stack.read_object(final["result"]["trajectory"]))
+    tokens = [*trajectory.prompt_ids, *trajectory.response_ids]
+    prefix = resumed.buffer.input_ids
+    assert tokens[: len(prefix)] == prefix, "the tokens before the loss are the checkpoint's"
+    start = len(trajectory.prompt_ids)
+    assert trajectory.loss_mask[: len(prefix) - start] == list(resumed.buffer.loss_mask[start:])
+    assert any("replayed this rollout into a fresh pod" in n for n in trajectory.info.get("notes", []))
+    rids = [t["rid"] for t in trajectory.info["turn_log"]]
+    assert len(set(rids)) == len(rids), rids
+    patch = dev_stack.read_object(final["result"]["patch"]).decode()
+    assert _ledger_runs(patch) == [f"step {i}" for i in range(LEDGER)], f"commands ran\n{patch}"
