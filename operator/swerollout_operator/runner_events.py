@@ -50,6 +50,8 @@ class Reconciler(Protocol):
 
     def assignment(self, entry: Tracked, *, role: str, attempt: int) -> Assignment: ...
 
+    async def retry(self, entry: Tracked, *, reason: str, cause: str) -> bool: ...
+
 
 # The Event reason of a run that ended on an infrastructure exit (no reward to give).
 FAILURE_REASONS = {
