@@ -415,3 +415,66 @@ def test_a_pod_killed_mid_turn_resumes_from_its_checkpoint(dev_stack: DevStack, 
     assert len(set(rids)) == len(rids), rids
     patch = dev_stack.read_object(final["result"]["patch"]).decode()
     assert _ledger_runs(patch) == [f"step {i}" for i in range(LEDGER)], f"commands ran\n{patch}"
+
+
+def test_an_eval_pod_killed_is_run_again_and_the_rollout_gets_its_reward(dev_stack: DevStack, policy: Policy) -> None:
+    """The eval pod is the infrastructure's: deleted while it grades, it is run again (a
+    test failure would be a result, a lost pod is not), recorded as a retry, and the
+    rollout is graded once, on its first rollout pod."""
+    [name] = _batch(dev_stack, "chaos-evalkill", policy.url, size=1)
+
+    def eval_pod() -> str | None:
+        status = dev_stack.status(name)
+        pod = (status.get("evaluation") or {}).get("podName")
+        return pod if status.get("phase") == "Evaluating" and pod else None
+
+    pod = dev_stack.wait("the eval pod", eval_pod, timeout=600)
+    dev_stack.kube.delete(PODS, pod, "default")
+    final = dev_stack.wait_phase(name, TERMINAL, timeout=600)
+    assert final["phase"] == "Succeeded" and final["reward"]["value"] == 1.0, dump(final)
+    assert final["evaluation"]["attempt"] == 2 and final["evaluation"]["podName"] != pod, dump(final)
+    assert [(r["reason"], r["attempt"]) for r in final["retries"]] == [("EvalPodFailed", 1)], dump(final)
+    assert final["attempts"] == 1, "the rollout itself ran once"
+
+
+def test_a_sandbox_oom_killed_past_its_memory_limit_resumes_from_its_checkpoint(
+    dev_stack: DevStack, policy: Policy
+) -> None:
+    """The node agent enforces the sandbox's resources.limits.memory with a memory cgroup:
+    a process of the sandbox that allocates past it is OOM-killed by the kernel, the
+    container ends OOMKilled (the whole container, as a kubelet has it), and the rollout
+    is replayed from its last checkpoint into a fresh pod and gets its reward."""
+    import subprocess
+    import sys
+
+    from swerollout_dev.nodeagent.memlimit import MemoryLimits
+
+    limits = MemoryLimits()
+    assert limits.enforced, "this machine has a writable memory cgroup (the dev node agent's limits need one)"
+    resources = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "768Mi"}}
+    name = "chaos-oom-0"
+    dev_stack.rollout(name, endpoint=policy.url, task=0, batch="chaos-oom", sandbox={"resources": resources})
+    dev_stack.wait(
+        "a checkpoint", lambda: (dev_stack.status(name).get("checkpoint") or {}).get("turns", 0) >= 2, timeout=600
+    )
+    pod = dev_stack.kube.get(PODS, dev_stack.status(name)["sandbox"]["podName"], "default")
+    procs = limits.procs_file(f"{pod['metadata']['uid']}_sandbox")
+    assert procs is not None, "the sandbox container runs in its own memory cgroup"
+    # A task's process that allocates (and touches) twice the limit, inside the sandbox's cgroup.
+    hog = subprocess.Popen(
+        ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$1" -c "b = b\'x\' * (1536 << 20)"', str(procs), sys.executable]
+    )
+    assert hog.wait(timeout=120) == -9 or hog.returncode == 137, "the kernel's OOM killer ended the allocation"
+    final = dev_stack.wait_phase(name, TERMINAL, timeout=600)
+    assert final["phase"] == "Succeeded" and final["reward"]["value"] == 1.0, dump(final)
+    assert final["attempts"] == 2 and [r["reason"] for r in final["retries"]] == ["PodLost"], dump(final)
+    events = dev_stack.kubectl(
+        "get", "events", "-n", "default", "--field-selector", f"involvedObject.name={name}",
+        "-o", "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}",
+    ).stdout  # fmt: skip
+    assert "OOMKilled" in events, events
+    trajectory = Trajectory.from_bytes(dev_stack.read_object(final["result"]["trajectory"]))
+    prefix = _chain(dev_stack, final["partial"]["snapshot"]).buffer.input_ids
+    assert [*trajectory.prompt_ids, *trajectory.response_ids][: len(prefix)] == prefix
+    patch = dev_stack.read_object(final["result"]["patch"]).decode()
+    assert _ledger_runs(patch) == [f"step {i}" for i in range(LEDGER)], f"commands ran\n{patch}"

@@ -122,6 +122,11 @@ class ContainerPort(_K8s):
     name: str | None = None
 
 
+class ResourceRequirements(_K8s):
+    limits: dict[str, str] = Field(default_factory=dict)
+    requests: dict[str, str] = Field(default_factory=dict)
+
+
 class Container(_K8s):
     name: str
     image: str = ""
@@ -133,6 +138,8 @@ class Container(_K8s):
     volume_mounts: list[VolumeMount] = Field(default_factory=list)
     readiness_probe: Probe | None = None
     ports: list[ContainerPort] = Field(default_factory=list)
+    resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+    """Only limits.memory is enforced (memlimit.py)."""
 
     def named_port(self, port: int | str) -> int:
         if isinstance(port, int):

@@ -39,6 +39,7 @@ from .isolation import (
     visible_host_paths,
 )
 from .layout import PodDir
+from .memlimit import JOIN, OOM_POLL_SECONDS, memory_limits
 from .network import HOST_IP, POD_LOOPBACK_ENV
 from .podspec import Container, Pod
 from .probes import probe_once
@@ -490,9 +491,16 @@ class PodRuntime:
             self._touch()
             if self.stopping:  # stop() ran while this container was being created
                 await proc.terminate(self._stop_grace)
-            code = await proc.wait()
+            oom = asyncio.create_task(self._end_on_oom(slot.spec, proc))
+            try:
+                code = await proc.wait()
+            finally:
+                oom.cancel()
             started = slot.state.get("running", {}).get("startedAt", now_rfc3339())
             reason = "Completed" if code == 0 else "Error"
+            if code != 0 and memory_limits().oom_killed(self._cgroup(slot.spec)):
+                reason = "OOMKilled"  # past resources.limits.memory, as a kubelet reports it
+            memory_limits().remove(self._cgroup(slot.spec))
             slot.state = {
                 "terminated": {
                     "exitCode": code,
@@ -595,6 +603,10 @@ class PodRuntime:
         if self.net is not None:
             prefix = [*netns.enter_prefix(self.net.of(c.name)), *prefix]
             launch = [*netns.enter_prefix(self.net.of(c.name)), *launch]
+        limit = c.resources.limits.get("memory")
+        procs = await asyncio.to_thread(memory_limits().create, self._cgroup(c), limit) if limit else None
+        if procs is not None:
+            launch = ["/bin/sh", "-c", JOIN, str(procs), *launch]
         slot.state = {"waiting": {"reason": "ContainerCreating"}}
         log = self.dir.log(c.name, slot.restart_count)
         proc = ContainerProcess.spawn(
@@ -625,6 +637,20 @@ class PodRuntime:
                 f"container {container!r}: the task environment of {requirements} cannot be built: {exc}",
                 reason="CreateContainerError",
             ) from exc
+
+    async def _end_on_oom(self, c: Container, proc: ContainerProcess) -> None:
+        """The OOM killer ended a process of the container: the whole container ends, as a
+        kubelet has it (memory.oom.group): a sandbox is not left half killed."""
+        name = self._cgroup(c)
+        if not (memory_limits().enforced and c.resources.limits.get("memory")):
+            return
+        while not memory_limits().oom_killed(name):
+            await asyncio.sleep(OOM_POLL_SECONDS)
+        log.info("pod %s container %s: OOM-killed past its memory limit", self.pod.metadata.name, c.name)
+        kill_tree(proc.pid)
+
+    def _cgroup(self, c: Container) -> str:
+        return f"{self.pod.metadata.uid}_{c.name}"
 
     def _prune_logs(self, container: str, current: int) -> None:
         for old in self.dir.container(container).glob("*.log"):
