@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from swerollout.api.suspension import batch_name, is_suspended, suspended_by
-from swerollout.api.v1alpha1 import Phase, SWERolloutBatchSpec
-from swerollout.client.records import LABEL_SAMPLE, TrainerStatus, parse_status, trainer_status
+from swerollout.api.v1alpha1 import LABEL_SAMPLE, Phase, SWERolloutBatchSpec
+from swerollout.client.records import TrainerStatus, parse_status, trainer_status
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from swerollout.api import v1alpha1 as api
+from swerollout.api.v1alpha1 import LABEL_SAMPLE
 from swerollout.client.progress import BatchProgress
-from swerollout.client.records import LABEL_SAMPLE
 
 
 def _member(name: str, sample: str, phase: str, *, retries: list[str] = (), exit_status: str = "submitted",
