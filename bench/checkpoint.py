@@ -52,7 +52,7 @@ class SlowClient(CannedClient):
 
 def _repo(root: Path) -> tuple[Path, str]:
     repo = root / "repo"
-    repo.mkdir()
+    repo.mkdir(parents=True)
     for i in range(50):
         (repo / f"module_{i}.py").write_text("".join(f"def f{j}(x):\n    return x + {j}\n" for j in range(40)))
     env = {"GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b", "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@b"}
@@ -99,15 +99,18 @@ async def _measure(size: int, root: Path) -> dict[str, float]:
     step = 0
 
     async def turn(checkpointed: bool) -> None:
+        # In the loop's order: the model call (the last boundary's checkpoint is written
+        # meanwhile), the wait for its tree read before the action, the action (a file of
+        # the repository changes), the tool reply, the boundary.
         nonlocal step
         await model.generate()
         step += 1
+        if checkpointed:
+            await writer.settle()
+        (repo / f"module_{step % 50}.py").write_text(f"# edited at turn {step}\n" + observation(step))
         model.add_messages([{"role": "tool", "tool_call_id": f"call_{step}_0", "content": observation(step)}])
         if checkpointed:
             writer.capture(model.state, model.buffer, {"loop": {"turns": step}}, turns=step)
-            await writer.settle()
-        # The action: a file of the repository changes every turn.
-        (repo / f"module_{step % 50}.py").write_text(f"# edited at turn {step}\n" + observation(step))
 
     while len(model.buffer) < size:
         await turn(checkpointed=True)
