@@ -11,10 +11,13 @@
 #   hack/k8s-bin/build.sh prometheus # prometheus and promtool, for the tests of the dashboard
 #                                    # and the alerts, into their own cache dir (prints it)
 #   hack/k8s-bin/build.sh kwok       # KWOK, the simulated nodes of the scale bench (bench/simnodes.py)
+#   hack/k8s-bin/build.sh kueue      # Kueue's controller with its CRDs and webhook manifest, for
+#                                    # the tests of queued rollouts, into its own cache dir (prints it)
 #   hack/k8s-bin/build.sh NAME...    # just these binaries (or groups: control-plane, node,
 #                                    # prometheus, all)
-#   SWEROLLOUT_BIN_DIR=... / SWEROLLOUT_PROMETHEUS_BIN_DIR=... override the cache locations.
-# It prints the bin dir (the Prometheus one when only the prometheus group was asked for).
+#   SWEROLLOUT_BIN_DIR=... / SWEROLLOUT_PROMETHEUS_BIN_DIR=... / SWEROLLOUT_KUEUE_BIN_DIR=...
+#   override the cache locations.
+# It prints the bin dir (the Prometheus or Kueue one when only that group was asked for).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -24,12 +27,14 @@ HELM_VERSION="v3.22.0"
 # Prometheus 3.x is published as Go module versions v0.3xx.y (hack/k8s-bin/prometheus/go.mod).
 PROMETHEUS_VERSION="v3.16.0"
 KWOK_VERSION="v0.8.0"   # pinned in kwok/go.mod; kept beside the Kubernetes binaries
+KUEUE_VERSION="v0.17.0" # pinned in kueue/go.mod
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/swerollout/bin"
 bin_dir="${SWEROLLOUT_BIN_DIR:-$cache/k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_helm-${HELM_VERSION}}"
 # Apart from the Kubernetes binaries: a directory per set of versions, so bumping
 # Prometheus does not rebuild kube-apiserver.
 prometheus_dir="${SWEROLLOUT_PROMETHEUS_BIN_DIR:-$cache/prometheus-${PROMETHEUS_VERSION}}"
-mkdir -p "$bin_dir" "$prometheus_dir"
+kueue_dir="${SWEROLLOUT_KUEUE_BIN_DIR:-$cache/kueue-${KUEUE_VERSION}}"
+mkdir -p "$bin_dir" "$prometheus_dir" "$kueue_dir"
 # One build at a time per cache: two checkouts running `make` at once (or `make test`
 # beside `make bench`) would otherwise write the same binary and move it from under
 # each other. The second waits, then finds the binaries built. Only a build takes the
@@ -76,6 +81,8 @@ targets=(
   "prometheus|prometheus|github.com/prometheus/prometheus/cmd/prometheus|${prom_ldflags}|--version|prometheus, version ${PROMETHEUS_VERSION#v} |${prom_tags}|${prometheus_dir}"
   "promtool|promtool|github.com/prometheus/prometheus/cmd/promtool|${prom_ldflags}|--version|promtool, version ${PROMETHEUS_VERSION#v} |${prom_tags}|${prometheus_dir}"
   "kwok|kwok|sigs.k8s.io/kwok/cmd/kwok|-X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION}|--version|kwok version ${KWOK_VERSION} "
+  # Kueue has no version flag: its build info (go version -m) names the module version.
+  "kueue|kueue|sigs.k8s.io/kueue/cmd/kueue|-X sigs.k8s.io/kueue/pkg/version.GitVersion=${KUEUE_VERSION}|@buildinfo|sigs.k8s.io/kueue	${KUEUE_VERSION}||${kueue_dir}"
 )
 control_plane="etcd helm kubectl kube-apiserver"
 node="kubelet kube-proxy kube-scheduler kube-controller-manager pause"
@@ -86,7 +93,11 @@ prometheus="prometheus promtool"
 reports() {
   local expect="$1"; shift
   local text
-  text="$("$@" 2>&1)" || true
+  if [ "${2:-}" = "@buildinfo" ]; then
+    text="$(go version -m "$1" 2>&1)" || true
+  else
+    text="$("$@" 2>&1)" || true
+  fi
   [[ "$text" == *"$expect"* ]]
 }
 
@@ -96,7 +107,7 @@ for arg in "${@:-control-plane}"; do
     control-plane) wanted+="$control_plane " ;;
     node) wanted+="$node " ;;
     prometheus) wanted+="$prometheus " ;;
-    all) wanted+="$control_plane $node $prometheus kwok " ;;
+    all) wanted+="$control_plane $node $prometheus kwok kueue " ;;
     *) wanted+="$arg " ;;
   esac
 done
@@ -129,7 +140,20 @@ for t in "${targets[@]}"; do
   fi
   echo "built $name in $(( $(date +%s) - start ))s" >&2
 done
-if [ "$wanted" = " $prometheus " ]; then
+if [[ "$wanted" == *" kueue "* ]]; then
+  # What a test installs beside the controller: its CRDs and its webhook configurations,
+  # from the same module version (the module cache holds them after the build).
+  src="$(cd "$here/kueue" && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)"
+  if [ ! -f "$kueue_dir/webhooks.yaml" ]; then
+    rm -rf "$kueue_dir/crds.tmp.$$" && cp -r "$src/config/components/crd/bases" "$kueue_dir/crds.tmp.$$"
+    chmod -R u+w "$kueue_dir/crds.tmp.$$" && rm -rf "$kueue_dir/crds" && mv "$kueue_dir/crds.tmp.$$" "$kueue_dir/crds"
+    cp "$src/config/components/webhook/manifests.yaml" "$kueue_dir/webhooks.yaml.tmp.$$"
+    chmod u+w "$kueue_dir/webhooks.yaml.tmp.$$" && mv "$kueue_dir/webhooks.yaml.tmp.$$" "$kueue_dir/webhooks.yaml"
+  fi
+fi
+if [ "$wanted" = " kueue " ]; then
+  echo "$kueue_dir"
+elif [ "$wanted" = " $prometheus " ]; then
   echo "$prometheus_dir"
 else
   echo "$bin_dir"
