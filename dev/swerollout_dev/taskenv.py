@@ -60,8 +60,12 @@ def wheelhouse() -> Path:
 
 
 def _key(requirements: str, python: Path) -> str:
+    # The environment's own path as well as the interpreter it resolves to: every venv's
+    # bin/python links to the same base interpreter, but each task environment falls back
+    # to the site-packages of the venv that built it (_fall_back_to), so two checkouts'
+    # venvs must never share one (the other's may lack pytest, or be gone).
     digest = hashlib.sha256()
-    for part in (_LAYOUT, str(python.resolve()), sys.version, requirements):
+    for part in (_LAYOUT, str(python.absolute()), str(python.resolve()), sys.version, requirements):
         digest.update(part.encode() + b"\0")
     return digest.hexdigest()[:16]
 

@@ -113,3 +113,18 @@ def test_a_build_that_fails_says_why_and_is_tried_again(tmp_path: Path, monkeypa
     with pytest.raises(TaskEnvError):  # the half-built environment is never handed out: built again
         ensure_task_env(requirements, Path(sys.executable).parent)
     assert (env / "build.log").read_text().count("$ ") == 3, "venv, install, download: once each, afresh"
+
+
+def test_each_venv_gets_its_own_task_environment(tmp_path: Path) -> None:
+    """Two venvs link the same base interpreter, yet each task environment falls back to the
+    site-packages of the venv that built it: a shared one handed another checkout's venv (one
+    without pytest, or one deleted since) to the next, and its gold patch graded 0."""
+    from swerollout_dev.taskenv import _key
+
+    for name in ("a", "b"):
+        (tmp_path / name / "bin").mkdir(parents=True)
+        (tmp_path / name / "bin" / "python").symlink_to(Path(sys.executable).resolve())
+    first, second = (tmp_path / name / "bin" / "python" for name in ("a", "b"))
+    assert first.resolve() == second.resolve()
+    assert _key("inflection==0.5.1\n", first) != _key("inflection==0.5.1\n", second)
+    assert _key("inflection==0.5.1\n", first) == _key("inflection==0.5.1\n", first)
