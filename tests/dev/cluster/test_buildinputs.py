@@ -9,7 +9,7 @@ import pytest
 
 from swerollout_dev.cluster.buildinputs import BuildInputsError, copy_sources, ignored, inputs_hash
 
-ROOT = Path(__file__).resolve().parents[4]
+ROOT = Path(__file__).resolve().parents[3]
 
 DOCKERFILE = """\
 # syntax=docker/dockerfile:1.7

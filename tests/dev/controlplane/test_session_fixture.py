@@ -14,7 +14,7 @@ from pathlib import Path
 
 from swerollout_dev.controlplane.processes import PIDFILE_NAME, is_alive
 
-TESTS_DIR = Path(__file__).resolve().parents[3]
+TESTS_DIR = Path(__file__).resolve().parents[2]
 
 _INNER_TESTS = textwrap.dedent(
     """

@@ -31,7 +31,7 @@ from swerollout_dev.stack.supervisor import DEFAULT_POLICY_PORT
 from tests.support.nodeagent_support import AgentProcess, pod_manifest, wait_pod
 
 RUNNER = "swerollout:dev"
-ATTEMPTS = Path(__file__).parents[4] / "tests" / "support" / "escape_attempts.py"
+ATTEMPTS = Path(__file__).parents[3] / "tests" / "support" / "escape_attempts.py"
 
 
 def task_repo(path: Path) -> None:

@@ -27,7 +27,7 @@ from swerollout_dev.nodeagent.layout import container_logs, find_pod_dirs
 from tests.support.nodeagent_support import AgentProcess, phase_is, pod_manifest, wait_pod
 
 RUNNER = "swerollout:dev"
-CHECKOUT = Path(__file__).parents[4]
+CHECKOUT = Path(__file__).parents[3]
 
 # Prints one JSON line: each path -> "blocked", or what could be read of it.
 _TRY_READ = (
