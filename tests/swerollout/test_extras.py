@@ -16,8 +16,10 @@ PARQUET_HINT = "needs pyarrow, which is not installed: pip install 'swerollout[p
 
 def test_require_names_the_extra_and_what_needed_it(monkeypatch: pytest.MonkeyPatch) -> None:
     assert require("json", "none", "a test") is json
-    # None in sys.modules is how the import system spells "not installed".
-    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    # None in sys.modules is how the import system spells "not installed"; the submodule
+    # too, since an earlier test of the same run may have imported pyarrow.parquet already.
+    for name in [m for m in sys.modules if m == "pyarrow" or m.startswith("pyarrow.")] + ["pyarrow"]:
+        monkeypatch.setitem(sys.modules, name, None)
     with pytest.raises(MissingExtra) as caught:
         require("pyarrow.parquet", "parquet", "swerollout results --out FILE.parquet")
     assert isinstance(caught.value, ImportError) and caught.value.extra == "parquet"
