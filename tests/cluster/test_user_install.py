@@ -108,9 +108,15 @@ def test_the_readme_general_block_as_written(real_node: RealNode, readme_release
 
     sh(install.replace("<your registry>", REGISTRY))
     real_node.wait_for("the README's operator Deployment Ready", lambda: _operator_ready(real_node), timeout=600)
-    pods = real_node.get("pods", "-n", RELEASE_NAMESPACE, "-l", "app.kubernetes.io/name=swerollout")["items"]
-    images = {c["image"] for p in pods if p["status"]["phase"] == "Running" for c in p["spec"]["containers"]}
-    assert images == {image}, images
+
+    def running_images() -> set[str]:
+        pods = real_node.get("pods", "-n", RELEASE_NAMESPACE, "-l", "app.kubernetes.io/name=swerollout")["items"]
+        return {c["image"] for p in pods if p["status"]["phase"] == "Running" for c in p["spec"]["containers"]}
+
+    # The fixture's uninstall waits for the Deployment, not for its pods: the garbage collector
+    # may still be taking the earlier release's operator pod away when the new one is Ready.
+    real_node.wait_for("only the README release's operator running", lambda: running_images() == {image}, timeout=180)
+    assert running_images() == {image}
     # The README's values: the chart's defaults, so a Role in the release namespace, no ClusterRole.
     assert real_node.kubectl("get", "role", "-n", RELEASE_NAMESPACE, "-o", "name").stdout.strip()
 
