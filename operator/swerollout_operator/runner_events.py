@@ -27,13 +27,9 @@ if TYPE_CHECKING:
     from .metrics import OperatorMetrics
 
 
-class Reconciler(Protocol):
-    """What applying a runner's report needs of the reconciler (reconciler.py), so that this
-    module sits below it: the reconciler calls in, never the other way."""
-
-    metrics: OperatorMetrics
-
-    async def write_status(self, entry: Tracked, patch: dict[str, Any]) -> None: ...
+class Transitions(Protocol):
+    """The reconciler's phase-machine step and its Events: what every module below it that
+    moves a rollout's phase (this one, warm.py) calls back into."""
 
     def post_event(self, entry: Tracked, *, reason: str, message: str, warning: bool = False) -> None: ...
 
@@ -47,6 +43,15 @@ class Reconciler(Protocol):
         extra: dict[str, Any] | None = None,
         warning: bool = False,
     ) -> bool: ...
+
+
+class Reconciler(Transitions, Protocol):
+    """What applying a runner's report needs of the reconciler (reconciler.py), so that this
+    module sits below it: the reconciler calls in, never the other way."""
+
+    metrics: OperatorMetrics
+
+    async def write_status(self, entry: Tracked, patch: dict[str, Any]) -> None: ...
 
     def assignment(self, entry: Tracked, *, role: str, attempt: int) -> Assignment: ...
 

@@ -21,6 +21,7 @@ from swerollout.api import v1alpha1 as api
 
 from .deadlines import prepared_expired, utcnow
 from .phases import Trigger
+from .runner_events import Transitions
 
 if TYPE_CHECKING:
     from .cache import PodCache, Tracked
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from .podstatus import PodState
 
 
-class Reconciler(Protocol):
+class Reconciler(Transitions, Protocol):
     """What warm starts need of the reconciler (reconciler.py), which calls in: this module
     sits below it."""
 
@@ -38,19 +39,6 @@ class Reconciler(Protocol):
     def suspended(self, entry: Tracked) -> bool: ...
 
     async def sandbox_pod(self, entry: Tracked) -> tuple[dict[str, Any] | None, PodState | None, bool]: ...
-
-    def post_event(self, entry: Tracked, *, reason: str, message: str, warning: bool = False) -> None: ...
-
-    async def transition(
-        self,
-        entry: Tracked,
-        event: Trigger,
-        *,
-        reason: str,
-        message: str,
-        extra: dict[str, Any] | None = None,
-        warning: bool = False,
-    ) -> bool: ...
 
 
 def _now() -> Any:
