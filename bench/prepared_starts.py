@@ -29,13 +29,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bench.realnode_steps import GenerateRecorder, _cli
+from bench.realnode_steps import GenerateRecorder, dev_stack_behind_recorder
 from swerollout.client import RolloutClient
 from swerollout.instances import SWEBenchInstance
 from swerollout.kube import SWEROLLOUTS, KubeClient
-from swerollout_dev.policy_server.launch import launch
-from swerollout_dev.stack.paths import DevPaths
-from swerollout_dev.tasks import INDEX_FILE, materialize_tasks
 
 NAMESPACE = "default"
 GROUP = 4
@@ -155,22 +152,8 @@ def figures(out: dict[str, Any]) -> dict[str, float]:
 def run(tasks: int | None = None, group: int = GROUP) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="bench-prepared-", dir="/var/tmp") as tmp:
         workdir = Path(tmp)
-        instances = materialize_tasks(workdir / "tasks")[:tasks]
-        with (
-            launch(
-                "oracle",
-                subprocess=True,
-                ready_timeout=900,
-                tokenizer="qwen-2.5",
-                tasks=str(workdir / "tasks" / INDEX_FILE),
-            ) as oracle,
-            GenerateRecorder(oracle.url, "127.0.0.1").running() as recorder,
-        ):
-            _cli("dev", "up", "--sglang-url", recorder.url, "--workdir", str(workdir))
-            try:
-                return figures(run_batches(DevPaths.under(str(workdir)).kubeconfig, recorder, instances, group))
-            finally:
-                _cli("dev", "down", "--workdir", str(workdir))
+        with dev_stack_behind_recorder(workdir) as (kubeconfig, recorder, instances):
+            return figures(run_batches(kubeconfig, recorder, instances[:tasks], group))
 
 
 def report(f: dict[str, float]) -> str:

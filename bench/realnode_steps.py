@@ -201,8 +201,10 @@ def _time_tasks(kubeconfig: Path, recorder: GenerateRecorder, tasks: list[SWEBen
         return {task.instance_id: measure_one(kube, recorder, task, f"steps-{i}") for i, task in enumerate(tasks)}
 
 
-def run_node_agent(workdir: Path) -> Timings:
-    """`dev up` pointed at the recorder (its pods may reach only the policy URL it is given)."""
+@contextmanager
+def dev_stack_behind_recorder(workdir: Path) -> Iterator[tuple[Path, GenerateRecorder, list[SWEBenchInstance]]]:
+    """`dev up` over the bundled tasks, pointed at a recorder in front of the oracle (its pods
+    may reach only the policy URL it is given): the admin kubeconfig, the recorder, the tasks."""
     tasks = materialize_tasks(workdir / "tasks")
     with (
         launch(
@@ -216,9 +218,14 @@ def run_node_agent(workdir: Path) -> Timings:
     ):
         _cli("dev", "up", "--sglang-url", recorder.url, "--workdir", str(workdir))
         try:
-            return _time_tasks(DevPaths.under(str(workdir)).kubeconfig, recorder, tasks)
+            yield DevPaths.under(str(workdir)).kubeconfig, recorder, tasks
         finally:
             _cli("dev", "down", "--workdir", str(workdir))
+
+
+def run_node_agent(workdir: Path) -> Timings:
+    with dev_stack_behind_recorder(workdir) as (kubeconfig, recorder, tasks):
+        return _time_tasks(kubeconfig, recorder, tasks)
 
 
 def _wait_for_machine_lock(paths: ClusterPaths) -> None:
