@@ -48,7 +48,7 @@ from .log_tail import LogTail
 from .loop import AgentLoop, LoopResult, LoopState, StepInfo, TaskInfo
 from .model import FinishReason, Model, ModelTurn
 from .rl_model import RLTokenModel
-from .sandbox import Sandbox
+from .sandbox import Sandbox, SandboxError
 from .sglang import SamplingParams, SGLangClient
 from .tools.schemas import tool_schemas
 
@@ -555,13 +555,12 @@ class Runner:
 
     async def _worktree_diff(self, workdir: str, base_commit: str) -> str:
         assert self.sandbox is not None
-        result = await self.sandbox.execute(
-            f"git add -A >/dev/null 2>&1 && git diff --cached --binary {shlex.quote(base_commit)}",
-            timeout=120,
-            cwd=workdir,
-            merge_stderr=False,
-        )
-        return result.output if result.exit_code == 0 else ""
+        try:
+            return await turn_checkpoints.worktree_diff(
+                self.sandbox, workdir, base_commit, index_copy=turn_checkpoints.ABORT_INDEX_COPY
+            )
+        except SandboxError:
+            return ""
 
     async def _restore_worktree(self, workdir: str, base_commit: str, diff: str) -> str | None:
         assert self.sandbox is not None

@@ -17,7 +17,31 @@ from .checkpoint import CheckpointWriter, Head, Written, is_checkpoint, restore_
 from .ingest_client import IngestClient
 from .sandbox import Sandbox, SandboxError
 
-INDEX_COPY = "/tmp/swerollout-checkpoint.index"
+INDEX_COPY = "swerollout-checkpoint.index"
+"""The checkpoints' copy of the index, in the repository's git directory: never shared with
+another rollout's (a dev-mode sandbox without bubblewrap has the host's /tmp), never in the tree."""
+ABORT_INDEX_COPY = "swerollout-abort.index"
+"""The abort snapshot's own copy: its tree read may overlap a checkpoint's (both run while a
+/generate is in flight), and two reads must never share one index file."""
+
+
+async def worktree_diff(sandbox: Sandbox, workdir: str, base_commit: str, *, index_copy: str) -> str:
+    """The working tree (untracked files too) as a binary diff against ``base_commit``, read
+    through a copy of the repository's index (GIT_INDEX_FILE, the git directory's
+    ``index_copy``): the agent's index is never written, so nothing it did not stage itself
+    shows as staged. Raises SandboxError when the tree cannot be read."""
+    base = shlex.quote(base_commit)
+    copy = '"$SWEROLLOUT_INDEX"'
+    command = (
+        f'SWEROLLOUT_INDEX="$(git rev-parse --absolute-git-dir)"/{shlex.quote(index_copy)} && '
+        f'{{ cp "$(git rev-parse --absolute-git-dir)/index" {copy} 2>/dev/null || rm -f {copy}; }} && '
+        f"GIT_INDEX_FILE={copy} git add -A >/dev/null 2>&1 && "
+        f"GIT_INDEX_FILE={copy} git diff --cached --binary {base}"
+    )
+    result = await sandbox.execute(command, timeout=120, cwd=workdir, merge_stderr=False)
+    if result.exit_code != 0:
+        raise SandboxError(f"reading the working tree failed (exit {result.exit_code})")
+    return result.output
 
 
 def replay_note(attempt: int, turns: int) -> str:
@@ -56,18 +80,9 @@ def writer(
 ) -> CheckpointWriter:
     """A writer for one run: diffs in ``sandbox``, uploads through ``ingest``, tells the
     operator each stored head through ``send`` (a progress report)."""
-    base = shlex.quote(base_commit)
-    command = (
-        f'cp "$(git rev-parse --git-dir)/index" {INDEX_COPY} 2>/dev/null || rm -f {INDEX_COPY}; '
-        f"GIT_INDEX_FILE={INDEX_COPY} git add -A >/dev/null 2>&1 && "
-        f"GIT_INDEX_FILE={INDEX_COPY} git diff --cached --binary {base}"
-    )
 
     async def diff() -> str:
-        result = await sandbox.execute(command, timeout=120, cwd=workdir, merge_stderr=False)
-        if result.exit_code != 0:
-            raise SandboxError(f"reading the working tree for a checkpoint failed (exit {result.exit_code})")
-        return result.output
+        return await worktree_diff(sandbox, workdir, base_commit, index_copy=INDEX_COPY)
 
     async def upload(blob: bytes) -> wire.StoredObjectRef:
         return await ingest.upload(wire.ObjectKind.CHECKPOINT, blob)
