@@ -7,6 +7,6 @@ from swerollout.tokenizers import keep_torch_out
 # Before anything imports transformers: the runner tokenizes and never runs a model.
 keep_torch_out()
 
-from agent_runner.session import main  # noqa: E402
+from agent_runner.pod.session import main  # noqa: E402
 
 sys.exit(main())

@@ -23,10 +23,10 @@ from typing import Any
 
 import httpx
 
-from agent_runner.model import FinishReason
-from agent_runner.rl_model import RLTokenModel
-from agent_runner.session import AbortableModel
-from agent_runner.sglang import RetryPolicy, SamplingParams, SGLangClient
+from agent_runner.pod.session import AbortableModel
+from agent_runner.policy.model import FinishReason
+from agent_runner.policy.rl_model import RLTokenModel
+from agent_runner.policy.sglang import RetryPolicy, SamplingParams, SGLangClient
 from swerollout.tokenizers import load_tokenizer
 from swerollout_dev.policy_server import launch
 

@@ -4,7 +4,7 @@ A conversation is grown to 4k, 16k and 32k tokens with RLTokenModel on a canned 
 (runner_overhead's), whose every answer takes GENERATE_SECONDS (a stand-in for the
 /generate the checkpoint hides under). Each measured turn is: generate, the tool reply,
 the step boundary (capture), and, before the next action, the wait for the checkpoint's
-working-tree read (settle). The writer is the runner's own (agent_runner.checkpoint)
+working-tree read (settle). The writer is the runner's own (agent_runner.pod.checkpoint)
 with real parts: the working tree read by `git diff` against the base commit of a real
 repository with a changing file, segments put into a real file:// result store.
 
@@ -29,9 +29,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent_runner.checkpoint import FULL_EVERY, CheckpointWriter, Lengths, Written, capture, encode_segment
-from agent_runner.rl_model import RLTokenModel
-from agent_runner.sglang import SamplingParams
+from agent_runner.pod.checkpoint import FULL_EVERY, CheckpointWriter, Lengths, Written, capture, encode_segment
+from agent_runner.policy.rl_model import RLTokenModel
+from agent_runner.policy.sglang import SamplingParams
 from bench.runner_overhead import TOOLS, CannedClient, _reply_ids, observation
 from swerollout.store import ObjectKind, Owner, open_store
 from swerollout.tokenizers import load_tokenizer

@@ -39,7 +39,7 @@ from typing import Any
 
 import httpx
 
-from agent_runner.sglang import GenerateResult, RetryPolicy, SamplingParams, SGLangClient, make_rid
+from agent_runner.policy.sglang import GenerateResult, RetryPolicy, SamplingParams, SGLangClient, make_rid
 from swerollout import fleet
 from swerollout_dev.gateway import GatewayHandle, launch_gateway
 from swerollout_dev.policy_server import launch

@@ -52,7 +52,7 @@ from typing import Any
 
 import httpx
 
-from agent_runner.ingest_client import IngestClient
+from agent_runner.pod.ingest_client import IngestClient
 from swerollout.api import v1alpha1 as api
 from swerollout.client import AsyncRolloutClient
 from swerollout.kube import NAMESPACES, PODS, SECRETS, SWEROLLOUTS, AsyncKubeClient, ServerError, load_kubeconfig
@@ -484,7 +484,7 @@ class Runners:
         self.got: dict[str, dict[str, float]] = {"abort": {}, "resume": {}}
         self.parked = 0
         self.retries = _RetryCount()
-        logging.getLogger("agent_runner.ingest_client").addHandler(self.retries)
+        logging.getLogger("agent_runner.pod.ingest_client").addHandler(self.retries)
 
     def client(self, name: str) -> IngestClient:
         uid = self.uids[name]
@@ -495,7 +495,7 @@ class Runners:
 
     async def _poll_until(self, name: str, ingest: IngestClient, after: str, kind: str) -> wire.Assignment:
         while True:
-            # The real runner's long poll (agent_runner/session.py).
+            # The real runner's long poll (agent_runner/pod/session.py).
             got = await ingest.assignment(after=after, wait=RUNNER_WAIT_SECONDS)
             if got.kind.value == kind:
                 self.got[kind][name] = time.monotonic()
@@ -517,7 +517,7 @@ class Runners:
         await ingest.event(wire.RunnerEvent(kind=wire.EventKind.STARTED, assignment_id=resume.id))
 
     async def aclose(self) -> None:
-        logging.getLogger("agent_runner.ingest_client").removeHandler(self.retries)
+        logging.getLogger("agent_runner.pod.ingest_client").removeHandler(self.retries)
         await asyncio.gather(*(t.aclose() for t in self.transports))
 
 

@@ -23,9 +23,9 @@ import statistics
 import time
 from typing import Any
 
-from agent_runner.rl_model import RLTokenModel
-from agent_runner.sglang import GenerateRequest, GenerateResult, SamplingParams, encode_request
-from agent_runner.snapshot import Snapshot
+from agent_runner.policy.rl_model import RLTokenModel
+from agent_runner.policy.sglang import GenerateRequest, GenerateResult, SamplingParams, encode_request
+from agent_runner.policy.snapshot import Snapshot
 from swerollout.tokenizers import load_tokenizer
 
 TOKENIZER = "qwen-2.5"

@@ -4,7 +4,7 @@
 Running and Ready, it starts a runner for it from the pod's own runner environment
 (`RunnerEnv`, as the runner container reads it), speaking to the operator through the
 runner's own `IngestClient` (its retry rule and idempotency keys), in the order the
-real runner's `agent_runner/session.py` does:
+real runner's `agent_runner/pod/session.py` does:
 
 - rollout role: long-poll for the assignment; on `run` or `resume` (downloading the
   snapshot first) report `started`, hold a second long poll open that watches for the
@@ -17,7 +17,7 @@ real runner's `agent_runner/session.py` does:
   `evaluated` with the reward;
 - both exit on `stop`; a pod deleted under its runner ends it, as a kubelet would.
 
-The snapshot and the trajectory are encoded by the real codecs (agent_runner.snapshot,
+The snapshot and the trajectory are encoded by the real codecs (agent_runner.policy.snapshot,
 swerollout.wire.trajectory) from a conversation shape drawn per rollout (seeded by its
 name): a prompt of 800-1,500 tokens and 10-30 turns of 20-120 sampled and 30-150
 environment tokens (about 4,000 tokens in all), so their sizes are a real run's of that shape.
@@ -44,9 +44,9 @@ from typing import Any
 import httpx
 import numpy as np
 
-from agent_runner.ingest_client import IngestClient
-from agent_runner.snapshot import ModelState, Snapshot, TurnRecord
-from agent_runner.tokens import TokenBuffer
+from agent_runner.pod.ingest_client import IngestClient
+from agent_runner.policy.snapshot import ModelState, Snapshot, TurnRecord
+from agent_runner.policy.tokens import TokenBuffer
 from swerollout.api import v1alpha1 as api
 from swerollout.kube import PODS, ApiError, AsyncKubeClient, Gone
 from swerollout.wire import ingest as wire
@@ -227,11 +227,11 @@ class SimulatedRunners:
         self._watch: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        logging.getLogger("agent_runner.ingest_client").addHandler(self.retries)
+        logging.getLogger("agent_runner.pod.ingest_client").addHandler(self.retries)
         self._watch = asyncio.create_task(self._pods())
 
     async def stop(self) -> None:
-        logging.getLogger("agent_runner.ingest_client").removeHandler(self.retries)
+        logging.getLogger("agent_runner.pod.ingest_client").removeHandler(self.retries)
         tasks = [t for t in (self._watch, *self._tasks.values()) if t is not None]
         for task in tasks:
             task.cancel()

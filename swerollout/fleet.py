@@ -13,7 +13,7 @@ answers 404), so what must reach the engine holding a request goes to every engi
 
 An exact-rid ``/abort_request`` sent to every engine aborts the request where it runs and
 nothing elsewhere (an engine answers an empty 200 for a rid it does not hold). This module is
-the one home of that rule: the runner's client (agent_runner/sglang.py), the trainer client's
+the one home of that rule: the runner's client (agent_runner/policy/sglang.py), the trainer client's
 batch abort and the trainers' fleet-wide pauses and weight updates use it
 (docs/sglang-protocol.md, "Fleets").
 """

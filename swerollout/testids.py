@@ -1,6 +1,6 @@
 """Which FAIL_TO_PASS / PASS_TO_PASS ids a test log can show at all.
 
-The grader (agent_runner.grading) reads one log line at a time and matches each known
+The grader (agent_runner.eval.grading) reads one log line at a time and matches each known
 id whole against pytest's summary lines, so ids with spaces and brackets are fine. An
 id with a line break, a tab, or leading or trailing whitespace can never appear whole
 on a summary line: no parser matches it and the instance can never be resolved. Loading

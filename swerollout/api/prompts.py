@@ -14,7 +14,7 @@ from enum import Enum
 import jinja2
 import jinja2.meta
 
-# The environment the runner renders with (agent_runner.config); parsing here with
+# The environment the runner renders with (agent_runner.agent.config); parsing here with
 # the same settings means a template that passes here also compiles there.
 JINJA = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
 

@@ -50,7 +50,7 @@ class ObjectKind(StrEnum):
     OTHER = "other"
     """Anything else a runner attaches."""
     CHECKPOINT = "checkpoint"
-    """A segment of a running rollout's per-turn checkpoint chain (agent_runner.checkpoint)."""
+    """A segment of a running rollout's per-turn checkpoint chain (agent_runner.pod.checkpoint)."""
 
 
 class Owner(BaseModel):

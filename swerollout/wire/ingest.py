@@ -88,7 +88,7 @@ class Assignment(WireModel):
 
 
 class CheckpointReport(WireModel):
-    """The newest per-turn checkpoint a runner stored (agent_runner.checkpoint): the head
+    """The newest per-turn checkpoint a runner stored (agent_runner.pod.checkpoint): the head
     segment of its chain, and what it covers."""
 
     head: StoredObjectRef

@@ -1,6 +1,6 @@
 """SGLang's native HTTP protocol (0.5.23): the one home of its request and response bodies.
 
-Both sides use these models: the runner's client (agent_runner/sglang.py) and the
+Both sides use these models: the runner's client (agent_runner/policy/sglang.py) and the
 SGLang stand-in (swerollout's dev policy server). Shapes, defaults and validation
 follow the sglang 0.5.23 wheel, and tests/…/test_sglang_contract.py checks them
 against that wheel's own code (docs/sglang-protocol.md says what is sent and read).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from agent_runner.log_tail import LogTail
+from agent_runner.pod.log_tail import LogTail
 from swerollout.wire.ingest import MAX_LOG_BYTES
 
 

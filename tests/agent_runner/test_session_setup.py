@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from agent_runner.pod.session import Runner
 from agent_runner.sandbox import Sandbox
-from agent_runner.session import Runner
 from swerollout.wire import ingest as wire
 from swerollout.wire.runner_env import RunnerEnv
 

@@ -78,7 +78,7 @@ def test_the_swerex_bundle_holds_swerex_at_the_runtime_locks_pins(real_node: Rea
 # write it.
 _COMPILED = """
 import importlib.util, json, os, sys
-import swerollout_operator.__main__, agent_runner.session, kopf, transformers
+import swerollout_operator.__main__, agent_runner.pod.session, kopf, transformers
 rows = []
 for module in list(sys.modules.values()):
     source = getattr(module, "__file__", None) or ""

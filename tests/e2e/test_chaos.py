@@ -183,7 +183,7 @@ def _admitted(url: str) -> dict[str, int]:
 
 
 def _run_of(rid: str) -> str:
-    """The run (rollout uid) of a runner's rid `<uid>-t0007-a01-<8 hex>.` (agent_runner.sglang.make_rid)."""
+    """The run (rollout uid) of a runner's rid `<uid>-t0007-a01-<8 hex>.` (agent_runner.policy.sglang.make_rid)."""
     found = re.fullmatch(r"(.+)-t\d{4}-a\d{2}-[0-9a-f]{8}\.", rid)
     assert found, rid
     return found.group(1)
@@ -363,10 +363,10 @@ def _free_port() -> int:
 
 
 def _chain(stack: DevStack, head: dict[str, Any]) -> Any:
-    """The snapshot a checkpoint chain in the store restores (agent_runner.checkpoint)."""
+    """The snapshot a checkpoint chain in the store restores (agent_runner.pod.checkpoint)."""
     import asyncio
 
-    from agent_runner.checkpoint import restore_chain
+    from agent_runner.pod.checkpoint import restore_chain
 
     folder = Path(head["ref"][len("file://") :]).parent
 

@@ -51,7 +51,12 @@ def _lint_copy(tmp_path: Path, module: str, line: str) -> subprocess.CompletedPr
             "swerollout_operator.phases",
         ),
         # The SGLang client importing the session that drives it.
-        ("agent_runner/sglang.py", "import agent_runner.session", "the runner's layers", "agent_runner.sglang"),
+        (
+            "agent_runner/policy/sglang.py",
+            "import agent_runner.pod.session",
+            "the runner's layers",
+            "agent_runner.policy.sglang",
+        ),
     ],
 )
 def test_a_layer_breach_fails_lint_imports(tmp_path: Path, module: str, line: str, contract: str, edge: str) -> None:

@@ -218,7 +218,7 @@ def test_an_infrastructure_exit_fails_the_rollout_naming_the_cause(
     logs_url = ingest_url(operator, namespace, "down", uid, "/objects/log")
     too_big = httpx.put(logs_url, content=b"x" * (wire.MAX_LOG_BYTES + 1), headers=auth)
     assert too_big.status_code == 413
-    runner_log = b"2026-01-01 WARNING agent_runner.session: inference server unavailable\n"
+    runner_log = b"2026-01-01 WARNING agent_runner.pod.session: inference server unavailable\n"
     log_ref = wire.StoredObjectRef.model_validate(httpx.put(logs_url, content=runner_log, headers=auth).json())
     finished = wire.RunnerEvent(
         kind=wire.EventKind.FINISHED,

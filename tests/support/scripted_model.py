@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agent_runner.model import FinishReason, ModelTurn, ToolCall
+from agent_runner.policy.model import FinishReason, ModelTurn, ToolCall
 
 Step = ModelTurn | Exception | Callable[[list[dict[str, Any]]], ModelTurn]
 
@@ -28,7 +28,7 @@ ABORT = ModelTurn(text="", finish_reason=FinishReason.ABORT)
 
 
 class ScriptedModel:
-    """Implements agent_runner.model.Model by replaying `script` (then raising if it runs out)."""
+    """Implements agent_runner.policy.model.Model by replaying `script` (then raising if it runs out)."""
 
     def __init__(self, script: list[Step], *, context_tokens: int = 0) -> None:
         self.script = list(script)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from agent_runner.config import ActionFormat, AgentConfig, AgentConfigError
-from agent_runner.model import ToolCall
-from agent_runner.tools import (
+from agent_runner.agent.config import ActionFormat, AgentConfig, AgentConfigError
+from agent_runner.agent.tools import (
     BashAction,
     EditorAction,
     FormatError,
@@ -17,6 +16,7 @@ from agent_runner.tools import (
     parse_tool_call,
     tool_schemas,
 )
+from agent_runner.policy.model import ToolCall
 from swerollout.api import v1alpha1
 from swerollout.exit_status import ExitStatus, autosubmitted, is_truncated, produced_patch
 
@@ -145,7 +145,7 @@ def test_exit_status_helpers() -> None:
 
 
 def test_task_info_from_the_spec_instance() -> None:
-    from agent_runner.run_state import TaskInfo
+    from agent_runner.agent.run_state import TaskInfo
 
     instance = v1alpha1.Instance(
         instance_id="calc-1",

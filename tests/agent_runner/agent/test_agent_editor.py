@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent_runner.tools import EditorAction, EditorError, StrReplaceEditor
+from agent_runner.agent.tools import EditorAction, EditorError, StrReplaceEditor
 from tests.support.repo_helpers import RepoSandbox
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent_runner.config import AgentConfig
-from agent_runner.errors import ContextBudgetError, ModelUnavailableError
-from agent_runner.loop import AgentLoop, LoopResult, StepInfo, TaskInfo
-from agent_runner.model import FinishReason, ModelTurn, ToolCall
+from agent_runner.agent.config import AgentConfig
+from agent_runner.agent.loop import AgentLoop, LoopResult, StepInfo, TaskInfo
+from agent_runner.policy.errors import ContextBudgetError, ModelUnavailableError
+from agent_runner.policy.model import FinishReason, ModelTurn, ToolCall
 from agent_runner.sandbox import Sandbox
 from swerollout.api import v1alpha1
 from tests.support.repo_helpers import RepoSandbox, git

@@ -9,12 +9,12 @@ import httpx
 import pytest
 from aiohttp import web
 
-from agent_runner.chat_model import ChatModel, chat_completions_url, chat_model_from_spec
-from agent_runner.config import AgentConfig
-from agent_runner.errors import ModelProtocolError, ModelUnavailableError
-from agent_runner.loop import AgentLoop, TaskInfo
-from agent_runner.model import FinishReason
-from agent_runner.tools import tool_schemas
+from agent_runner.agent.config import AgentConfig
+from agent_runner.agent.loop import AgentLoop, TaskInfo
+from agent_runner.agent.tools import tool_schemas
+from agent_runner.policy.chat_model import ChatModel, chat_completions_url, chat_model_from_spec
+from agent_runner.policy.errors import ModelProtocolError, ModelUnavailableError
+from agent_runner.policy.model import FinishReason
 from swerollout.api import v1alpha1
 from swerollout.backoff import Backoff
 from swerollout_dev.policy_server.launch import PolicyServerHandle, launch

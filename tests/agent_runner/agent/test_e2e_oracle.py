@@ -13,12 +13,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agent_runner.config import AgentConfig
-from agent_runner.loop import AgentLoop, LoopState, TaskInfo
-from agent_runner.rl_model import RLTokenModel
+from agent_runner.agent.config import AgentConfig
+from agent_runner.agent.loop import AgentLoop, LoopState, TaskInfo
+from agent_runner.agent.tools import tool_schemas
+from agent_runner.policy.rl_model import RLTokenModel
+from agent_runner.policy.sglang import SamplingParams, SGLangClient
 from agent_runner.sandbox import Sandbox
-from agent_runner.sglang import SamplingParams, SGLangClient
-from agent_runner.tools import tool_schemas
 from swerollout.api import v1alpha1
 from swerollout.exit_status import ExitStatus
 from swerollout.instances import SWEBenchInstance

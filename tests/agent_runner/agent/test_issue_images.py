@@ -18,14 +18,14 @@ from typing import Any
 import httpx
 import pytest
 
-from agent_runner.chat_model import ChatModel
-from agent_runner.config import AgentConfig
-from agent_runner.errors import ChatTemplateError
-from agent_runner.loop import AgentLoop, TaskInfo
-from agent_runner.rl_model import RLTokenModel
+from agent_runner.agent.config import AgentConfig
+from agent_runner.agent.loop import AgentLoop, TaskInfo
+from agent_runner.agent.tools import tool_schemas
+from agent_runner.policy.chat_model import ChatModel
+from agent_runner.policy.errors import ChatTemplateError
+from agent_runner.policy.rl_model import RLTokenModel
+from agent_runner.policy.sglang import SamplingParams, SGLangClient
 from agent_runner.sandbox import Sandbox
-from agent_runner.sglang import SamplingParams, SGLangClient
-from agent_runner.tools import tool_schemas
 from swerollout.api import v1alpha1
 from swerollout.instances import SWEBenchInstance, instance_from_row, to_api_instance
 from swerollout.issue_images import image_placeholder

@@ -8,7 +8,7 @@ import asyncio
 import subprocess
 from pathlib import Path
 
-from agent_runner.turn_checkpoints import ABORT_INDEX_COPY, INDEX_COPY, worktree_diff
+from agent_runner.pod.turn_checkpoints import ABORT_INDEX_COPY, INDEX_COPY, worktree_diff
 from tests.support.repo_helpers import RepoSandbox, git
 
 

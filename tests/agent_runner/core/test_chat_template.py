@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from agent_runner.chat_template import ChatTemplate
-from agent_runner.errors import ChatTemplateError
-from agent_runner.tokens import TokenBuffer
+from agent_runner.policy.chat_template import ChatTemplate
+from agent_runner.policy.errors import ChatTemplateError
+from agent_runner.policy.tokens import TokenBuffer
 from swerollout.tokenizers import load_tokenizer
 
 TOOLS = [

@@ -1,4 +1,4 @@
-"""Per-turn checkpoints (agent_runner.checkpoint): a chain of segments restores exactly the
+"""Per-turn checkpoints (agent_runner.pod.checkpoint): a chain of segments restores exactly the
 snapshot an abort at the same turn boundary would have written, each segment carries only
 what its turn added, and a lost upload or a compaction never leaves a hole."""
 
@@ -9,11 +9,11 @@ import hashlib
 
 import pytest
 
-from agent_runner.checkpoint import CheckpointWriter, Written, is_checkpoint, restore_chain
-from agent_runner.errors import SnapshotError
-from agent_runner.rl_model import RLTokenModel
-from agent_runner.sglang import RetryPolicy, SamplingParams, SGLangClient
-from agent_runner.snapshot import Snapshot
+from agent_runner.pod.checkpoint import CheckpointWriter, Written, is_checkpoint, restore_chain
+from agent_runner.policy.errors import SnapshotError
+from agent_runner.policy.rl_model import RLTokenModel
+from agent_runner.policy.sglang import RetryPolicy, SamplingParams, SGLangClient
+from agent_runner.policy.snapshot import Snapshot
 from swerollout.tokenizers import load_tokenizer
 from tests.support.runner_core_fakes import Behaviour, FakeSGLang
 

@@ -11,11 +11,11 @@ from urllib.parse import urlparse
 import httpx
 import pytest
 
-from agent_runner.errors import ModelUnavailableError
-from agent_runner.model import FinishReason
-from agent_runner.rl_model import RLTokenModel
-from agent_runner.session import AbortableModel
-from agent_runner.sglang import SamplingParams, SGLangClient
+from agent_runner.pod.session import AbortableModel
+from agent_runner.policy.errors import ModelUnavailableError
+from agent_runner.policy.model import FinishReason
+from agent_runner.policy.rl_model import RLTokenModel
+from agent_runner.policy.sglang import SamplingParams, SGLangClient
 from swerollout.api import v1alpha1 as api
 from swerollout.tokenizers import load_tokenizer
 from tests.support.runner_core_fakes import ORACLE_INSTANCE

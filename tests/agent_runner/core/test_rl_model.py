@@ -8,10 +8,10 @@ from typing import Any
 import httpx
 import pytest
 
-from agent_runner.errors import ContextBudgetError, ModelError, SnapshotError
-from agent_runner.model import FinishReason
-from agent_runner.rl_model import RLTokenModel
-from agent_runner.sglang import ContextLimits, RetryPolicy, SamplingParams, SGLangClient
+from agent_runner.policy.errors import ContextBudgetError, ModelError, SnapshotError
+from agent_runner.policy.model import FinishReason
+from agent_runner.policy.rl_model import RLTokenModel
+from agent_runner.policy.sglang import ContextLimits, RetryPolicy, SamplingParams, SGLangClient
 from swerollout.tokenizers import load_tokenizer
 from swerollout.wire.trajectory import Trajectory
 from tests.support.runner_core_fakes import ORACLE_INSTANCE, Behaviour, FakeSGLang
@@ -309,8 +309,8 @@ async def test_messages_after_abort_must_wait_for_the_resampled_turn(fake_sglang
 
 
 def test_corrupted_or_newer_snapshot_is_refused() -> None:
-    from agent_runner.snapshot import Snapshot
-    from agent_runner.tokens import TokenBuffer
+    from agent_runner.policy.snapshot import Snapshot
+    from agent_runner.policy.tokens import TokenBuffer
     from swerollout.wire.codec import decode, encode
 
     model = RLTokenModel(
@@ -517,7 +517,7 @@ async def test_a_turn_spanning_a_weight_update_keeps_per_token_versions_to_the_c
 
 
 async def test_a_spec_context_above_the_servers_is_lowered_and_said(fake_sglang: FakeSGLang) -> None:
-    from agent_runner.session import _apply_server_limits
+    from agent_runner.pod.session import _apply_server_limits
 
     fake_sglang.server_info = {"context_length": 4096, "max_req_input_len": 4090, "enable_return_routed_experts": False}
     model = _model(fake_sglang.url, max_context_tokens=65536, return_routed_experts=True)

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from agent_runner.errors import ContextBudgetError, ModelProtocolError, ModelTimeoutError, ModelUnavailableError
-from agent_runner.sglang import RetryPolicy, SamplingParams, SGLangClient, make_rid
+from agent_runner.policy.errors import ContextBudgetError, ModelProtocolError, ModelTimeoutError, ModelUnavailableError
+from agent_runner.policy.sglang import RetryPolicy, SamplingParams, SGLangClient, make_rid
 from tests.support.runner_core_fakes import Behaviour, FakeSGLang
 
 FAST = RetryPolicy(attempts=4, base_delay=0.01, max_delay=1.0, abort_timeout=1.0)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from agent_runner.sglang import RetryPolicy, SamplingParams, SGLangClient, make_rid
+from agent_runner.policy.sglang import RetryPolicy, SamplingParams, SGLangClient, make_rid
 from swerollout.tokenizers import load_tokenizer
 from tests.support.runner_core_fakes import FakeSGLang
 from tests.support.sglang_wheel import dataclass_fields, load

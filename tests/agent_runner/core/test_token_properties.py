@@ -38,12 +38,12 @@ from typing import Any
 
 import pytest
 
-from agent_runner.chat_template import ChatTemplate, _mark
-from agent_runner.errors import ChatTemplateError
-from agent_runner.rl_model import RLTokenModel
-from agent_runner.sglang import GenerateResult, SamplingParams
-from agent_runner.text import clean_value
-from agent_runner.tool_calls import detect_parser
+from agent_runner.policy.chat_template import ChatTemplate, _mark
+from agent_runner.policy.errors import ChatTemplateError
+from agent_runner.policy.rl_model import RLTokenModel
+from agent_runner.policy.sglang import GenerateResult, SamplingParams
+from agent_runner.policy.text import clean_value
+from agent_runner.policy.tool_calls import detect_parser
 from swerollout.tokenizer_check import UnencodableTextError, require_ordinary_text
 from swerollout.tokenizers import _bundled_sources, load_tokenizer
 

@@ -8,8 +8,8 @@ from typing import Any
 import jinja2
 import pytest
 
-from agent_runner.chat_template import ChatTemplate
-from agent_runner.tool_calls import BashFormatError, ToolCallParser, detect_parser, parse_bash_block
+from agent_runner.policy.chat_template import ChatTemplate
+from agent_runner.policy.tool_calls import BashFormatError, ToolCallParser, detect_parser, parse_bash_block
 from swerollout.tokenizers import load_tokenizer
 
 TOOLS = [

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_runner.eval import EvalReport, EvalRequest
+from agent_runner.eval.harness import EvalReport, EvalRequest
 from swerollout import instances
 from swerollout_dev import tasks
 from tests.support.evalkit import start_swerex

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from agent_runner.eval import APPLY_COMMANDS, EvalFailure, EvalReport, EvalRequest, evaluate, skipped_report
-from agent_runner.grading import grade_log
+from agent_runner.eval.grading import grade_log
+from agent_runner.eval.harness import APPLY_COMMANDS, EvalFailure, EvalReport, EvalRequest, evaluate, skipped_report
 from swerollout import exit_status, instances
 from swerollout.api.v1alpha1 import Instance, Mode
 from swerollout_dev import tasks

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agent_runner import grading
-from agent_runner.grading import GradingError, grade_log, parse_pytest_log
+from agent_runner.eval import grading
+from agent_runner.eval.grading import GradingError, grade_log, parse_pytest_log
 
 
 def test_markers_match_swebench() -> None:
@@ -192,7 +192,7 @@ def test_auto_falls_back_to_builtin_without_swebench() -> None:
     program = (
         "import sys\n"
         "sys.modules['swebench'] = None  # as if the extra were not installed\n"
-        "from agent_runner.grading import grade_log, swebench_harness_problem\n"
+        "from agent_runner.eval.grading import grade_log, swebench_harness_problem\n"
         f"log = {SAMPLE!r}\n"
         "g = grade_log(log, instance_id='x__y-1', repo='x/y', fail_to_pass=['tests/test_a.py::test_one'], pass_to_pass=[])\n"
         "print(g.backend, g.resolved)\n"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent_runner.eval import default_eval_script, files_in_patch
+from agent_runner.eval.harness import default_eval_script, files_in_patch
 from swerollout.api.v1alpha1 import Evaluation
 
 PATCH = """\

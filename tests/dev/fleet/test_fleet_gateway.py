@@ -13,10 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agent_runner.config import AgentConfig
-from agent_runner.rl_model import RLTokenModel
-from agent_runner.session import Runner
-from agent_runner.sglang import GenerateResult, RetryPolicy, SamplingParams, SGLangClient, make_rid
+from agent_runner.agent.config import AgentConfig
+from agent_runner.pod.session import Runner
+from agent_runner.policy.rl_model import RLTokenModel
+from agent_runner.policy.sglang import GenerateResult, RetryPolicy, SamplingParams, SGLangClient, make_rid
 from swerollout import fleet
 from swerollout.api import v1alpha1 as api
 from swerollout.client import AsyncRolloutClient

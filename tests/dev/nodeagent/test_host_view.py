@@ -44,7 +44,7 @@ _TRY_READ = (
 # checkout) and a tokenizer: a bundled one, extracted into its HOME's cache, and the same
 # one from a host directory the agent was told to show runners (--runner-path).
 _RUNNER_WORKS = (
-    "import os, agent_runner.loop, swerollout_operator, tokenizers\n"
+    "import os, agent_runner.agent.loop, swerollout_operator, tokenizers\n"
     "from swerollout.tokenizers import resolve_tokenizer_dir\n"
     "for name in ('qwen-2.5', os.environ['TOKENIZER_DIR']):\n"
     "    tok = tokenizers.Tokenizer.from_file(str(resolve_tokenizer_dir(name) / 'tokenizer.json'))\n"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_runner.grading import parse_pytest_log
+from agent_runner.eval.grading import parse_pytest_log
 from swerollout.cli.main import main
 from swerollout.instances import SWEBenchInstance
 from swerollout_dev import tasks

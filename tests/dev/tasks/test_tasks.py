@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_runner.grading import parse_pytest_log
+from agent_runner.eval.grading import parse_pytest_log
 from swerollout import instances
 from swerollout.api.v1alpha1 import Instance, LogParser
 from swerollout.cli.main import main

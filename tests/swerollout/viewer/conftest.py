@@ -25,9 +25,9 @@ from typing import Any
 import httpx
 import pytest
 
-from agent_runner.model import FinishReason
-from agent_runner.rl_model import RLTokenModel
-from agent_runner.sglang import RetryPolicy, SamplingParams, SGLangClient
+from agent_runner.policy.model import FinishReason
+from agent_runner.policy.rl_model import RLTokenModel
+from agent_runner.policy.sglang import RetryPolicy, SamplingParams, SGLangClient
 from swerollout.api.v1alpha1 import LABEL_BATCH, LABEL_MEMBER, LABEL_SAMPLE
 from swerollout.cli.results import write_jsonl, write_parquet
 from swerollout.client.records import ANNOTATION_INSTANCE_ID, RolloutRecord, build_record

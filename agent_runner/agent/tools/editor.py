@@ -9,8 +9,8 @@ from __future__ import annotations
 import posixpath
 import shlex
 
+from agent_runner.agent.tools.actions import EditorAction
 from agent_runner.sandbox import Sandbox
-from agent_runner.tools.actions import EditorAction
 
 SNIPPET_CONTEXT_LINES = 4
 """Lines shown around an edit in the confirmation snippet."""

@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from agent_runner.model import ToolCall
-from agent_runner.tool_calls import BashFormatError, parse_bash_block
+from agent_runner.policy.model import ToolCall
+from agent_runner.policy.tool_calls import BashFormatError, parse_bash_block
 
 
 class FormatError(Exception):
@@ -66,7 +66,7 @@ def parse_tool_call(call: ToolCall, enabled: Iterable[str]) -> Action:
 
 
 def parse_text_action(text: str) -> Action:
-    """The text format (parsed by agent_runner.tool_calls): one ```bash block; `submit` submits."""
+    """The text format (parsed by agent_runner.policy.tool_calls): one ```bash block; `submit` submits."""
     try:
         command = parse_bash_block(text)
     except BashFormatError as exc:

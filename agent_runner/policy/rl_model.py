@@ -1,4 +1,4 @@
-"""RLTokenModel: the policy behind agent_runner.model.Model, with exact token bookkeeping.
+"""RLTokenModel: the policy behind agent_runner.policy.model.Model, with exact token bookkeeping.
 
 Each ``generate()`` sends the whole token list to SGLang's /generate and appends
 exactly the returned ``output_ids`` (loss_mask 1, their logprobs, the server's
@@ -54,15 +54,15 @@ import base64
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from agent_runner.chat_template import ChatTemplate
-from agent_runner.errors import ChatTemplateError, ContextBudgetError, ModelError
-from agent_runner.images import image_urls
-from agent_runner.model import FinishReason, ModelTurn, ToolCall
-from agent_runner.sglang import ContextLimits, GenerateResult, SamplingParams, SGLangClient, make_rid
-from agent_runner.snapshot import ModelState, Snapshot, TurnRecord
-from agent_runner.text import clean_value
-from agent_runner.tokens import TokenBuffer
-from agent_runner.tool_calls import ToolCallParser, detect_parser, escape_markup
+from agent_runner.policy.chat_template import ChatTemplate
+from agent_runner.policy.errors import ChatTemplateError, ContextBudgetError, ModelError
+from agent_runner.policy.images import image_urls
+from agent_runner.policy.model import FinishReason, ModelTurn, ToolCall
+from agent_runner.policy.sglang import ContextLimits, GenerateResult, SamplingParams, SGLangClient, make_rid
+from agent_runner.policy.snapshot import ModelState, Snapshot, TurnRecord
+from agent_runner.policy.text import clean_value
+from agent_runner.policy.tokens import TokenBuffer
+from agent_runner.policy.tool_calls import ToolCallParser, detect_parser, escape_markup
 from swerollout.issue_images import image_placeholder, text_only_message
 from swerollout.wire.trajectory import Trajectory
 

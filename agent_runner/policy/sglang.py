@@ -41,7 +41,7 @@ from typing import Any, Literal
 import httpx
 from pydantic import ValidationError
 
-from agent_runner.errors import ContextBudgetError, ModelProtocolError, ModelTimeoutError, ModelUnavailableError
+from agent_runner.policy.errors import ContextBudgetError, ModelProtocolError, ModelTimeoutError, ModelUnavailableError
 from swerollout import fleet as fleets
 from swerollout.backoff import Backoff, Schedule
 from swerollout.wire import sglang as wire

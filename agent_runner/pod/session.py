@@ -26,6 +26,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from agent_runner.agent.config import ActionFormat, AgentConfig, AgentConfigError
+from agent_runner.agent.loop import AgentLoop, LoopResult, LoopState, StepInfo, TaskInfo
+from agent_runner.agent.tools.schemas import tool_schemas
+from agent_runner.eval.harness import EvalRequest, evaluate
+from agent_runner.policy.chat_model import chat_model_from_spec
+from agent_runner.policy.errors import ModelError, ModelUnavailableError
+from agent_runner.policy.model import FinishReason, Model, ModelTurn
+from agent_runner.policy.rl_model import RLTokenModel
+from agent_runner.policy.sglang import SamplingParams, SGLangClient
+from agent_runner.sandbox import Sandbox, SandboxError
 from swerollout.api import v1alpha1 as api
 from swerollout.api.base import one_line
 from swerollout.backoff import Backoff, Schedule
@@ -38,19 +48,9 @@ from swerollout.wire.codec import decode, encode
 from swerollout.wire.runner_env import RunnerEnv, RunnerEnvError, RunnerRole
 
 from . import turn_checkpoints
-from .chat_model import chat_model_from_spec
 from .checkpoint import CheckpointWriter, Head
-from .config import ActionFormat, AgentConfig, AgentConfigError
-from .errors import ModelError, ModelUnavailableError
-from .eval import EvalRequest, evaluate
 from .ingest_client import IngestClient
 from .log_tail import LogTail
-from .loop import AgentLoop, LoopResult, LoopState, StepInfo, TaskInfo
-from .model import FinishReason, Model, ModelTurn
-from .rl_model import RLTokenModel
-from .sandbox import Sandbox, SandboxError
-from .sglang import SamplingParams, SGLangClient
-from .tools.schemas import tool_schemas
 
 log = logging.getLogger(__name__)
 CHAT_SNAPSHOT_KIND = "chat-snapshot"

@@ -55,7 +55,7 @@ class Model(Protocol):
     async def generate(self, *, max_new_tokens: int | None = None) -> ModelTurn:
         """Sample the next assistant turn and append it to the history.
 
-        Raises agent_runner.errors.ModelError subclasses for API failures that
+        Raises agent_runner.policy.errors.ModelError subclasses for API failures that
         survived the client's bounded retries; an abort is not an error but a
         turn with finish_reason ABORT.
         """

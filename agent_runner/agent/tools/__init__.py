@@ -1,6 +1,6 @@
 """The agent's tools: bash, str_replace_editor, submit (schemas, parsing, execution)."""
 
-from agent_runner.tools.actions import (
+from agent_runner.agent.tools.actions import (
     Action,
     BashAction,
     EditorAction,
@@ -10,8 +10,8 @@ from agent_runner.tools.actions import (
     parse_text_action,
     parse_tool_call,
 )
-from agent_runner.tools.editor import EditorError, StrReplaceEditor
-from agent_runner.tools.schemas import tool_schemas
+from agent_runner.agent.tools.editor import EditorError, StrReplaceEditor
+from agent_runner.agent.tools.schemas import tool_schemas
 
 __all__ = [
     "Action",

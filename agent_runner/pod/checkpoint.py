@@ -33,9 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from agent_runner.errors import SnapshotError
-from agent_runner.snapshot import SNAPSHOT_SCHEMA, ModelState, Snapshot
-from agent_runner.tokens import TokenBuffer
+from agent_runner.policy.errors import SnapshotError
+from agent_runner.policy.snapshot import SNAPSHOT_SCHEMA, ModelState, Snapshot
+from agent_runner.policy.tokens import TokenBuffer
 from swerollout.wire.codec import CodecError, decode, encode
 
 log = logging.getLogger(__name__)

@@ -27,13 +27,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from agent_runner.config import ActionFormat, AgentConfig
-from agent_runner.errors import ContextBudgetError, ModelError
-from agent_runner.images import user_content
-from agent_runner.model import FinishReason, Model, ModelTurn
-from agent_runner.run_state import LoopResult, LoopState, StepInfo, TaskInfo
-from agent_runner.sandbox import Sandbox, SandboxError
-from agent_runner.tools import (
+from agent_runner.agent.config import ActionFormat, AgentConfig
+from agent_runner.agent.run_state import LoopResult, LoopState, StepInfo, TaskInfo
+from agent_runner.agent.tools import (
     Action,
     BashAction,
     EditorAction,
@@ -45,6 +41,10 @@ from agent_runner.tools import (
     parse_text_action,
     parse_tool_call,
 )
+from agent_runner.policy.errors import ContextBudgetError, ModelError
+from agent_runner.policy.images import user_content
+from agent_runner.policy.model import FinishReason, Model, ModelTurn
+from agent_runner.sandbox import Sandbox, SandboxError
 from swerollout.exit_status import ExitStatus, autosubmitted
 
 __all__ = ["AgentLoop", "LimitExceeded", "LoopResult", "LoopState", "StepCallback", "StepInfo", "Submitted", "TaskInfo"]

@@ -8,7 +8,7 @@ header, the token arrays are packed (int32 ids, uint8 mask, float32 logprobs,
 uint16 weight-version indices), zlib-compressed and sha256-checked.
 
 Restoring a blob of a newer snapshot schema, of another kind, or a corrupted blob
-raises agent_runner.errors.SnapshotError with the reason.
+raises agent_runner.policy.errors.SnapshotError with the reason.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agent_runner.errors import SnapshotError
-from agent_runner.tokens import TokenBuffer
+from agent_runner.policy.errors import SnapshotError
+from agent_runner.policy.tokens import TokenBuffer
 from swerollout.wire.codec import CodecError, decode, encode
 
 SNAPSHOT_KIND = "snapshot"
@@ -64,7 +64,7 @@ class ModelState(BaseModel):
     """Tokens the server generated, dropped ones included (the token budget spent)."""
     dropped_total: int = 0
     replaced_code_points: int = 0
-    """Unencodable code points of environment text replaced with U+FFFD (agent_runner.text)."""
+    """Unencodable code points of environment text replaced with U+FFFD (agent_runner.policy.text)."""
     turns: list[TurnRecord] = Field(default_factory=list)
     routed_experts: list[str] = Field(default_factory=list)
     """Base64 int32 routing rows of each kept turn, only the rows that turn added

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_runner.model import ToolCall
+from agent_runner.policy.model import ToolCall
 
 ParserName = str
 

@@ -69,8 +69,8 @@ import secrets
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from agent_runner.errors import ChatTemplateError
-from agent_runner.images import map_text_parts, template_content
+from agent_runner.policy.errors import ChatTemplateError
+from agent_runner.policy.images import map_text_parts, template_content
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer

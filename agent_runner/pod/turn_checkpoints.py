@@ -1,5 +1,5 @@
 """The runner's side of per-turn checkpoints: where a segment's working tree comes from,
-where segments go, and what a replay restores (the format is agent_runner.checkpoint).
+where segments go, and what a replay restores (the format is agent_runner.pod.checkpoint).
 
 The working tree is read with a copy of the repository's index (GIT_INDEX_FILE), so
 recording it never stages anything in the agent's repository: the agent's own `git
@@ -11,11 +11,11 @@ from __future__ import annotations
 import shlex
 from collections.abc import Awaitable, Callable
 
+from agent_runner.sandbox import Sandbox, SandboxError
 from swerollout.wire import ingest as wire
 
 from .checkpoint import CheckpointWriter, Head, Written, is_checkpoint, restore_chain
 from .ingest_client import IngestClient
-from .sandbox import Sandbox, SandboxError
 
 INDEX_COPY = "swerollout-checkpoint.index"
 """The checkpoints' copy of the index, in the repository's git directory: never shared with

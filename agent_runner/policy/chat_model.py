@@ -3,7 +3,7 @@
 No token tracking: the history is OpenAI messages and the server applies its
 own chat template. Transient failures (transport errors, timeouts, 429, 5xx)
 are retried with exponential backoff; a chat completion has no side effects, so
-re-sending one is safe. Everything else maps to agent_runner.errors at once.
+re-sending one is safe. Everything else maps to agent_runner.policy.errors at once.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 import httpx
 
-from agent_runner.errors import ModelProtocolError, ModelTimeoutError, ModelUnavailableError
-from agent_runner.model import FinishReason, ModelTurn, ToolCall
+from agent_runner.policy.errors import ModelProtocolError, ModelTimeoutError, ModelUnavailableError
+from agent_runner.policy.model import FinishReason, ModelTurn, ToolCall
 from swerollout.api import v1alpha1
 from swerollout.backoff import Backoff
 
@@ -42,7 +42,7 @@ CHAT_BACKOFF = Backoff(first_seconds=0.5, max_seconds=8.0, attempts=6)
 
 
 class ChatModel:
-    """Implements agent_runner.model.Model over an OpenAI-compatible chat completions endpoint."""
+    """Implements agent_runner.policy.model.Model over an OpenAI-compatible chat completions endpoint."""
 
     def __init__(
         self,

@@ -10,7 +10,7 @@ its own swerex-remote. `evaluate` then does what SWE-bench's harness does:
 2. reset the files the test patch touches to the base commit (the candidate may have
    edited them) and apply the test patch;
 3. run the eval script under a timeout, output to a file;
-4. grade the output with `agent_runner.grading` (swebench's harness when installed).
+4. grade the output with `agent_runner.eval.grading` (swebench's harness when installed).
 
 Anything that stops grading (empty patch, patch does not apply, timeout, no test
 output) gives an unresolved report with reward 0 and a `failure` that says why.
@@ -414,7 +414,7 @@ async def evaluate(sandbox: EvalSandbox, request: EvalRequest) -> EvalReport:
 
 async def _evaluate_at(url: str, token: str, request: EvalRequest) -> EvalReport:
     # Imported here so the pure parts of this module need no HTTP stack.
-    from .sandbox import Sandbox
+    from agent_runner.sandbox import Sandbox
 
     sandbox = await Sandbox.connect(url, token, timeout=120.0)
     try:
@@ -449,7 +449,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(text)
     print(report.message, file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The agent: its loop, its tools and its configuration; it sees the policy only through policy.model."""

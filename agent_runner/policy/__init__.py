@@ -1,0 +1,1 @@
+"""The policy side: the model seam, the SGLang and chat clients, token bookkeeping and snapshots."""
