@@ -13,7 +13,7 @@ import pytest
 
 from swerollout.api.v1alpha1 import GROUP, PLURAL, VERSION
 from swerollout.backoff import Backoff
-from swerollout.client import AsyncRolloutClient, KubeApiError, aclient
+from swerollout.client import AsyncRolloutClient, KubeApiError, suspend
 from swerollout.kube import SWEROLLOUTS, AsyncKubeClient
 from swerollout_dev.controlplane import ControlPlane
 from tests.support.client_support import INFERENCE, instance, run
@@ -91,7 +91,7 @@ async def test_a_mark_that_keeps_failing_names_the_rollout_and_is_retryable(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     names = await running_members(crd, akube, namespace, store_url)
-    monkeypatch.setattr(aclient, "MARK_BACKOFF", Backoff(first_seconds=0.05, attempts=3))
+    monkeypatch.setattr(suspend, "MARK_BACKOFF", Backoff(first_seconds=0.05, attempts=3))
     async with proxied(crd, namespace, store_url, tmp_path) as (proxy, client):
         proxy.fail("PATCH", "drop", "drop", "drop")
         with pytest.raises(KubeApiError, match=f"spec.suspend=True on {names[0]}") as caught:
