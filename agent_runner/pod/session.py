@@ -26,64 +26,25 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agent_runner.agent.config import ActionFormat, AgentConfig, AgentConfigError
+from agent_runner.agent.config import AgentConfig, AgentConfigError
 from agent_runner.agent.loop import AgentLoop, LoopResult, LoopState, StepInfo, TaskInfo
-from agent_runner.agent.tools.schemas import tool_schemas
 from agent_runner.eval.harness import EvalRequest, evaluate
-from agent_runner.policy.chat_model import chat_model_from_spec
 from agent_runner.policy.errors import ModelError, ModelUnavailableError
 from agent_runner.policy.model import FinishReason, Model, ModelTurn
-from agent_runner.policy.rl_model import RLTokenModel
-from agent_runner.policy.sglang import SamplingParams, SGLangClient
 from agent_runner.sandbox import Sandbox, SandboxError
 from swerollout.api import v1alpha1 as api
 from swerollout.api.base import one_line
 from swerollout.backoff import Backoff, Schedule
 from swerollout.exit_status import is_truncated
-from swerollout.issue_images import IssueImageError, image_placeholder, text_only_message
-from swerollout.tokenizer_check import require_ordinary_text
-from swerollout.tokenizers import load_tokenizer
 from swerollout.wire import ingest as wire
-from swerollout.wire.codec import decode, encode
 from swerollout.wire.runner_env import RunnerEnv, RunnerEnvError, RunnerRole
 
-from . import turn_checkpoints
+from . import kinds, turn_checkpoints
 from .checkpoint import CheckpointWriter, Head
 from .ingest_client import IngestClient
 from .log_tail import LogTail
 
 log = logging.getLogger(__name__)
-CHAT_SNAPSHOT_KIND = "chat-snapshot"
-
-
-async def _apply_server_limits(model: Model, client: SGLangClient) -> str:
-    """Budget inside the server's own limits; returns what the trainer must be told ("" if nothing).
-
-    A spec asking for more context than the server has gets the server's (smaller) limit."""
-    if not isinstance(model, RLTokenModel):
-        return ""
-    info = await client.server_info()
-    limits = await client.limits()
-    notes: list[str] = []
-    if limits is not None:
-        model.server_limits = limits
-        if model.max_context_tokens > limits.context_length:
-            notes.append(
-                f"spec.inference.maxContextTokens {model.max_context_tokens} exceeds the server's context "
-                f"length {limits.context_length}; using {limits.context_length}"
-            )
-            model.max_context_tokens = limits.context_length
-    else:
-        log.warning("the inference server reports no context limits; budgeting with maxContextTokens only")
-    if model.return_routed_experts and info is not None and info.enable_return_routed_experts is False:
-        notes.append(
-            "spec.inference.returnRoutedExperts is set but the server runs without "
-            "--enable-return-routed-experts: no routing rows will be stored"
-        )
-    for note in notes:
-        if note not in model.state.notes:
-            model.state.notes.append(note)
-    return "; ".join(notes)
 
 
 # An abort we did not ask for comes from the inference side (a trainer's
@@ -307,60 +268,8 @@ class Runner:
 
     def _model(
         self, spec: api.SWERolloutSpec, config: AgentConfig, snapshot: bytes | None
-    ) -> tuple[Model, dict[str, Any], SGLangClient | None]:
-        inference = spec.inference
-        keys = self.env.read_inference_keys()
-        if spec.agent.kind == api.AgentKind.CHAT_AGENT:
-            chat = chat_model_from_spec(
-                inference, tools=tool_schemas([t.value for t in config.tools.enabled]), api_key=keys.api_key
-            )
-            agent_state: dict[str, Any] = {}
-            if snapshot is not None:
-                decoded = decode(snapshot, kind=CHAT_SNAPSHOT_KIND)
-                chat.add_messages(list(decoded.meta["messages"]))
-                agent_state = dict(decoded.meta["agent_state"])
-            return chat, agent_state, None
-        tokenizer = load_tokenizer(inference.tokenizer or "")
-        # Before any token is sent: a vocabulary that cannot spell a newline would record
-        # <unk> where the agent saw text (the client refuses it at submit too, when it can tell).
-        require_ordinary_text(tokenizer.backend_tokenizer, inference.tokenizer or "")
-        images = spec.instance.issue_images if spec.agent.issue_image_mode == api.IssueImageMode.INLINE else []
-        if images and image_placeholder(tokenizer) is None:
-            # Never a silent drop: a text-only template fails the run before any token is sent.
-            raise IssueImageError(text_only_message(inference.tokenizer or "", len(images)))
-        client = SGLangClient(
-            inference.endpoint,
-            timeout=float(inference.request_timeout_seconds),
-            api_key=keys.api_key,
-            admin_key=keys.admin_key,
-            # The rollout's uid: a gateway keeps all its turns, its resume and a replay on one engine.
-            routing_key=self.env.uid,
-        )
-        function_calling = config.tools.action_format == ActionFormat.FUNCTION_CALLING
-        kwargs: dict[str, Any] = dict(
-            sampling=SamplingParams(
-                max_new_tokens=inference.sampling.max_new_tokens,
-                temperature=inference.sampling.temperature,
-                top_p=inference.sampling.top_p,
-                top_k=inference.sampling.top_k,
-                stop=inference.sampling.stop or None,
-                sampling_seed=inference.sampling.seed,
-                skip_special_tokens=False,
-            ),
-            max_context_tokens=inference.max_context_tokens,
-            max_sampled_tokens=inference.max_sampled_tokens,
-            run_uid=self.env.uid,
-            tools=tool_schemas([t.value for t in config.tools.enabled]) if function_calling else None,
-            weight_version=inference.weight_version,
-            tool_call_format="auto" if function_calling else None,
-            return_routed_experts=inference.return_routed_experts,
-            request_timeout=float(inference.request_timeout_seconds),
-            keep_aborted=inference.on_abort is api.OnAbort.KEEP,
-        )
-        if snapshot is not None:
-            model, agent_state = RLTokenModel.restore(snapshot, tokenizer, client, **kwargs)
-            return model, agent_state, client
-        return RLTokenModel(tokenizer, client, **kwargs), {}, client
+    ) -> tuple[kinds.KindRun, dict[str, Any]]:
+        return kinds.build(spec, config, snapshot, keys=self.env.read_inference_keys(), routing_key=self.env.uid)
 
     async def _setup(self, assignment: wire.Assignment, *, warm: bool = False) -> _Run | None:
         """Everything a run or resume needs before its first model call; None when the
@@ -381,7 +290,7 @@ class Runner:
         try:
             if snapshot is not None:
                 snapshot, head = await turn_checkpoints.restore(self.ingest, snapshot)
-            inner, agent_state, client = self._model(spec, config, snapshot)
+            kind, agent_state = self._model(spec, config, snapshot)
         except Exception as exc:  # noqa: BLE001 - a bad tokenizer name or endpoint must be reported, not crash-loop
             await self._setup_failed(assignment, f"{type(exc).__name__}: {exc}")
             return None
@@ -400,10 +309,11 @@ class Runner:
                     )
                 )
                 return None
+        inner, client = kind.model, kind.client
         notice, limits_pending = "", False
         if client is not None:
             try:
-                notice = await _apply_server_limits(inner, client)
+                notice = await kind.apply_server_limits()
             except Exception as exc:  # noqa: BLE001 - only a prepare may put it off
                 if not warm:
                     raise
@@ -415,20 +325,20 @@ class Runner:
             outage_budget=float(spec.inference.outage_budget_seconds),
         )
         abortable.inference_aborts = int(agent_state.get("inference_aborts") or 0)
-        if assignment.replay and isinstance(inner, RLTokenModel):
+        if assignment.replay:
             loop_turns = int((agent_state.get("loop") or {}).get("turns") or 0)
-            inner.state.notes.append(turn_checkpoints.replay_note(assignment.attempt, loop_turns))
+            kind.note(turn_checkpoints.replay_note(assignment.attempt, loop_turns))
         task = TaskInfo.from_instance(instance, spec.agent.issue_image_mode).model_copy(update={"working_dir": workdir})
-        reporter = _ProgressReporter(self.ingest, abortable)
+        reporter = _ProgressReporter(self.ingest, abortable, kind)
         on_step: Callable[[StepInfo], Awaitable[None]] = reporter.on_step
         checkpoints: CheckpointWriter | None = None
-        if isinstance(inner, RLTokenModel):
+        if kind.checkpointed:
             # A checkpoint at every turn boundary, written while the next turn generates.
             checkpoints = turn_checkpoints.writer(
                 self.sandbox, self.ingest, workdir=workdir, base_commit=instance.base_commit,
                 attempt=assignment.attempt, head=head, send=reporter.checkpointed,
             )  # fmt: skip
-            on_step = _checkpointing(reporter, checkpoints, inner, abortable)
+            on_step = _checkpointing(reporter, checkpoints, kind, abortable)
         loop = AgentLoop(
             abortable, self.sandbox, config, task, on_step=on_step,
             before_action=checkpoints.settle if checkpoints else None,
@@ -438,8 +348,7 @@ class Runner:
             wire_spec=assignment.spec,
             attempt=assignment.attempt,
             spec=spec,
-            inner=inner,
-            client=client,
+            kind=kind,
             abortable=abortable,
             reporter=reporter,
             loop=loop,
@@ -461,8 +370,7 @@ class Runner:
             return
         try:
             await run.loop.prepare()
-            if isinstance(run.inner, RLTokenModel):
-                run.inner.render_pending()
+            run.kind.render_pending()
         except Exception as exc:  # noqa: BLE001 - the go sets up cold and meets it again, as an exit status
             log.warning("could not prepare the first turn (%s); the run sets it up at the go", exc)
             return
@@ -470,7 +378,7 @@ class Runner:
         self._prepared = run
         await self.ingest.event(
             wire.RunnerEvent(
-                kind=wire.EventKind.PREPARED, assignment_id=assignment.id, context_tokens=run.inner.context_tokens
+                kind=wire.EventKind.PREPARED, assignment_id=assignment.id, context_tokens=run.kind.model.context_tokens
             )
         )
 
@@ -484,8 +392,7 @@ class Runner:
             log.info("the spec changed since the prepare: setting the run up again")
             return None
         version = (assignment.spec.get("inference") or {}).get("weightVersion")
-        if isinstance(run.inner, RLTokenModel):
-            run.inner.weight_version = version
+        run.kind.relabel(version)
         return run
 
     async def _execute(self, assignment: wire.Assignment) -> None:
@@ -498,11 +405,11 @@ class Runner:
             await self.ingest.event(_started(assignment, run.notice))
         else:
             # Warm: nothing before the first /generate; the start is reported beside it.
-            if run.limits_pending and run.client is not None:
-                run.notice = await _apply_server_limits(run.inner, run.client)
+            if run.limits_pending:
+                run.notice = await run.kind.apply_server_limits()
             run.reporter.last_step = time.monotonic()
             started_report = asyncio.create_task(self.ingest.event(_started(assignment, run.notice)))
-        instance, inner, abortable, loop = run.spec.instance, run.inner, run.abortable, run.loop
+        instance, kind, abortable, loop = run.spec.instance, run.kind, run.abortable, run.loop
         watcher = asyncio.create_task(self._watch_for_abort(assignment.id, abortable))
         started = time.monotonic()
         try:
@@ -518,9 +425,9 @@ class Runner:
         await run.reporter.flush(final=True)
         elapsed = time.monotonic() - started
         if result.partial:
-            await self._report_abort(assignment, inner, abortable, result, run.workdir, instance.base_commit)
+            await self._report_abort(assignment, kind, abortable, result, run.workdir, instance.base_commit)
         else:
-            await self._report_finish(assignment, inner, result, elapsed)
+            await self._report_finish(assignment, kind, result, elapsed)
 
     async def _setup_failed(self, assignment: wire.Assignment, message: str) -> None:
         await self.ingest.event(
@@ -574,7 +481,7 @@ class Runner:
     async def _report_abort(
         self,
         assignment: wire.Assignment,
-        inner: Model,
+        kind: kinds.KindRun,
         abortable: AbortableModel,
         result: LoopResult,
         workdir: str,
@@ -585,12 +492,7 @@ class Runner:
             "workdir_diff": await self._worktree_diff(workdir, base_commit),
             "inference_aborts": abortable.inference_aborts,
         }
-        if isinstance(inner, RLTokenModel):
-            blob = inner.snapshot(agent_state=agent_state)
-            weight_version = next((v for v in reversed(inner.buffer.weight_versions) if v is not None), None)
-        else:
-            blob = encode(CHAT_SNAPSHOT_KIND, {"messages": inner.messages, "agent_state": agent_state}, {})
-            weight_version = None
+        blob, weight_version = kind.snapshot(agent_state)
         ref = await self.ingest.upload(wire.ObjectKind.SNAPSHOT, blob)
         await self.ingest.event(
             wire.RunnerEvent(
@@ -599,40 +501,19 @@ class Runner:
                 reason="Suspended" if abortable.requested.is_set() else "InferenceAborted",
                 snapshot=ref,
                 turns=result.state.turns,
-                context_tokens=inner.context_tokens,
+                context_tokens=kind.model.context_tokens,
                 weight_version=weight_version,
                 log=await self._log_ref(),
             )
         )
 
     async def _report_finish(
-        self, assignment: wire.Assignment, inner: Model, result: LoopResult, elapsed: float
+        self, assignment: wire.Assignment, kind: kinds.KindRun, result: LoopResult, elapsed: float
     ) -> None:
         submission = result.submission or ""
         exit_status = result.exit_status or "exit_error"
-        prompt_tokens = response_tokens = sampled_tokens = dropped_tokens = 0
-        if isinstance(inner, RLTokenModel):
-            trajectory = inner.trajectory(
-                exit_status=exit_status,
-                submission=submission,
-                timings={"total_seconds": elapsed},
-                info={"error": result.error} if result.error else None,
-            )
-            blob = trajectory.to_bytes()
-            prompt_tokens, response_tokens = len(trajectory.prompt_ids), len(trajectory.response_ids)
-            sampled_tokens, dropped_tokens = trajectory.sampled_tokens, inner.state.dropped_total
-        else:
-            blob = encode(
-                "chat-trajectory",
-                {
-                    "messages": inner.messages,
-                    "exit_status": exit_status,
-                    "submission": submission,
-                    "error": result.error,
-                },
-                {},
-            )
-        trajectory_ref = await self.ingest.upload(wire.ObjectKind.TRAJECTORY, blob)
+        finished = kind.finished(exit_status=exit_status, submission=submission, error=result.error, elapsed=elapsed)
+        trajectory_ref = await self.ingest.upload(wire.ObjectKind.TRAJECTORY, finished.blob)
         patch_ref = await self.ingest.upload(wire.ObjectKind.PATCH, submission.encode()) if submission.strip() else None
         await self.ingest.event(
             wire.RunnerEvent(
@@ -643,11 +524,11 @@ class Runner:
                 trajectory=trajectory_ref,
                 patch=patch_ref,
                 turns=result.state.turns,
-                prompt_tokens=prompt_tokens,
-                response_tokens=response_tokens,
-                sampled_tokens=sampled_tokens,
-                dropped_tokens=dropped_tokens,
-                context_tokens=inner.context_tokens,
+                prompt_tokens=finished.prompt_tokens,
+                response_tokens=finished.response_tokens,
+                sampled_tokens=finished.sampled_tokens,
+                dropped_tokens=finished.dropped_tokens,
+                context_tokens=kind.model.context_tokens,
                 truncated=is_truncated(exit_status),
                 log=await self._log_ref(),
             )
@@ -702,8 +583,7 @@ class _Run:
     wire_spec: dict[str, Any]
     attempt: int
     spec: api.SWERolloutSpec
-    inner: Model
-    client: SGLangClient | None
+    kind: kinds.KindRun
     abortable: AbortableModel
     reporter: _ProgressReporter
     loop: AgentLoop
@@ -722,14 +602,14 @@ def _without_weight_version(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _checkpointing(
-    reporter: _ProgressReporter, checkpoints: CheckpointWriter, model: RLTokenModel, abortable: AbortableModel
+    reporter: _ProgressReporter, checkpoints: CheckpointWriter, kind: kinds.KindRun, abortable: AbortableModel
 ) -> Callable[[StepInfo], Awaitable[None]]:
     """The step callback of a checkpointed run: capture first (before the next turn moves
     the model on), then the progress report."""
 
     async def on_step(info: StepInfo) -> None:
         agent_state = {"loop": info.state.model_dump(mode="json"), "inference_aborts": abortable.inference_aborts}
-        checkpoints.capture(model.state, model.buffer, agent_state, turns=info.state.turns)
+        kind.capture(checkpoints, agent_state, turns=info.state.turns)
         await reporter.on_step(info)
 
     return on_step
@@ -738,9 +618,10 @@ def _checkpointing(
 class _ProgressReporter:
     """Sends progress at most once a second; the operator coalesces further."""
 
-    def __init__(self, ingest: IngestClient, model: AbortableModel) -> None:
+    def __init__(self, ingest: IngestClient, model: AbortableModel, kind: kinds.KindRun) -> None:
         self.ingest = ingest
         self.model = model
+        self.kind = kind
         self.last_sent = 0.0
         self.last_step = time.monotonic()
         self.pending: StepInfo | None = None
@@ -773,8 +654,7 @@ class _ProgressReporter:
             self.last_turns = self.pending.state.turns
         elif not final or self.last_turns is None:
             return
-        inner = self.model.inner
-        generated = inner.state.sampled_total if isinstance(inner, RLTokenModel) else 0
+        generated = self.kind.generated_tokens()
         progress = wire.ProgressReport(
             turns=self.last_turns,
             inference_aborts=self.model.inference_aborts,

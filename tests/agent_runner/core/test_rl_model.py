@@ -517,11 +517,11 @@ async def test_a_turn_spanning_a_weight_update_keeps_per_token_versions_to_the_c
 
 
 async def test_a_spec_context_above_the_servers_is_lowered_and_said(fake_sglang: FakeSGLang) -> None:
-    from agent_runner.pod.session import _apply_server_limits
+    from agent_runner.pod.kinds import TokenRun
 
     fake_sglang.server_info = {"context_length": 4096, "max_req_input_len": 4090, "enable_return_routed_experts": False}
     model = _model(fake_sglang.url, max_context_tokens=65536, return_routed_experts=True)
-    notice = await _apply_server_limits(model, model.client)
+    notice = await TokenRun(model, model.client).apply_server_limits()
     assert model.max_context_tokens == 4096 and model.server_limits == ContextLimits(
         context_length=4096, max_req_len=4095
     )

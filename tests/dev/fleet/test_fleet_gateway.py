@@ -332,7 +332,8 @@ async def test_the_runner_sends_its_rollout_uid_as_the_routing_key(
         },
         "inference": {"endpoint": rl_gateway.url, "tokenizer": "qwen-2.5", "sampling": {"maxNewTokens": 4}},
     })  # fmt: skip
-    model, _, client = Runner(env)._model(spec, AgentConfig.from_spec(spec.agent), None)
+    kind, _ = Runner(env)._model(spec, AgentConfig.from_spec(spec.agent), None)
+    model, client = kind.model, kind.client
     assert isinstance(model, RLTokenModel) and client is not None
     assert client._http.headers[ROUTING_KEY_HEADER] == env.uid
     try:
