@@ -9,6 +9,7 @@ only queueTimeoutSeconds bounds.
 
 from __future__ import annotations
 
+import heapq
 from datetime import UTC, datetime
 
 from swerollout.api.v1alpha1 import Phase
@@ -113,10 +114,57 @@ def _next_deadline(entry: Tracked) -> float | None:
     return None
 
 
-def deadline_passed(entry: Tracked, now: float) -> bool:
-    """Whether startup_overdue, queue_overdue, prepared_expired or keepalive_expired may hold (the sweep asks every second):
-    the deadline is worked out once per body, so a sweep over thousands is a comparison each."""
+def deadline_of(entry: Tracked) -> float | None:
+    """The rollout's next deadline (epoch seconds), worked out once per body."""
     if entry.deadline is None or entry.deadline[0] is not entry.body:
         entry.deadline = (entry.body, _next_deadline(entry))
-    at = entry.deadline[1]
+    return entry.deadline[1]
+
+
+def deadline_passed(entry: Tracked, now: float) -> bool:
+    """Whether startup_overdue, queue_overdue, prepared_expired or keepalive_expired may hold."""
+    at = deadline_of(entry)
     return at is not None and now >= at
+
+
+RECHECK_SECONDS = 5.0
+"""A deadline that fired and whose pass left the body as it was (a failed write is retried
+by the work queue; this is the safety net) fires again this much later."""
+
+
+class DeadlineQueue:
+    """Every tracked rollout's next deadline in a heap, so the once-a-second sweep costs
+    O(rollouts due + bodies changed), not a look at each of 20,000 rollouts."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, str]] = []
+        self._at: dict[str, float] = {}
+        """uid -> its deadline in the heap now (older heap items for it are stale)."""
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def update(self, entry: Tracked) -> None:
+        """Its body changed: (re)schedule its next deadline, if it has one."""
+        at = deadline_of(entry)
+        if at is None:
+            self._at.pop(entry.uid, None)
+        elif self._at.get(entry.uid) != at:
+            self._at[entry.uid] = at
+            heapq.heappush(self._heap, (at, entry.uid))
+
+    def forget(self, uid: str) -> None:
+        self._at.pop(uid, None)
+
+    def pop_due(self, now: float) -> list[str]:
+        """The uids whose deadline has passed; each comes again RECHECK_SECONDS later unless
+        its body changes first (update)."""
+        due: list[str] = []
+        while self._heap and self._heap[0][0] <= now:
+            at, uid = heapq.heappop(self._heap)
+            if self._at.get(uid) == at:
+                due.append(uid)
+        for uid in due:
+            self._at[uid] = now + RECHECK_SECONDS
+            heapq.heappush(self._heap, (now + RECHECK_SECONDS, uid))
+        return due

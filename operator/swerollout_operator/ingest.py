@@ -17,14 +17,15 @@ import asyncio
 import logging
 import math
 import re
+import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
 from swerollout.api import v1alpha1 as api
-from swerollout.kube import AsyncKubeClient, KubeError
+from swerollout.kube import SWEROLLOUTS, AsyncKubeClient, KubeError, NotFound
 from swerollout.store import IntegrityError, NotFoundError, Owner, ResultStore, StoreError
 from swerollout.store import ObjectKind as StoreKind
 from swerollout.store.models import sibling_ref
@@ -46,6 +47,15 @@ LISTEN_BACKLOG = 4096
 default of 128 the queue overflowed, the kernel dropped their SYNs, and at 2,000 runners
 1,520 connects timed out after 30 s of SYN retries (the lifecycle bench). The kernel caps
 it at net.core.somaxconn (4096 by default)."""
+
+
+class ShardOwner(Protocol):
+    """Which rollouts this replica answers for (the runtime's shards; every one without them)."""
+
+    def owns(self, namespace: str, name: str) -> bool: ...
+
+    def owner_url(self, namespace: str, name: str) -> str | None: ...
+
 
 _STORE_KIND = {
     wire.ObjectKind.TRAJECTORY: StoreKind.TRAJECTORY,
@@ -79,6 +89,7 @@ class IngestServer:
         *,
         host: str,
         port: int,
+        owner: ShardOwner | None = None,
     ) -> None:
         self.reconciler = reconciler
         self.store = store
@@ -87,7 +98,10 @@ class IngestServer:
         self.kube = kube
         self.host = host
         self.port = port
+        self.owner = owner
         self._runner: web.AppRunner | None = None
+        self._events_in_flight: dict[tuple[str, str], asyncio.Future[wire.Ack]] = {}
+        """(rollout uid, Idempotency-Key) -> the application of that event still under way."""
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=wire.MAX_OBJECT_BYTES, middlewares=[self._count])
@@ -112,11 +126,14 @@ class IngestServer:
     @web.middleware
     async def _count(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         route = request.match_info.route.name or "unknown"
+        started = time.monotonic()
         try:
             response = await handler(request)
         except web.HTTPException as exc:
             self.metrics.ingest_requests.labels(route, str(exc.status)).inc()
             raise
+        finally:
+            self.metrics.ingest_seconds.labels(route).observe(time.monotonic() - started)
         self.metrics.ingest_requests.labels(route, str(response.status)).inc()
         return response
 
@@ -131,6 +148,8 @@ class IngestServer:
                 return _error(401, "Unauthorized", "send `Authorization: Bearer <the rollout's ingest token>`")
             if not self.token_key.verify(token.strip(), TokenKind.INGEST, ns, name, uid):
                 return _error(403, "Forbidden", f"this token is not valid for rollout {ns}/{name} ({uid})")
+            if self.owner is not None and not self.owner.owns(ns, name):
+                return self._misdirected(ns, name)
             try:
                 entry = await self.reconciler.lookup_or_fetch(ns, name, uid)
             except KubeError as exc:
@@ -140,6 +159,17 @@ class IngestServer:
             return await handler(request, entry)
 
         return wrapped
+
+    def _misdirected(self, ns: str, name: str) -> web.Response:
+        """Another replica owns this rollout's shard: 421 and its address (the runner follows
+        it), or 503 while the shard moves between replicas (the runner retries)."""
+        assert self.owner is not None
+        url = self.owner.owner_url(ns, name)
+        if url is None:
+            return _error(503, "ShardMoving", f"no replica holds the shard of {ns}/{name} now; retry")
+        response = _error(421, "Misdirected", f"rollout {ns}/{name} is handled by the replica at {url}")
+        response.headers[wire.OWNER_HEADER] = url
+        return response
 
     async def _json(self, request: web.Request, model: type[BaseModel]) -> Any:
         if request.content_length is not None and request.content_length > wire.MAX_JSON_BYTES:
@@ -246,8 +276,21 @@ class IngestServer:
 
     async def _event(self, request: web.Request, entry: Tracked) -> web.StreamResponse:
         event = await self._json(request, wire.RunnerEvent)
+        key = (entry.uid, request.headers.get(wire.IDEMPOTENCY_HEADER, ""))
         try:
-            ack = await self.reconciler.on_runner_event(entry, event)
+            if not key[1]:
+                ack = await self.reconciler.on_runner_event(entry, event)
+            else:
+                # A runner that timed out waiting resends the same event (same key): it
+                # joins the application still under way (one lock wait, one write) rather
+                # than queueing a second one behind it. Shielded: a caller that goes away
+                # does not cut the write short.
+                running = self._events_in_flight.get(key)
+                if running is None:
+                    running = asyncio.ensure_future(self.reconciler.on_runner_event(entry, event))
+                    self._events_in_flight[key] = running
+                    running.add_done_callback(lambda _: self._events_in_flight.pop(key, None))
+                ack = await asyncio.shield(running)
         except KubeError as exc:
             return _error(503, "ApiUnavailable", f"could not record the event: {exc}")
         return web.json_response(ack.model_dump())
@@ -278,9 +321,21 @@ class IngestServer:
         if not access.get("allowed"):
             return _error(403, "Forbidden", f"{user.get('username')} may not get swerollouts in {ns}")
         entry = self.reconciler.rollouts.find(ns, name)
-        if entry is None:
+        if entry is not None:
+            status, phase = entry.rollout_status, entry.phase.value
+        elif self.owner is not None and not self.owner.owns(ns, name):
+            # Another replica's shard: its status is read here (the store is shared), so a
+            # trainer needs no notion of shards.
+            try:
+                body = await self.kube.get(SWEROLLOUTS, name, ns)
+            except NotFound:
+                return _error(404, "NotFound", f"rollout {ns}/{name} not found")
+            except KubeError as exc:
+                return _error(503, "ApiUnavailable", f"could not read rollout {ns}/{name}: {exc}")
+            status = api.SWERolloutStatus.model_validate(body.get("status") or {})
+            phase = status.phase.value
+        else:
             return _error(404, "NotFound", f"rollout {ns}/{name} not found")
-        status = entry.rollout_status
         refs = {
             "trajectory": status.result.trajectory if status.result else None,
             "patch": status.result.patch if status.result else None,
@@ -291,7 +346,7 @@ class IngestServer:
             return _error(400, "Invalid", f"kind must be one of {sorted(refs)}")
         ref = refs[kind]
         if not ref:
-            return _error(404, "NotFound", f"rollout {ns}/{name} has no {kind} (phase {entry.phase.value})")
+            return _error(404, "NotFound", f"rollout {ns}/{name} has no {kind} (phase {phase})")
         try:
             data = await self.store.get(ref.ref, expect_sha256=ref.sha256)
         except StoreError as exc:

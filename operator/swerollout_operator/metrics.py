@@ -172,6 +172,18 @@ class OperatorMetrics:
             ["route", "code"],
             registry=r,
         )
+        self.shards_owned = Gauge(
+            "swerollout_shards_owned",
+            "Shards this replica holds the Lease of (0 without --shards).",
+            registry=r,
+        )
+        self.ingest_seconds = Histogram(
+            "swerollout_ingest_request_seconds",
+            "Time to answer an ingest API request, by route (a long poll counts its wait; an event, its status write).",
+            ["route"],
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 90, 180),
+            registry=r,
+        )
 
 
 class _PhaseAges(Collector):

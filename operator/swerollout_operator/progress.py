@@ -1,9 +1,12 @@
 """Progress coalescing: runners report often, status is written at most every few seconds.
 
 Fine-grained numbers go to metrics at once; the status gets the latest progress
-when the interval has passed (here, or from the sweep for the last report of a
-quiet spell). The event that ends a run carries its final progress in the same
-status write, so `status.progress` always agrees with `status.result`.
+when the interval has passed, written by the sweep (the report itself is answered
+at once: a runner's turn loop waits for that answer, and at a thousand rollouts a
+status write can wait a minute behind the API server's backlog; a progress report
+was never a durable write, it is coalesced). The event that ends a run carries its
+final progress in the same status write, so `status.progress` always agrees with
+`status.result`.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ class ProgressCoalescer:
         self.write_status = write_status
         self.metrics = metrics
         self.interval = interval
+        self.dirty: dict[str, Tracked] = {}
+        """Rollouts with a report not yet written (by uid): the sweep looks at these, not at all."""
 
     async def report(self, entry: Tracked, progress: ProgressReport) -> None:
         for seconds in progress.generation_seconds:
@@ -47,11 +52,24 @@ class ProgressCoalescer:
             entry.generated_reported = progress.generated_tokens
         entry.progress = progress
         entry.progress_dirty = True
-        if self.due(entry):
-            await self.flush(entry)
+        self.dirty[entry.uid] = entry
 
     def due(self, entry: Tracked) -> bool:
         return entry.progress_dirty and time.monotonic() - entry.progress_written_at >= self.interval
+
+    def take_due(self, limit: int) -> list[Tracked]:
+        """Up to `limit` rollouts whose progress should be written now, oldest report first
+        (the others stay for a later sweep; no longer dirty ones are dropped)."""
+        out: list[Tracked] = []
+        for uid, entry in list(self.dirty.items()):
+            if len(out) >= limit:
+                break
+            if not entry.progress_dirty or entry.phase.is_terminal:
+                del self.dirty[uid]
+            elif self.due(entry):
+                del self.dirty[uid]
+                out.append(entry)
+        return out
 
     async def flush(self, entry: Tracked) -> None:
         progress = entry.progress
@@ -75,6 +93,7 @@ class ProgressCoalescer:
             await self.write_status(entry, patch)
         except KubeError as exc:
             entry.progress_dirty = True
+            self.dirty[entry.uid] = entry
             log.warning("progress patch for %s/%s failed: %s", entry.namespace, entry.name, exc)
 
     @staticmethod

@@ -25,13 +25,13 @@ from swerollout.api.suspension import is_suspended
 from swerollout.api.v1alpha1 import Phase
 from swerollout.exit_status import metric_label
 from swerollout.issue_images import spec_problem
-from swerollout.kube import SWEROLLOUTBATCHES, SWEROLLOUTS, AsyncKubeClient, KubeError, NotFound
+from swerollout.kube import SWEROLLOUTBATCHES, SWEROLLOUTS, AsyncKubeClient, KubeError, NotFound, urgent
 from swerollout.wire.ingest import Ack, Assignment, AssignmentKind, ProgressReport, RunnerEvent
 
 from . import phases, podspec, retries, warm
 from .assignments import assignment_for
 from .cache import BatchCache, BatchState, PodCache, RolloutCache, Tracked, controller_uid
-from .deadlines import deadline_passed, keepalive_expired, queue_overdue, startup_overdue, utcnow
+from .deadlines import DeadlineQueue, keepalive_expired, queue_overdue, startup_overdue, utcnow
 from .events import post_event
 from .metrics import OperatorMetrics
 from .objects import Objects, QuotaRefused, Rejected
@@ -54,6 +54,8 @@ delay (the quota controller counts the pod out first; a few spare tries cover po
 PARSED_IDLE_SECONDS = 60.0
 """A rollout whose parsed spec and status nobody read for this long holds neither (memory
 at thousands of rollouts at rest); a burst's passes all fall well inside it."""
+PROGRESS_WRITERS = 16
+"""Coalesced progress writes the sweep has in flight at once (the rest wait for a later sweep)."""
 EVENTFUL = frozenset({Trigger.SANDBOX_READY, Trigger.REPLAY_STARTED})
 """Transitions that post a Normal Event, besides the end of a rollout (and every warning):
 where it runs, and a replay. The routine ones (pod created, aborted, resuming, resumed,
@@ -90,6 +92,9 @@ class Reconciler:
         self.on_deleted_rollout: list[Callable[[str, str, str], Awaitable[None]]] = []
         self._event_slots = asyncio.Semaphore(EVENT_WRITERS)
         self._background: set[asyncio.Task[None]] = set()
+        self.deadlines = DeadlineQueue()
+        self._progress_writing = 0
+        self._next_release = 0.0
 
     @property
     def tracked(self) -> dict[str, Tracked]:
@@ -702,16 +707,33 @@ class Reconciler:
     # -- the sweep: deadlines and coalesced progress ------------------------------
 
     async def sweep(self) -> None:
-        """Once a second: rollouts whose deadline passed get a pass; quiet progress is written."""
-        now = time.time()
-        for uid, entry in list(self.rollouts.entries.items()):
-            if deadline_passed(entry, now):
+        """Once a second: rollouts whose deadline passed get a pass; due progress is written
+        (in the background, a few at once). It costs O(rollouts due + bodies changed), not a
+        look at every rollout: deadlines are a heap, unwritten progress a set."""
+        touched, self.rollouts.touched = self.rollouts.touched, set()
+        for uid in touched:
+            entry = self.rollouts.entries.get(uid)
+            if entry is not None:
+                self.deadlines.update(entry)
+        for uid in self.deadlines.pop_due(time.time()):
+            if uid in self.rollouts.entries:
                 self.requeue(uid)
-            if self.progress.due(entry):
-                async with entry.lock:
-                    await self.progress.flush(entry)
-        self.rollouts.release_idle(PARSED_IDLE_SECONDS)
+            else:
+                self.deadlines.forget(uid)
+        for entry in self.progress.take_due(PROGRESS_WRITERS - self._progress_writing):
+            self._progress_writing += 1
+            self._spawn(self._flush_progress(entry))
+        if time.monotonic() >= self._next_release:
+            self._next_release = time.monotonic() + PARSED_IDLE_SECONDS / 4
+            self.rollouts.release_idle(PARSED_IDLE_SECONDS)
         self.refresh_gauges()
+
+    async def _flush_progress(self, entry: Tracked) -> None:
+        try:
+            async with entry.lock:
+                await self.progress.flush(entry)
+        finally:
+            self._progress_writing -= 1
 
     # -- runner reports (ingest API) ----------------------------------------------
 
@@ -719,8 +741,11 @@ class Reconciler:
         await self.progress.report(entry, progress)
 
     async def on_runner_event(self, entry: Tracked, event: RunnerEvent) -> Ack:
-        async with entry.lock:
-            applied = await apply_runner_event(self, entry, event)
+        # The runner waits for this answer, which must follow the status write (an
+        # acknowledged event survives a crash): its writes go before background ones.
+        with urgent():
+            async with entry.lock:
+                applied = await apply_runner_event(self, entry, event)
         await self.notify(entry)
         if applied:
             # The new phase may have work (resume an abort that a resume overtook, make

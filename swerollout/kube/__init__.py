@@ -38,7 +38,7 @@ Errors are one family rooted at :class:`KubeError` with ``.status``, ``.reason``
 """
 
 from swerollout.kube._base import PatchType, PropagationPolicy, TokenRequestResult, WatchEvent
-from swerollout.kube.client import AsyncKubeClient, KubeClient
+from swerollout.kube.client import AsyncKubeClient, KubeClient, urgent
 from swerollout.kube.config import (
     KubeConfig,
     kubeconfig_document,
@@ -139,5 +139,6 @@ __all__ = [
     "load_incluster",
     "load_kubeconfig",
     "retry",
+    "urgent",
     "write_kubeconfig",
 ]

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
+import contextvars
 import os
+from collections import deque
 from collections.abc import AsyncIterator, Iterator
 from types import TracebackType
 from typing import Any
@@ -351,6 +354,56 @@ class KubeClient(BaseKubeClient):
         return self._send(spec).get("status") or {}
 
 
+_URGENT: contextvars.ContextVar[bool] = contextvars.ContextVar("swerollout_kube_urgent", default=False)
+
+
+class _Slots:
+    """A semaphore of `n` whose urgent waiters go first (FIFO within each class): a
+    request someone waits on (the ingest ack of a runner's report) overtakes the backlog
+    of background writes (coalesced progress, Events, a batch's passes) instead of
+    queueing behind all of it."""
+
+    def __init__(self, n: int) -> None:
+        self._free = n
+        self._waiters: tuple[deque[asyncio.Future[None]], deque[asyncio.Future[None]]] = (deque(), deque())
+
+    async def acquire(self, urgent: bool) -> None:
+        if self._free > 0 and not (self._waiters[0] or self._waiters[1]):
+            self._free -= 1
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        queue = self._waiters[0 if urgent else 1]
+        queue.append(fut)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self.release()  # handed a slot as it was cancelled: pass it on
+            else:
+                queue.remove(fut)
+            raise
+
+    def release(self) -> None:
+        for queue in self._waiters:
+            while queue:
+                fut = queue.popleft()
+                if not fut.done():
+                    fut.set_result(None)
+                    return
+        self._free += 1
+
+
+@contextlib.contextmanager
+def urgent() -> Iterator[None]:
+    """Requests made inside (by this task and the tasks it starts) take the next free slot
+    of their AsyncKubeClient before any request that is not urgent."""
+    token = _URGENT.set(True)
+    try:
+        yield
+    finally:
+        _URGENT.reset(token)
+
+
 class AsyncKubeClient(BaseKubeClient):
     """asyncio client; same operations as :class:`KubeClient`. Use ``async with`` or :meth:`aclose`."""
 
@@ -363,7 +416,7 @@ class AsyncKubeClient(BaseKubeClient):
         self._http = httpx.AsyncClient(
             base_url=config.server, timeout=timeout, limits=_ASYNC_LIMITS, http2=http2, **config.http_options()
         )
-        self._slots = asyncio.Semaphore(max_in_flight)
+        self._slots = _Slots(max_in_flight)
 
     @classmethod
     def from_kubeconfig(cls, path: str | os.PathLike[str], context: str | None = None) -> AsyncKubeClient:
@@ -383,18 +436,20 @@ class AsyncKubeClient(BaseKubeClient):
         await self.aclose()
 
     async def _send(self, spec: RequestSpec) -> Object:
-        async with self._slots:
-            try:
-                resp = await self._http.request(
-                    spec.method,
-                    spec.path,
-                    params=spec.params,
-                    content=spec.body,
-                    headers=self._headers(spec),
-                    extensions=self.config.request_extensions(),
-                )
-            except httpx.TransportError as exc:
-                raise _transport_error(spec, exc) from exc
+        await self._slots.acquire(_URGENT.get())
+        try:
+            resp = await self._http.request(
+                spec.method,
+                spec.path,
+                params=spec.params,
+                content=spec.body,
+                headers=self._headers(spec),
+                extensions=self.config.request_extensions(),
+            )
+        except httpx.TransportError as exc:
+            raise _transport_error(spec, exc) from exc
+        finally:
+            self._slots.release()
         return self._decode(resp.status_code, resp.content)
 
     async def request(

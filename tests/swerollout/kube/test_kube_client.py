@@ -41,6 +41,7 @@ from swerollout.kube import (
     load_incluster,
     load_kubeconfig,
     retry,
+    urgent,
 )
 from swerollout.kube._base import RequestSpec
 from swerollout_dev.controlplane import ControlPlane, free_port
@@ -451,6 +452,46 @@ async def test_requests_in_flight_are_capped_by_max_in_flight() -> None:
         await runner.cleanup()
     assert [g["metadata"]["name"] for g in got] == [f"c{i}" for i in range(total)]
     assert state["most"] == cap
+
+
+async def test_urgent_requests_take_the_next_free_slot_before_the_backlog() -> None:
+    """With every slot taken and a backlog waiting, a request made under urgent() is sent
+    as soon as one slot frees, ahead of everything queued before it."""
+    order: list[str] = []
+    release = asyncio.Event()
+
+    async def handler(request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        order.append(name)
+        if name == "first":
+            await release.wait()
+        return web.json_response({"kind": "ConfigMap", "metadata": {"name": name}})
+
+    app = web.Application()
+    app.router.add_get("/api/v1/namespaces/ns/configmaps/{name}", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+
+    async def urgent_get(kube: AsyncKubeClient) -> Any:
+        with urgent():
+            return await kube.get(CONFIGMAPS, "urgent", "ns")
+
+    try:
+        async with AsyncKubeClient(KubeConfig(server=f"http://127.0.0.1:{port}"), max_in_flight=1) as kube:
+            first = asyncio.create_task(kube.get(CONFIGMAPS, "first", "ns"))
+            while order != ["first"]:
+                await asyncio.sleep(0.01)
+            backlog = [asyncio.create_task(kube.get(CONFIGMAPS, f"b{i}", "ns")) for i in range(5)]
+            await asyncio.sleep(0.05)  # the backlog is queued in the client
+            late = asyncio.create_task(urgent_get(kube))
+            await asyncio.sleep(0.05)
+            release.set()
+            await asyncio.wait_for(asyncio.gather(first, late, *backlog), 60)
+    finally:
+        await runner.cleanup()
+    assert order == ["first", "urgent", "b0", "b1", "b2", "b3", "b4"]
 
 
 def test_max_in_flight_below_one_is_refused() -> None:
