@@ -117,6 +117,8 @@ _T: dict[tuple[Phase, Trigger], Phase] = {
     (Phase.RESUMING, Trigger.FINISHED_UNGRADED): Phase.SUCCEEDED,
     (Phase.RESUMING, Trigger.FAILED): Phase.FAILED,
     (Phase.EVALUATING, Trigger.EVALUATED): Phase.SUCCEEDED,
+    # An autosubmission after an infrastructure exit that could not be graded (retries.py).
+    (Phase.EVALUATING, Trigger.RETRY): Phase.RESUMING,
     (Phase.EVALUATING, Trigger.FAILED): Phase.FAILED,
 }
 

@@ -536,6 +536,7 @@ class Reconciler:
         held, attempts left): one status write, then the next pass starts the pod. The old
         pod is deleted, so a runner still alive there stops (its attempt is over)."""
         old = _pod_name(entry)
+        evaluation = entry.rollout_status.evaluation if entry.phase == Phase.EVALUATING else None
         patch, turns = retries.replay_patch(entry, reason, utcnow().replace(microsecond=0))
         start = f"its checkpoint at turn {turns}" if turns else "the beginning (no checkpoint yet)"
         attempt = max(1, entry.rollout_status.attempts)
@@ -547,8 +548,11 @@ class Reconciler:
             extra=patch,
             warning=True,
         )
-        if applied and old:
-            await self.objects.delete_pod(entry.namespace, old)
+        if applied:
+            # The eval pod too, when it reported an ungradeable autosubmission: its work is over.
+            for pod in (old, evaluation.pod_name if evaluation is not None else None):
+                if pod:
+                    await self.objects.delete_pod(entry.namespace, pod)
         return applied
 
     async def _reconcile_aborted(self, entry: Tracked) -> None:

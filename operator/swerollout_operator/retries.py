@@ -2,7 +2,8 @@
 
 Retried (a fresh pod replays from the last per-turn checkpoint, `spec.sandbox.maxAttempts`
 pods in all): a pod or node lost while Running; a run the infrastructure ended with nothing
-graded (`exit_api`, `exit_environment_error`). An eval pod that failed for infrastructure
+graded (`exit_api`, `exit_environment_error`, also when its autosubmitted patch could not be
+graded either, reported by the eval pod). An eval pod that failed for infrastructure
 reasons (deleted, evicted, killed) is re-run within the same bound. Never retried: the
 policy's own outcomes (`exit_format`, `exit_context`, a wrong patch: a test failure is a
 result), and `exit_error` (a runner bug would only fail again).
@@ -40,6 +41,15 @@ def attempts_left(entry: Tracked) -> bool:
 
 def eval_attempts_left(entry: Tracked, attempt: int) -> bool:
     return attempt < entry.rollout_spec.sandbox.max_attempts
+
+
+def next_evaluation(entry: Tracked) -> api.EvaluationState:
+    """The evaluation a finished run starts: eval attempt 1, or one past the eval pods an
+    earlier attempt used (its autosubmission could not be graded and it was replayed), so
+    no eval pod name is reused; the old pod's name and start are cleared."""
+    earlier = entry.rollout_status.evaluation
+    attempt = earlier.attempt + 1 if earlier is not None and earlier.pod_name else 1
+    return api.EvaluationState(attempt=attempt, pod_name=None, started_at=None)
 
 
 def latest_checkpoint(entry: Tracked) -> api.Checkpoint | None:
@@ -83,6 +93,9 @@ def replay_patch(entry: Tracked, reason: str, at: datetime) -> tuple[dict[str, A
         "replay": True,
         "sandbox": api.SandboxHandle(reclaimed_at=at).to_patch(),
     }
+    if status.result is not None:
+        # A retried run records no result (an ungradeable autosubmission had written one).
+        patch["result"] = None
     turns = status.partial.turns if status.partial is not None else 0
     if checkpoint is not None and (status.partial is None or checkpoint.turns >= status.partial.turns):
         partial = api.Partial(

@@ -233,7 +233,7 @@ async def _finished(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
         Trigger.FINISHED,
         reason="Finished",
         message=f"{exit_status}; evaluating the patch in a fresh pod",
-        extra={**extra, "evaluation": api.EvaluationState(attempt=1).to_patch()},
+        extra={**extra, "evaluation": retries.next_evaluation(entry).to_patch()},
     )
 
 
@@ -257,12 +257,16 @@ async def _evaluated(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
     started = status.evaluation.started_at if status.evaluation is not None else None
     exit_status = status.result.exit_status if status.result is not None else ""
     if is_failed_run(exit_status, report.graded):
-        # An autosubmission after an infrastructure exit that could not be graded either.
+        # An autosubmission after an infrastructure exit that could not be graded either:
+        # nothing to show for the run, so replayed like any infrastructure exit (retries.py).
+        cause = f"{exit_status}, and the autosubmitted patch could not be graded: {report.message}"
+        if retries.is_retried_exit(exit_status, report.graded) and retries.attempts_left(entry):
+            return await r.retry(entry, reason=failure_reason(exit_status), cause=cause[:2048])
         applied = await r.transition(
             entry,
             Trigger.FAILED,
             reason=failure_reason(exit_status),
-            message=f"{exit_status}, and the autosubmitted patch could not be graded: {report.message}"[:4096],
+            message=cause[:4096],
             extra={"reward": reward.to_patch()},
             warning=True,
         )

@@ -116,3 +116,68 @@ def test_a_lost_pod_and_infrastructure_exits_replay_from_the_checkpoint_until_ma
     ).stdout.split()  # fmt: skip
     assert {"PodLost", "SandboxFailed", "InferenceFailed"} <= set(reasons), reasons
     assert json.loads(json.dumps(status["retries"]))[-1]["attempt"] == 2
+
+
+def test_an_autosubmission_the_eval_pod_could_not_grade_is_replayed_like_any_infrastructure_exit(
+    operator: OperatorProcess, kubectl: Callable[..., Any], namespace: str
+) -> None:
+    """Validate mode grades an autosubmission: a run that ended on exit_api with its diff
+    submitted goes to the eval pod, which could not grade it either. Nothing to show for
+    the run, so it is replayed into a fresh pod (the eval pod goes too); the replayed run's
+    evaluation starts a fresh eval pod (no name reused) and its reward is the rollout's."""
+    name = "ungraded"
+    uid, token = setup_rollout(operator, kubectl, namespace, name, mode="validate", sandbox={"maxAttempts": 2})
+    url = ingest_url(operator, namespace, name, uid, "/assignment")
+    events = ingest_url(operator, namespace, name, uid, "/events")
+    first = _auth(token, 1)
+    mark_ready(kubectl, namespace, f"{name}-a1")
+    run = _assignment(url, first, "run")
+    patches = ingest_url(operator, namespace, name, uid, "/objects/patch")
+    patch = wire.StoredObjectRef.model_validate(
+        httpx.put(patches, content=b"diff --git a/x b/x\n", headers=first).json()
+    )
+    finished = wire.RunnerEvent(
+        kind=wire.EventKind.FINISHED, assignment_id=run["id"], exit_status="submitted (exit_api)", turns=3,
+        message="ModelUnavailableError: down", patch=patch,
+    )  # fmt: skip
+    assert httpx.post(events, content=finished.model_dump_json(), headers=first).status_code == 200
+    wait_for("Evaluating", lambda: phase(kubectl, namespace, name) == "Evaluating", op=operator)
+    wait_for("eval pod 1", lambda: (_status(kubectl, namespace, name).get("evaluation") or {}).get("podName"))
+    assert _status(kubectl, namespace, name)["evaluation"]["podName"] == f"{name}-eval1"
+    mark_ready(kubectl, namespace, f"{name}-eval1")
+    evaluator = {**_auth(token, 1), "X-Swerollout-Role": "eval"}
+    grade = _assignment(url, evaluator, "eval")
+    ungraded = wire.RunnerEvent(
+        kind=wire.EventKind.EVALUATED, assignment_id=grade["id"],
+        reward=wire.RewardReport(resolved=False, reward=0.0, graded=False, message="the patch does not apply"),
+    )  # fmt: skip
+    assert httpx.post(events, content=ungraded.model_dump_json(), headers=evaluator).status_code == 200
+
+    wait_for("attempt 2", lambda: _status(kubectl, namespace, name).get("attempts") == 2, op=operator)
+    status = _status(kubectl, namespace, name)
+    assert status["phase"] == "Resuming" and status["replay"] is True, status
+    assert [(r["attempt"], r["reason"]) for r in status["retries"]] == [(1, "InferenceFailed")]
+    assert not status.get("result") and not status.get("reward"), "a retried run records no result"
+    wait_for("the eval pod deleted", lambda: get_json(kubectl, "pod", f"{name}-eval1", "-n", namespace) is None)
+    second = _auth(token, 2)
+    mark_ready(kubectl, namespace, f"{name}-a2")
+    resume = _assignment(url, second, "resume")
+    started = wire.RunnerEvent(kind=wire.EventKind.STARTED, assignment_id=resume["id"])
+    assert httpx.post(events, content=started.model_dump_json(), headers=second).status_code == 200
+    wait_for("Running", lambda: phase(kubectl, namespace, name) == "Running", op=operator)
+    submitted = finished.model_copy(update={"assignment_id": resume["id"], "exit_status": "submitted", "turns": 4})
+    assert httpx.post(events, content=submitted.model_dump_json(), headers=second).status_code == 200
+    wait_for("eval pod 2", lambda: (_status(kubectl, namespace, name).get("evaluation") or {}).get("podName"))
+    status = _status(kubectl, namespace, name)
+    assert (status["evaluation"]["attempt"], status["evaluation"]["podName"]) == (2, f"{name}-eval2"), status
+    mark_ready(kubectl, namespace, f"{name}-eval2")
+    evaluator = {**_auth(token, 2), "X-Swerollout-Role": "eval"}
+    grade = _assignment(url, evaluator, "eval")
+    graded = ungraded.model_copy(
+        update={"assignment_id": grade["id"], "reward": wire.RewardReport(resolved=True, reward=1.0)}
+    )
+    assert httpx.post(events, content=graded.model_dump_json(), headers=evaluator).status_code == 200
+    wait_for("Succeeded", lambda: phase(kubectl, namespace, name) == "Succeeded", op=operator)
+    status = _status(kubectl, namespace, name)
+    assert status["reward"]["value"] == 1.0 and status["result"]["exitStatus"] == "submitted", status
+    assert status["attempts"] == 2 and [r["reason"] for r in status["retries"]] == ["InferenceFailed"]
