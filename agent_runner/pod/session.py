@@ -43,6 +43,7 @@ from . import kinds, turn_checkpoints
 from .checkpoint import CheckpointWriter, Head
 from .ingest_client import IngestClient
 from .log_tail import LogTail
+from .startup import StartupTimeline, TokenizerPrefetch
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,8 @@ class AbortableModel:
         """Turns re-sent after the server was unreachable or failing, in this run."""
         self.generation_seconds: list[float] = []
         """Wall time of each generate call, drained by the progress reporter."""
+        self.on_send: Callable[[], None] | None = None
+        """Called as each request goes out (the startup timeline notes the first)."""
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -161,6 +164,8 @@ class AbortableModel:
     async def _generate_once(self, max_new_tokens: int | None) -> ModelTurn:
         if self.requested.is_set():
             return ModelTurn(text="", finish_reason=FinishReason.ABORT)
+        if self.on_send is not None:
+            self.on_send()
         self._task = asyncio.create_task(self.inner.generate(max_new_tokens=max_new_tokens))
         started = time.monotonic()
         try:
@@ -201,10 +206,18 @@ class AbortableModel:
 
 
 class Runner:
-    def __init__(self, env: RunnerEnv, log_tail: LogTail | None = None) -> None:
+    def __init__(
+        self,
+        env: RunnerEnv,
+        log_tail: LogTail | None = None,
+        timeline: StartupTimeline | None = None,
+        prefetch: TokenizerPrefetch | None = None,
+    ) -> None:
         self.env = env
         self.log_tail = log_tail
         """This process's log, uploaded with each final report (None: not kept)."""
+        self.timeline = timeline or StartupTimeline()
+        self.prefetch = prefetch or TokenizerPrefetch(None, self.timeline)
         self.ingest = IngestClient(
             env.ingest_url,
             namespace=env.namespace,
@@ -220,11 +233,15 @@ class Runner:
         """The run a `prepare` set up, held for its go."""
 
     async def serve(self) -> int:
+        # The first assignment is asked for while swerex starts: neither waits for the other.
+        connecting = asyncio.create_task(self._connect_sandbox())
         try:
-            self.sandbox = await self._connect_sandbox()
             after: str | None = None
             while True:
                 assignment = await self.ingest.assignment(after=after, wait=30)
+                self.timeline.mark("assignment")
+                if self.sandbox is None:
+                    self.sandbox = await connecting
                 after = assignment.id
                 kind = assignment.kind
                 if kind == wire.AssignmentKind.STOP:
@@ -240,6 +257,8 @@ class Runner:
                 elif kind == wire.AssignmentKind.EVAL and self.env.role is RunnerRole.EVAL:
                     await self._evaluate(assignment)
         finally:
+            if not connecting.done():
+                connecting.cancel()
             if self.sandbox is not None:
                 await self.sandbox.close()
             await self.ingest.aclose()
@@ -258,11 +277,14 @@ class Runner:
         deadline = time.monotonic() + 300
         while True:
             try:
-                return await Sandbox.connect(self.env.sandbox_url(), self.swerex_token, timeout=30.0)
+                sandbox = await Sandbox.connect(self.env.sandbox_url(), self.swerex_token, timeout=30.0)
+                self.timeline.mark("swerex")
+                return sandbox
             except Exception as exc:  # noqa: BLE001 - the sandbox container may still be starting
                 if time.monotonic() > deadline:
                     raise SystemExit(f"agent_runner: sandbox at {self.env.sandbox_url()} unreachable: {exc}") from exc
-                await asyncio.sleep(1.0)
+                # Short: swerex answers a few seconds after the pod starts, and each pause is on the path.
+                await asyncio.sleep(0.2)
 
     # -- run / resume ----------------------------------------------------------------
 
@@ -287,6 +309,7 @@ class Runner:
             return None
         snapshot = await self.ingest.download(assignment.snapshot) if assignment.snapshot else None
         head: Head | None = None
+        await self.prefetch.wait(spec.inference.tokenizer)
         try:
             if snapshot is not None:
                 snapshot, head = await turn_checkpoints.restore(self.ingest, snapshot)
@@ -325,6 +348,7 @@ class Runner:
             outage_budget=float(spec.inference.outage_budget_seconds),
         )
         abortable.inference_aborts = int(agent_state.get("inference_aborts") or 0)
+        abortable.on_send = self.timeline.first_generate
         if assignment.replay:
             loop_turns = int((agent_state.get("loop") or {}).get("turns") or 0)
             kind.note(turn_checkpoints.replay_note(assignment.attempt, loop_turns))
@@ -344,6 +368,7 @@ class Runner:
             before_action=checkpoints.settle if checkpoints else None,
         )  # fmt: skip
         saved = agent_state.get("loop")
+        self.timeline.mark("setup")
         return _Run(
             wire_spec=assignment.spec,
             attempt=assignment.attempt,
@@ -674,7 +699,10 @@ class _ProgressReporter:
             log.warning("progress report failed: %s", exc)
 
 
-def main() -> int:
+def main(timeline: StartupTimeline | None = None, prefetch: TokenizerPrefetch | None = None) -> int:
+    """The runner process; `timeline` and `prefetch` come from `python -m agent_runner`'s first lines."""
+    timeline = timeline or StartupTimeline()
+    timeline.mark("imports")
     log_format = "%(asctime)s %(levelname)s %(name)s: %(message)s"
     logging.basicConfig(level=os.environ.get("SWEROLLOUT_LOG_LEVEL", "INFO"), format=log_format)
     tail = LogTail()
@@ -684,4 +712,4 @@ def main() -> int:
         env = RunnerEnv.from_environ(os.environ)
     except RunnerEnvError as exc:
         raise SystemExit(f"agent_runner: {exc}") from exc
-    return asyncio.run(Runner(env, log_tail=tail).serve())
+    return asyncio.run(Runner(env, log_tail=tail, timeline=timeline, prefetch=prefetch).serve())

@@ -292,6 +292,8 @@ def rollout_pod(
                     swerex_token_file=f"{RUNNER_SECRET_DIR}/{SECRET_SWEREX_KEY}",
                     inference_api_key_file=key_file.get("api"),
                     inference_admin_key_file=key_file.get("admin"),
+                    # Loaded while the sandbox starts (agent_runner/startup.py); the eval runner needs none.
+                    tokenizer=spec.inference.tokenizer if role == "rollout" else None,
                 ).to_env()
                 + [
                     {"name": "TMPDIR", "value": RUNNER_TMP_DIR},

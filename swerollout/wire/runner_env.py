@@ -51,6 +51,9 @@ class RunnerEnv(BaseModel):
     """The inference server's API key (spec.inference.apiKeySecretRef), when the spec names one."""
     inference_admin_key_file: str | None = None
     """The inference server's admin key (spec.inference.adminKeySecretRef), when the spec names one."""
+    tokenizer: str | None = Field(default=None, min_length=1)
+    """spec.inference.tokenizer, for a rollout runner to load while its sandbox starts (the
+    assignment's spec decides which tokenizer the run uses; this only starts the load early)."""
     pod_name: str | None = None
     """From the downward API (`metadata.name`), for log lines and Events."""
     pod_loopback: str | None = None
@@ -128,6 +131,7 @@ ENV_NAMES: dict[str, str] = {
     "swerex_token_file": "SWEREX_AUTH_TOKEN_FILE",
     "inference_api_key_file": "SWEROLLOUT_INFERENCE_API_KEY_FILE",
     "inference_admin_key_file": "SWEROLLOUT_INFERENCE_ADMIN_KEY_FILE",
+    "tokenizer": "SWEROLLOUT_TOKENIZER",
     "pod_name": "SWEROLLOUT_POD_NAME",
     "pod_loopback": POD_LOOPBACK_ENV,
 }

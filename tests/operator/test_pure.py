@@ -112,6 +112,10 @@ def test_inference_keys_reach_only_the_rollout_runner() -> None:
         wanted = env.inference_admin_key_file if secret["secretName"] == "sglang-admin" else env.inference_api_key_file
         assert wanted == f"{paths[name]}/{secret['items'][0]['path']}"
     eval_pod = podspec.rollout_pod(rollout(inference=inference), META, OperatorSettings(), attempt=1, role="eval")
+    # The rollout's runner loads the spec's tokenizer while its sandbox starts; the eval runner needs none.
+    assert env.tokenizer == rollout(inference=inference).spec.inference.tokenizer
+    eval_runner = next(c for c in eval_pod["spec"]["containers"] if c["name"] == "runner")
+    assert "SWEROLLOUT_TOKENIZER" not in {e["name"] for e in eval_runner["env"]}
     assert not [
         v
         for v in eval_pod["spec"]["volumes"]

@@ -41,8 +41,9 @@ def test_pod_spec_env_round_trips_into_the_runner(tmp_path: Path) -> None:
     assert back.read_ingest_token() == "tok-ingest" and back.read_swerex_token() == "tok-swerex"
     # Credentials travel as file paths, never as values.
     assert "tok-ingest" not in str(env.to_env())
-    # The inference keys' files are named only when the spec references key Secrets.
-    optional = {"pod_loopback", "inference_api_key_file", "inference_admin_key_file"}
+    # The inference keys' files are named only when the spec references key Secrets; an
+    # eval runner (this one) is given no tokenizer to load early.
+    optional = {"pod_loopback", "inference_api_key_file", "inference_admin_key_file", "tokenizer"}
     assert set(environ) == {v for k, v in ENV_NAMES.items() if k not in optional}
     assert back.read_inference_keys() == InferenceKeys()
 

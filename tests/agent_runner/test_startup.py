@@ -1,0 +1,51 @@
+"""The runner's cold-start timeline and its tokenizer prefetch (agent_runner/startup.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from agent_runner.pod.startup import StartupTimeline, TokenizerPrefetch, begin, parse_line
+from swerollout.tokenizers import load_tokenizer
+from swerollout.wire.runner_env import ENV_NAMES
+
+
+def test_marks_count_from_the_process_start_keep_the_first_time_and_read_back_from_a_log() -> None:
+    timeline = StartupTimeline()
+    timeline.mark("imports")
+    # This test process began well before now (the interpreter, pytest's imports).
+    assert timeline.marks["imports"] > 0.5
+    first = timeline.marks["imports"]
+    time.sleep(0.01)
+    timeline.mark("imports")
+    timeline.mark("swerex")
+    assert timeline.marks["imports"] == first and timeline.marks["swerex"] > first
+    timeline.first_generate()
+    log = f"2026-12-02 00:00:00 INFO x: something\n2026-12-02 00:00:01 INFO agent_runner.startup: {timeline.line()}\n"
+    assert parse_line(log) == timeline.marks
+    assert list(parse_line(log)) == ["imports", "swerex", "first /generate"]
+    assert parse_line("no timeline here") == {}
+
+
+def test_the_pod_specs_tokenizer_loads_in_a_thread_and_the_setup_finds_it_loaded() -> None:
+    load_tokenizer.cache_clear()
+    timeline, prefetch = begin({ENV_NAMES["tokenizer"]: "qwen-2.5"})
+    assert prefetch.name == "qwen-2.5"
+
+    async def setup() -> None:
+        await asyncio.wait_for(prefetch.wait("qwen-2.5"), timeout=600)
+        # Another name does not wait for this one.
+        await asyncio.wait_for(prefetch.wait("llama-3"), timeout=0.1)
+
+    asyncio.run(setup())
+    assert "tokenizer" in timeline.marks
+    misses = load_tokenizer.cache_info().misses
+    load_tokenizer("qwen-2.5")
+    assert load_tokenizer.cache_info().misses == misses, "the setup's own load is a cache hit"
+
+
+def test_no_tokenizer_named_means_nothing_to_wait_for() -> None:
+    timeline = StartupTimeline()
+    prefetch = TokenizerPrefetch(None, timeline)
+    asyncio.run(asyncio.wait_for(prefetch.wait("qwen-2.5"), timeout=0.1))
+    assert "tokenizer" not in timeline.marks
