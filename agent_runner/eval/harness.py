@@ -23,6 +23,7 @@ import asyncio
 import enum
 import shlex
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
@@ -143,6 +144,8 @@ class EvalReport(BaseModel):
     eval_exit_code: int | None = None
     test_output: str = ""
     """Tail of the eval script's output."""
+    tests_seconds: float | None = None
+    """Wall time of the eval script (the tests' own time); None when it did not run."""
 
     def to_reward_status(self) -> RewardStatus:
         """The summary that goes into SWERollout status.reward (the full report goes to the result store)."""
@@ -155,6 +158,7 @@ class EvalReport(BaseModel):
             pass_to_pass_passed=len(self.pass_to_pass.success),
             pass_to_pass_total=self.pass_to_pass.total,
             message=self.message[:1024],
+            tests_seconds=self.tests_seconds,
         )
 
 
@@ -279,7 +283,9 @@ class _Evaluation:
         test_patch_error = await self._apply_test_patch()
         if test_patch_error is not None:
             return self.unresolved(EvalFailure.TEST_PATCH_APPLY_FAILED, test_patch_error, **applied_fields)
+        started = time.monotonic()
         log, exit_code, timed_out = await self._run_eval_script()
+        applied_fields["tests_seconds"] = round(time.monotonic() - started, 3)
         if timed_out:
             return self.unresolved(
                 EvalFailure.EVAL_TIMEOUT,

@@ -586,6 +586,7 @@ class Runner:
                     pass_to_pass_passed=reward.pass_to_pass_passed,
                     pass_to_pass_total=reward.pass_to_pass_total,
                     message=reward.message,
+                    tests_seconds=reward.tests_seconds,
                 ),
                 log=await self._log_ref(),
             )

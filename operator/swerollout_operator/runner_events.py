@@ -8,6 +8,7 @@ with the report's own numbers (no field-by-field copies of spellings).
 from __future__ import annotations
 
 import time
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from swerollout.api import v1alpha1 as api
@@ -173,6 +174,11 @@ async def _aborted(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
     return applied
 
 
+def _to_ms(at: datetime) -> datetime:
+    """Milliseconds kept: finish -> reward is measured from these two, and is often under a second."""
+    return at.replace(microsecond=at.microsecond // 1000 * 1000)
+
+
 async def _finished(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
     exit_status = event.exit_status or "exit_error"
     result = api.Result(
@@ -184,6 +190,7 @@ async def _finished(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
         dropped_tokens=event.dropped_tokens,
         truncated=event.truncated,
         has_patch=event.patch is not None and event.patch.bytes > 0,
+        finished_at=_to_ms(utcnow()),
     )
     if event.trajectory:
         result.trajectory = object_ref(event.trajectory)
@@ -250,6 +257,8 @@ async def _evaluated(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
         pass_to_pass_passed=report.pass_to_pass_passed,
         pass_to_pass_total=report.pass_to_pass_total,
         message=report.message[:1024],
+        tests_seconds=report.tests_seconds,
+        graded_at=_to_ms(utcnow()),
     )
     if event.report:
         reward.report = object_ref(event.report)

@@ -961,6 +961,8 @@ class Result(ApiModel):
     """The token-exact trajectory (swerollout.wire.trajectory encoding)."""
     patch: ObjectRef | None = None
     """The submission patch, as the eval pod receives it."""
+    finished_at: datetime | None = None
+    """When the operator received the runner's finished report (milliseconds kept); with `reward.gradedAt`, the runner's finish -> reward."""
 
 
 class PreparedState(ApiModel):
@@ -1021,6 +1023,10 @@ class RewardStatus(ApiModel):
     pass_to_pass_total: int = Field(default=0, ge=0)
     report: ObjectRef | None = None
     message: ShortText = ""
+    tests_seconds: float | None = Field(default=None, ge=0)
+    """Wall time of the eval script in the eval pod (the tests' own time), in seconds; unset when no test ran."""
+    graded_at: datetime | None = None
+    """When the operator received the reward (milliseconds kept)."""
 
 
 class SWERolloutStatus(ApiModel):

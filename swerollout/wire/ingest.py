@@ -143,6 +143,8 @@ class RewardReport(WireModel):
     pass_to_pass_passed: int = 0
     pass_to_pass_total: int = 0
     message: str = ""
+    tests_seconds: float | None = Field(default=None, ge=0)
+    """Wall time of the eval script (the tests' own time); None when no test ran."""
 
 
 class RunnerEvent(WireModel):
