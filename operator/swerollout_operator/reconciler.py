@@ -124,9 +124,10 @@ class Reconciler:
         long poll is woken here, in memory and at once: one write by the trainer reaches
         every runner of the batch without a single write by the operator.
 
-        A member whose runner was just told to abort or resume gets its pass later
-        (--runner-report-grace-seconds): its runner's report makes the one transition that
-        is needed (Running -> Aborted, Aborted -> Running) and asks for the pass itself.
+        A member whose runner was just told to abort, resume or (Prepared) run gets its pass
+        later (--runner-report-grace-seconds): its runner's report makes the one transition
+        that is needed (Running -> Aborted, Aborted -> Running, Prepared -> Running) and asks
+        for the pass itself.
         A pass first would write Resuming for every member of a resumed batch, 500 status
         writes in the way of the 500 that matter; it still comes when a runner is silent."""
         key = self.batches.observe(body, deleted=deleted)
@@ -141,7 +142,11 @@ class Reconciler:
                 continue
             told = self._runner_told(entry)
             self._time_abort(entry, told)
-            if told in (AssignmentKind.ABORT, AssignmentKind.RESUME):
+            if told in (AssignmentKind.ABORT, AssignmentKind.RESUME) or (
+                # A prepared member's go: its runner's `started` records Running, so the 20
+                # status writes of a resumed batch stay out of the way of its first /generates.
+                told == AssignmentKind.RUN and entry.phase == Phase.PREPARED
+            ):
                 entry.told_at = time.monotonic()
                 passes.later.append(entry.uid)
             else:

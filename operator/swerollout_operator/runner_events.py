@@ -87,10 +87,16 @@ async def apply_runner_event(r: Reconciler, entry: Tracked, event: RunnerEvent) 
         notice = event.message.strip()
         if notice:
             r.post_event(entry, reason=event.reason or "RunnerNotice", message=notice, warning=True)
-        if entry.phase == api.Phase.RESUMING or (entry.phase == api.Phase.ABORTED and _took_resume(r, entry, event)):
+        if entry.phase == api.Phase.RESUMING or (
+            entry.phase == api.Phase.ABORTED and _took_answer(r, entry, event, AssignmentKind.RESUME)
+        ):
             r.metrics.resumes.inc()
             message = "the runner resumed from the snapshot" + (f"; {notice}" if notice else "")
             return await r.transition(entry, Trigger.RESUMED, reason="Resumed", message=message)
+        if entry.phase == api.Phase.PREPARED and _took_answer(r, entry, event, AssignmentKind.RUN):
+            # A prepared batch's go: its runner's start records Running (Reconciler.observe_batch).
+            message = "the runner started from prepared" + (f"; {notice}" if notice else "")
+            return await r.transition(entry, Trigger.START_REQUESTED, reason="Started", message=message)
         if notice and entry.phase == api.Phase.RUNNING:
             await r.write_status(entry, {"message": cut_message(notice)})
         return False
@@ -111,13 +117,13 @@ async def apply_runner_event(r: Reconciler, entry: Tracked, event: RunnerEvent) 
     )
 
 
-def _took_resume(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
-    """An Aborted rollout's runner started the resume it is answered now (it no longer is
-    suspended): it took it before the pass that records Resuming. Any other report of a
-    start (a late copy of the run's own) leaves the rollout Aborted."""
+def _took_answer(r: Reconciler, entry: Tracked, event: RunnerEvent, kind: AssignmentKind) -> bool:
+    """The runner started what it is answered now (an Aborted rollout's resume, a Prepared
+    one's run: it is no longer suspended) before the pass that records the new phase. Any
+    other report of a start (a late copy of the run's own) leaves the phase as it is."""
     attempt = max(1, entry.rollout_status.attempts)
     answer = r.assignment(entry, role="rollout", attempt=attempt)
-    return answer.kind == AssignmentKind.RESUME and answer.id == event.assignment_id
+    return answer.kind == kind and answer.id == event.assignment_id
 
 
 async def _prepared(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:

@@ -204,3 +204,32 @@ def test_one_batch_write_suspends_and_resumes_every_member(
     wait_for("bc told to abort", lambda: runners["bc"].assignment()["kind"] == "abort", op=operator)
     kubectl("delete", "swerb", "b9", "-n", namespace)
     wait_for("bc running again", lambda: runners["bc"].assignment()["kind"] == "run", op=operator)
+
+
+def test_a_prepared_members_go_is_recorded_by_its_runners_start_report(
+    operator: OperatorProcess, kubectl: Callable[..., Any], namespace: str
+) -> None:
+    # Long enough that no pass of a resumed batch's member comes before its runner reports.
+    operator.kill()
+    operator.argv += ["--runner-report-grace-seconds", "600"]
+    operator.start()
+    _batch(kubectl, namespace, "b1", suspend=True)
+    kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(rollout("pa")))
+    wait_for("pa Starting", lambda: phase(kubectl, namespace, "pa") == "Starting", op=operator)
+    mark_ready(kubectl, namespace, "pa-a1")
+    wait_for("pa Prepared", lambda: phase(kubectl, namespace, "pa") == "Prepared", op=operator)
+    runner = Runner(operator, kubectl, namespace, "pa")
+    first = runner.assignment()
+    assert first["kind"] == "prepare", first
+
+    with ThreadPoolExecutor(1) as pool:
+        poll = pool.submit(runner.assignment, first["id"], 60)
+        _batch(kubectl, namespace, "b1", suspend=False)
+        go = poll.result(timeout=120)
+    # The go reaches the parked runner in memory; Running is the runner's start report's
+    # one write, not a pass's ahead of it (in a batch of 20, 20 writes in the way).
+    assert (go["kind"], go["id"]) == ("run", "run:1"), go
+    assert phase(kubectl, namespace, "pa") == "Prepared"
+    assert runner.report_started(go["id"])
+    wait_for("pa Running", lambda: phase(kubectl, namespace, "pa") == "Running", op=operator)
+    assert runner.assignment()["id"] == "run:1", "Running answers the id the runner already acted on"
