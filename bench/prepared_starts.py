@@ -9,9 +9,14 @@ when each rollout's first /generate arrives (bench.realnode_steps.GenerateRecord
             is Prepared, then `resume(batch)`; seconds from the resume call to each first
             /generate.
 
-From the runner's finish to the reward, per rollout: the Evaluated condition's time minus
-the Generating condition's (it turns false at the finish); whole seconds, as conditions
-are stamped.
+From the runner's finish to the reward, per rollout: status.reward.gradedAt minus
+status.result.finishedAt (the operator's receipts, milliseconds kept), printed beside
+status.reward.testsSeconds, the eval script's own time: what prewarming can save is the rest.
+
+Where a cold start's seconds go: each cold rollout's runner logs a startup timeline (seconds
+since its process began: imports, tokenizer, swerex, assignment, setup, first /generate;
+agent_runner/startup.py) into its log, which the result store keeps (status.logs.runner);
+the medians are printed.
 
 Both batches run to the end and must earn the same rewards (the oracle resolves every
 task). Also printed: each batch's wall time from its go to its last reward.
@@ -25,10 +30,13 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from agent_runner.pod.startup import STEPS as STARTUP_STEPS
+from agent_runner.pod.startup import parse_line
 from bench.realnode_steps import GenerateRecorder, dev_stack_behind_recorder
 from swerollout.client import RolloutClient
 from swerollout.instances import SWEBenchInstance
@@ -38,6 +46,16 @@ NAMESPACE = "default"
 GROUP = 4
 POLL = 0.2
 TIMEOUT = 3600.0
+
+ReadObject = Callable[[str], bytes]
+"""A result store reference (`file://...`) -> its bytes, as the bench's host sees the store."""
+
+
+def read_file_ref(uri: str) -> bytes:
+    """The dev stack's store: file:// paths on this host."""
+    if not uri.startswith("file://"):
+        raise ValueError(f"not a file:// reference: {uri}")
+    return Path(uri.removeprefix("file://")).read_bytes()
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -50,9 +68,12 @@ def _statuses(kube: KubeClient, batch: str) -> dict[str, dict[str, Any]]:
     return {o["metadata"]["name"]: o for o in items}
 
 
-def _until_done(kube: KubeClient, recorder: GenerateRecorder, batch: str, go: float) -> dict[str, Any]:
+def _until_done(
+    kube: KubeClient, recorder: GenerateRecorder, batch: str, go: float, read: ReadObject
+) -> dict[str, Any]:
     """Per rollout: seconds from `go` to its first /generate; the batch's wall time to its
-    last reward; its rewards by name."""
+    last reward; its rewards by name; finish -> reward and the tests' own time; the runners'
+    startup timelines."""
     first: dict[str, float] = {}
     deadline = go + TIMEOUT
     while True:
@@ -69,7 +90,7 @@ def _until_done(kube: KubeClient, recorder: GenerateRecorder, batch: str, go: fl
             raise RuntimeError(f"batch {batch} not done after {TIMEOUT:.0f}s: {phases}")
         time.sleep(POLL)
     rewards = {n: ((o.get("status") or {}).get("reward") or {}).get("value") for n, o in objects.items()}
-    to_reward = [_finish_to_reward(o.get("status") or {}) for o in objects.values()]
+    statuses = [o.get("status") or {} for o in objects.values()]
     failed = [n for n, p in phases.items() if p != "Succeeded"]
     if failed:
         raise RuntimeError(f"batch {batch}: {failed} did not succeed")
@@ -77,15 +98,15 @@ def _until_done(kube: KubeClient, recorder: GenerateRecorder, batch: str, go: fl
         "first": first,
         "wall": wall,
         "rewards": rewards,
-        "finish_to_reward": [t for t in to_reward if t is not None],
+        "finish_to_reward": [_stamp(s["reward"]["gradedAt"]) - _stamp(s["result"]["finishedAt"]) for s in statuses],
+        "tests": [float(s["reward"]["testsSeconds"]) for s in statuses],
+        "startup": [_timeline(s, read) for s in statuses],
     }
 
 
-def _finish_to_reward(status: dict[str, Any]) -> float | None:
-    times = {c["type"]: c["lastTransitionTime"] for c in status.get("conditions") or []}
-    if "Evaluated" not in times or "Generating" not in times:
-        return None
-    return _stamp(times["Evaluated"]) - _stamp(times["Generating"])
+def _timeline(status: dict[str, Any], read: ReadObject) -> dict[str, float]:
+    ref = ((status.get("logs") or {}).get("runner") or {}).get("ref")
+    return parse_line(read(ref).decode(errors="replace")) if ref else {}
 
 
 def _stamp(value: str) -> float:
@@ -93,11 +114,18 @@ def _stamp(value: str) -> float:
 
 
 def run_batches(
-    kubeconfig: Path, recorder: GenerateRecorder, tasks: list[SWEBenchInstance], group: int = GROUP
+    kubeconfig: Path,
+    recorder: GenerateRecorder,
+    tasks: list[SWEBenchInstance],
+    group: int = GROUP,
+    *,
+    sandbox: dict[str, Any] | None = None,
+    read: ReadObject = read_file_ref,
 ) -> dict[str, Any]:
-    """One cold batch, then one prepared batch, of `tasks` x `group` (the same client and stack)."""
+    """One cold batch, then one prepared batch, of `tasks` x `group` (the same client and stack).
+    `sandbox`: more of spec.sandbox (the real node's small requests); `read`: the store as seen here."""
     inference = {"endpoint": recorder.url, "tokenizer": "qwen-2.5"}
-    sandbox = {"startupTimeoutSeconds": 1800}
+    sandbox = {"startupTimeoutSeconds": 1800, **(sandbox or {})}
     out: dict[str, Any] = {}
     with (
         RolloutClient.connect(kubeconfig, namespace=NAMESPACE) as client,
@@ -105,7 +133,7 @@ def run_batches(
     ):
         go = time.monotonic()
         client.submit_batch(tasks, group, batch="bench-cold", inference=inference, sandbox=sandbox)
-        out["cold"] = _until_done(kube, recorder, "bench-cold", go)
+        out["cold"] = _until_done(kube, recorder, "bench-cold", go, read)
 
         started = time.monotonic()
         client.submit_batch(
@@ -123,7 +151,7 @@ def run_batches(
             raise RuntimeError(f"only {len(prepared)} of {len(tasks) * group} members prepared")
         go = time.monotonic()
         client.resume("bench-warm")
-        out["prepared"] = _until_done(kube, recorder, "bench-warm", go)
+        out["prepared"] = _until_done(kube, recorder, "bench-warm", go, read)
         client.delete_batch("bench-cold")
         client.delete_batch("bench-warm")
     cold, warm = out["cold"], out["prepared"]
@@ -135,6 +163,11 @@ def run_batches(
 
 def figures(out: dict[str, Any]) -> dict[str, float]:
     cold, warm = list(out["cold"]["first"].values()), list(out["prepared"]["first"].values())
+    startup = {
+        f"cold_startup_{step.replace(' /', '_').replace(' ', '_')}_p50_s": statistics.median(marks)
+        for step in STARTUP_STEPS
+        if (marks := [t[step] for t in out["cold"]["startup"] if step in t])
+    }
     return {
         "rollouts_per_batch": float(len(warm)),
         "prepared_go_to_generate_p50_s": statistics.median(warm),
@@ -144,8 +177,11 @@ def figures(out: dict[str, Any]) -> dict[str, float]:
         "prepare_seconds": out["prepare_seconds"],
         "cold_finish_to_reward_p50_s": statistics.median(out["cold"]["finish_to_reward"]),
         "prewarmed_finish_to_reward_p50_s": statistics.median(out["prepared"]["finish_to_reward"]),
+        "cold_tests_p50_s": statistics.median(out["cold"]["tests"]),
+        "prewarmed_tests_p50_s": statistics.median(out["prepared"]["tests"]),
         "cold_batch_wall_s": out["cold"]["wall"],
         "prepared_batch_wall_s": out["prepared"]["wall"],
+        **startup,
     }
 
 
@@ -156,20 +192,26 @@ def run(tasks: int | None = None, group: int = GROUP) -> dict[str, float]:
             return figures(run_batches(kubeconfig, recorder, instances[:tasks], group))
 
 
-def report(f: dict[str, float]) -> str:
+def report(f: dict[str, float], where: str = "on the node agent") -> str:
     ratio = f["cold_create_to_generate_p50_s"] / f["prepared_go_to_generate_p50_s"]
+    timeline = ", ".join(
+        f"{step} {f[key]:.1f}"
+        for step in STARTUP_STEPS
+        if (key := f"cold_startup_{step.replace(' /', '_').replace(' ', '_')}_p50_s") in f
+    )
     return "\n".join(
         [
-            f"{f['rollouts_per_batch']:.0f} oracle rollouts per batch on the node agent "
-            "(baseline: the cold batch, same run):",
+            f"{f['rollouts_per_batch']:.0f} oracle rollouts per batch {where} (baseline: the cold batch, same run):",
             f"  cold     create -> first /generate  p50 {f['cold_create_to_generate_p50_s']:.2f} s, "
             f"p99 {f['cold_create_to_generate_p99_s']:.2f} s",
             f"  prepared go     -> first /generate  p50 {f['prepared_go_to_generate_p50_s'] * 1000:.0f} ms, "
             f"p99 {f['prepared_go_to_generate_p99_s'] * 1000:.0f} ms  ({ratio:.0f}x sooner at p50)",
-            f"  runner finish -> reward p50: cold eval pod {f['cold_finish_to_reward_p50_s']:.0f} s, "
-            f"prewarmed {f['prewarmed_finish_to_reward_p50_s']:.0f} s (whole seconds)",
+            f"  runner finish -> reward p50: cold eval pod {f['cold_finish_to_reward_p50_s']:.2f} s "
+            f"(tests {f['cold_tests_p50_s']:.2f} s), prewarmed {f['prewarmed_finish_to_reward_p50_s']:.2f} s "
+            f"(tests {f['prewarmed_tests_p50_s']:.2f} s)",
             f"  preparing took {f['prepare_seconds']:.1f} s (off the step's critical path); batch wall time "
             f"go -> last reward: cold {f['cold_batch_wall_s']:.1f} s, prepared {f['prepared_batch_wall_s']:.1f} s",
+            f"  cold runner's start p50, s since its process began: {timeline or 'no timeline in the runner logs'}",
         ]
     )
 

@@ -14,6 +14,11 @@ when a request whose rid starts with the rollout's uid first arrives. Baseline,
 measured in the same run: the node agent's figures; the ratios say what a real
 kubelet, real images and real containers cost per step.
 
+Then, on the same real node, warm starts (bench/prepared_starts.py): a cold batch of the
+bundled tasks x G=4 against the same batch submitted prepared (eval pods prewarmed) and
+started with `resume`: "go" -> first /generate p50/p99, runner finish -> reward beside the
+tests' own time, each batch's wall time, and where a cold runner's start spends its seconds.
+
     python -m bench realnode             # root: `cluster up` needs it
 
 Only one real node runs per machine: when another holds the machine's lock (a
@@ -32,7 +37,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -249,28 +254,55 @@ def _wait_for_machine_lock(paths: ClusterPaths) -> None:
             return
 
 
-def run_real_node(workdir: Path) -> Timings:
-    """`cluster up --policy oracle` (task images built and loaded); the recorder on the node IP."""
+# The real node is this 2-core machine: at the default 500m per sandbox three rollouts fit, and
+# a batch of 20 would measure the scheduler's queue (as tests/support/realnode.rollout_body).
+REAL_NODE_SANDBOX = {"resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "4Gi"}}}
+
+
+def _operator_store(paths: ClusterPaths) -> Callable[[str], bytes]:
+    """The chart's store is a PVC at /data in the operator's pod: a hostPath on the real node."""
+    volume = paths.root / "volumes" / "operator-data"
+
+    def read(uri: str) -> bytes:
+        if not uri.startswith("file:///data/"):
+            raise ValueError(f"not in the operator's /data: {uri}")
+        return (volume / uri.removeprefix("file:///data/")).read_bytes()
+
+    return read
+
+
+def run_real_node(workdir: Path) -> tuple[Timings, dict[str, float]]:
+    """`cluster up --policy oracle` (task images built and loaded); the recorder on the node IP.
+    The steps one rollout at a time, then the cold and prepared batches."""
+    from bench import prepared_starts  # it imports this module
+
     _wait_for_machine_lock(ClusterPaths.under(str(workdir)))
     _cli("cluster", "up", "--policy", "oracle", "--workdir", str(workdir))
     try:
         paths, node_ip = ClusterPaths.under(str(workdir)), ClusterConfig().node_ip
         tasks = load_instances(paths.root / "tasks" / INDEX_FILE)
         with GenerateRecorder(f"http://{node_ip}:{POLICY_PORT}", node_ip).running() as recorder:
-            return _time_tasks(paths.kubeconfig, recorder, tasks)
+            steps = _time_tasks(paths.kubeconfig, recorder, tasks)
+            batches = prepared_starts.run_batches(
+                paths.kubeconfig, recorder, tasks, sandbox=REAL_NODE_SANDBOX, read=_operator_store(paths)
+            )
+            return steps, prepared_starts.figures(batches)
     finally:
         _cli("cluster", "down", "--workdir", str(workdir))
 
 
-def run() -> dict[str, Timings]:
-    results: dict[str, Timings] = {}
-    for mode in ("node agent", "real node"):
-        with tempfile.TemporaryDirectory(prefix="bench-steps-", dir="/var/tmp") as tmp:
-            results[mode] = (run_node_agent if mode == "node agent" else run_real_node)(Path(tmp))
+def run() -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-steps-", dir="/var/tmp") as tmp:
+        results["node agent"] = run_node_agent(Path(tmp))
+    with tempfile.TemporaryDirectory(prefix="bench-steps-", dir="/var/tmp") as tmp:
+        results["real node"], results["real node batches"] = run_real_node(Path(tmp))
     return results
 
 
-def report(results: dict[str, Timings]) -> str:
+def report(results: dict[str, Any]) -> str:
+    from bench import prepared_starts
+
     agent, real = results["node agent"], results["real node"]
     tasks = sorted(set(agent) & set(real))
     lines = [
@@ -286,6 +318,7 @@ def report(results: dict[str, Timings]) -> str:
     for task in tasks:
         steps = "  ".join(f"{agent[task][step]:.1f}/{real[task][step]:.1f}" for step in STEPS)
         lines.append(f"    {task:<44} {steps}")
+    lines.append(prepared_starts.report(results["real node batches"], where="on the real node"))
     return "\n".join(lines)
 
 
