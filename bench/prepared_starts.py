@@ -15,7 +15,7 @@ status.reward.testsSeconds, the eval script's own time: what prewarming can save
 
 Where a cold start's seconds go: each cold rollout's runner logs a startup timeline (seconds
 since its process began: imports, tokenizer, swerex, assignment, setup, first /generate;
-agent_runner/startup.py) into its log, which the result store keeps (status.logs.runner);
+agent_runner/pod/startup.py) into its log, which the result store keeps (status.logs.runner);
 the medians are printed.
 
 Both batches run to the end and must earn the same rewards (the oracle resolves every

@@ -700,9 +700,8 @@ class _ProgressReporter:
             log.warning("progress report failed: %s", exc)
 
 
-def main(timeline: StartupTimeline | None = None, prefetch: TokenizerPrefetch | None = None) -> int:
-    """The runner process; `timeline` and `prefetch` come from `python -m agent_runner`'s first lines."""
-    timeline = timeline or StartupTimeline()
+def main() -> int:
+    timeline = StartupTimeline()
     timeline.mark("imports")
     log_format = "%(asctime)s %(levelname)s %(name)s: %(message)s"
     logging.basicConfig(level=os.environ.get("SWEROLLOUT_LOG_LEVEL", "INFO"), format=log_format)
@@ -713,4 +712,5 @@ def main(timeline: StartupTimeline | None = None, prefetch: TokenizerPrefetch | 
         env = RunnerEnv.from_environ(os.environ)
     except RunnerEnvError as exc:
         raise SystemExit(f"agent_runner: {exc}") from exc
+    prefetch = TokenizerPrefetch(env.tokenizer, timeline)
     return asyncio.run(Runner(env, log_tail=tail, timeline=timeline, prefetch=prefetch).serve())

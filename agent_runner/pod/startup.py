@@ -3,9 +3,11 @@
 The runner's start was measured step by step (docs/architecture.md, "Where a cold start's
 seconds go"). The tokenizer is the step worth moving: importing transformers and parsing a
 tokenizer.json take seconds of CPU that need nothing from the sandbox, yet they used to wait
-for swerex to answer and for the first assignment. `prefetch_tokenizer` starts them in a
-thread as the process starts, from the name the pod spec gives (RunnerEnv.tokenizer), while
-the sandbox container starts beside the runner; the setup then waits only for what is left.
+for swerex to answer and for the first assignment. `TokenizerPrefetch` starts them in a
+thread once the runner's own imports are done (started earlier, the two would only share
+the GIL, and two threads importing at once risk a concurrent circular import), from the name
+the pod spec gives (RunnerEnv.tokenizer), while the runner waits on swerex and the operator;
+the setup then waits only for what is left.
 
 `StartupTimeline` notes when each step is done, in seconds since the process began (the
 kernel's start time of this process, so the interpreter's own start and the imports count),
@@ -20,10 +22,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
 from concurrent.futures import Future
-
-from swerollout.wire.runner_env import ENV_NAMES
 
 log = logging.getLogger(__name__)
 
@@ -106,10 +105,3 @@ class TokenizerPrefetch:
     async def wait(self, name: str | None) -> None:
         if name and name == self.name:
             await asyncio.wrap_future(self._future)
-
-
-def begin(environ: Mapping[str, str]) -> tuple[StartupTimeline, TokenizerPrefetch]:
-    """At the process's start, before the runner's own imports: the clock, and the tokenizer
-    named by the pod spec loading in a thread."""
-    timeline = StartupTimeline()
-    return timeline, TokenizerPrefetch(environ.get(ENV_NAMES["tokenizer"]) or None, timeline)

@@ -292,7 +292,7 @@ def rollout_pod(
                     swerex_token_file=f"{RUNNER_SECRET_DIR}/{SECRET_SWEREX_KEY}",
                     inference_api_key_file=key_file.get("api"),
                     inference_admin_key_file=key_file.get("admin"),
-                    # Loaded while the sandbox starts (agent_runner/startup.py); the eval runner needs none.
+                    # Loaded while the sandbox starts (agent_runner/pod/startup.py); the eval runner needs none.
                     tokenizer=spec.inference.tokenizer if role == "rollout" else None,
                 ).to_env()
                 + [

@@ -1,13 +1,12 @@
-"""The runner's cold-start timeline and its tokenizer prefetch (agent_runner/startup.py)."""
+"""The runner's cold-start timeline and its tokenizer prefetch (agent_runner/pod/startup.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 
-from agent_runner.pod.startup import StartupTimeline, TokenizerPrefetch, begin, parse_line
+from agent_runner.pod.startup import StartupTimeline, TokenizerPrefetch, parse_line
 from swerollout.tokenizers import load_tokenizer
-from swerollout.wire.runner_env import ENV_NAMES
 
 
 def test_marks_count_from_the_process_start_keep_the_first_time_and_read_back_from_a_log() -> None:
@@ -21,7 +20,7 @@ def test_marks_count_from_the_process_start_keep_the_first_time_and_read_back_fr
     timeline.mark("swerex")
     assert timeline.marks["imports"] == first and timeline.marks["swerex"] > first
     timeline.first_generate()
-    log = f"2026-12-02 00:00:00 INFO x: something\n2026-12-02 00:00:01 INFO agent_runner.startup: {timeline.line()}\n"
+    log = f"2026-12-02 00:00:00 INFO x: something\n2026-12-02 00:00:01 INFO agent_runner.pod.startup: {timeline.line()}\n"
     assert parse_line(log) == timeline.marks
     assert list(parse_line(log)) == ["imports", "swerex", "first /generate"]
     assert parse_line("no timeline here") == {}
@@ -29,8 +28,8 @@ def test_marks_count_from_the_process_start_keep_the_first_time_and_read_back_fr
 
 def test_the_pod_specs_tokenizer_loads_in_a_thread_and_the_setup_finds_it_loaded() -> None:
     load_tokenizer.cache_clear()
-    timeline, prefetch = begin({ENV_NAMES["tokenizer"]: "qwen-2.5"})
-    assert prefetch.name == "qwen-2.5"
+    timeline = StartupTimeline()
+    prefetch = TokenizerPrefetch("qwen-2.5", timeline)
 
     async def setup() -> None:
         await asyncio.wait_for(prefetch.wait("qwen-2.5"), timeout=600)
