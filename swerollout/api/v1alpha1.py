@@ -1026,7 +1026,7 @@ class RewardStatus(ApiModel):
     tests_seconds: float | None = Field(default=None, ge=0)
     """Wall time of the eval script in the eval pod (the tests' own time), in seconds; unset when no test ran."""
     graded_at: datetime | None = None
-    """When the operator received the reward (milliseconds kept)."""
+    """When the operator received the eval pod's reward (milliseconds kept); unset when the evaluation was skipped."""
 
 
 class SWERolloutStatus(ApiModel):

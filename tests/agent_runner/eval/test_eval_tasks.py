@@ -56,11 +56,15 @@ async def test_empty_then_gold_patch(
     assert empty.failure is EvalFailure.EMPTY_PATCH and not empty.patch_applied
     assert empty.fail_to_pass.failure == instance.FAIL_TO_PASS
     assert empty.to_reward_status().fail_to_pass_passed == 0
+    assert empty.tests_seconds is None, "no test ran"
     assert untouched.output.strip() == ""
 
     assert report.failure is None, report.message
     assert report.resolved and report.reward == 1.0
     assert report.patch_applied and report.apply_method == "git apply --verbose"
+    # The eval script's own time, which status.reward.testsSeconds carries.
+    assert report.tests_seconds is not None and report.tests_seconds > 0
+    assert report.to_reward_status().tests_seconds == report.tests_seconds
     assert report.fail_to_pass.success == instance.FAIL_TO_PASS and not report.fail_to_pass.failure
     assert report.pass_to_pass.success == instance.PASS_TO_PASS and not report.pass_to_pass.failure
     assert {report.tests[t] for t in instance.FAIL_TO_PASS + instance.PASS_TO_PASS} == {"PASSED"}
