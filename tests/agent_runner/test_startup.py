@@ -20,7 +20,9 @@ def test_marks_count_from_the_process_start_keep_the_first_time_and_read_back_fr
     timeline.mark("swerex")
     assert timeline.marks["imports"] == first and timeline.marks["swerex"] > first
     timeline.first_generate()
-    log = f"2026-12-02 00:00:00 INFO x: something\n2026-12-02 00:00:01 INFO agent_runner.pod.startup: {timeline.line()}\n"
+    log = (
+        f"2026-12-02 00:00:00 INFO x: something\n2026-12-02 00:00:01 INFO agent_runner.pod.startup: {timeline.line()}\n"
+    )
     assert parse_line(log) == timeline.marks
     assert list(parse_line(log)) == ["imports", "swerex", "first /generate"]
     assert parse_line("no timeline here") == {}

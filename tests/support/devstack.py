@@ -182,3 +182,20 @@ def running_dev_stack(workdir: Path, *extra: str) -> Iterator[DevStack]:
     finally:
         down = swerollout_cli("dev", "down", "--workdir", str(workdir))
         assert down.returncode == 0, down.stdout + down.stderr
+
+
+def dev_env_shell(workdir: Path) -> dict[str, str]:
+    """The environment after `eval "$(swerollout dev env)"` in a clean shell."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("KUBECONFIG", "SWEROLLOUT_"))}
+    base["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"])
+    dumped = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", 'eval "$(swerollout dev env)"; env -0'],
+        cwd=workdir,
+        env=base,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert dumped.returncode == 0, dumped.stderr
+    return dict(item.split("=", 1) for item in dumped.stdout.split("\0") if "=" in item)

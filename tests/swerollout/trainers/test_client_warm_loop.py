@@ -12,9 +12,9 @@ import sys
 import pytest
 
 from swerollout.kube import SWEROLLOUTBATCHES
+from tests.support.devstack import dev_env_shell
 from tests.support.docblocks import blocks_run_by
 from tests.swerollout.trainers.conftest import Stack
-from tests.swerollout.trainers.test_readme_client import _shell_env
 
 THIS_TEST = "tests/swerollout/trainers/test_client_warm_loop.py::test_the_prepare_next_step_loop_as_written"
 pytestmark = pytest.mark.timeout(1500)
@@ -37,7 +37,7 @@ def test_the_prepare_next_step_loop_as_written(stack: Stack) -> None:
     ran = subprocess.run(
         [sys.executable, "-c", block.text],
         cwd=dev.workdir,
-        env=_shell_env(dev.workdir),
+        env=dev_env_shell(dev.workdir),
         capture_output=True,
         text=True,
         timeout=1400,

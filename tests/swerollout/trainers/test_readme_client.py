@@ -6,38 +6,20 @@ batch back and checks what the block's comments promise."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from swerollout.client import RolloutClient
 from swerollout.kube import SWEROLLOUTBATCHES
+from tests.support.devstack import dev_env_shell
 from tests.support.docblocks import blocks_run_by
 from tests.swerollout.trainers.conftest import Stack
 
 THIS_TEST = "tests/swerollout/trainers/test_readme_client.py::test_the_readme_trainer_block_as_written"
 BATCH = "step-0042"  # the block's batch name
 pytestmark = pytest.mark.timeout(1200)
-
-
-def _shell_env(workdir: Path) -> dict[str, str]:
-    """The environment after `eval "$(swerollout dev env)"` in a clean shell."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("KUBECONFIG", "SWEROLLOUT_"))}
-    base["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"])
-    dumped = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", 'eval "$(swerollout dev env)"; env -0'],
-        cwd=workdir,
-        env=base,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert dumped.returncode == 0, dumped.stderr
-    return dict(item.split("=", 1) for item in dumped.stdout.split("\0") if "=" in item)
 
 
 def test_the_readme_trainer_block_as_written(stack: Stack) -> None:
@@ -54,7 +36,7 @@ def test_the_readme_trainer_block_as_written(stack: Stack) -> None:
     ):
         assert call in block.text, f"the README's trainer block changed ({call} is gone): make this test follow it"
     dev = stack.stack
-    env = _shell_env(dev.workdir)
+    env = dev_env_shell(dev.workdir)
     ran = subprocess.run(
         [sys.executable, "-c", block.text],
         cwd=dev.workdir,
