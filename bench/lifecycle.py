@@ -197,12 +197,12 @@ class _OperatorBodies:
             {"pod_name": pod["metadata"]["name"], "pod_uid": pod["metadata"]["uid"]}
         )
         change = phases.apply(
-            {},
+            None,
             phases.Trigger.POD_CREATED,
             reason="PodCreated",
             message=f"pod {pod['metadata']['name']} created",
             generation=int(meta.get("generation") or 1),
-            extra={"attempts": 1, "sandbox": sandbox.to_patch()},
+            extra=api.SWERolloutStatus(attempts=1, sandbox=sandbox),
         )
         return {"status": change.status_patch}
 

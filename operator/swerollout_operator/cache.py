@@ -128,6 +128,25 @@ def trim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def merge_delta(current: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """The part of a JSON merge patch (RFC 7386) that would change `current`: {} when
+    applying it changes nothing. Objects merge key by key; lists and scalars replace."""
+    out: dict[str, Any] = {}
+    for key, value in patch.items():
+        have = current.get(key)
+        if value is None:
+            if have is not None:
+                out[key] = None
+        elif isinstance(value, dict):
+            # Into a missing object, its nulls clear nothing and are left out.
+            inner = merge_delta(have if isinstance(have, dict) else {}, value)
+            if inner or not isinstance(have, dict):
+                out[key] = inner
+        elif value != have:
+            out[key] = value
+    return out
+
+
 @dataclass(slots=True)
 class Tracked:
     """The operator's view of one rollout: the latest body, its spec parsed once, and
@@ -197,6 +216,11 @@ class Tracked:
             return False
         self._parsed = self._status = None
         return True
+
+    def status_delta(self, status: api.SWERolloutStatus) -> dict[str, Any]:
+        """The merge patch that writes the partial `status` (its set fields) over the cached
+        one, cut to what differs; {} when the write would change nothing."""
+        return merge_delta(self.status, status.to_patch())
 
     @property
     def meta(self) -> dict[str, Any]:

@@ -19,7 +19,7 @@ async def post_event(
     kube: AsyncKubeClient, meta: dict[str, Any], *, reason: str, message: str, warning: bool = False
 ) -> None:
     """Best effort: an Event that cannot be written never fails a reconcile."""
-    at = now()
+    at = now().isoformat().replace("+00:00", "Z")
     event = {
         "apiVersion": "v1",
         "kind": "Event",

@@ -101,6 +101,11 @@ class OperatorMetrics:
         self.status_patches = Counter(
             "swerollout_status_patches_total", "Status patches written to SWERollouts.", registry=r
         )
+        self.status_patches_skipped = Counter(
+            "swerollout_status_patches_skipped_total",
+            "Status writes not sent: the partial status held nothing the cached status did not.",
+            registry=r,
+        )
         self.rollout_duration = Histogram(
             "swerollout_rollout_duration_seconds",
             "From creation to Succeeded or Failed.",

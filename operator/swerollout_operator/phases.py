@@ -11,8 +11,8 @@ deadline can leave the wait out and queueTimeoutSeconds can bound it.
 
 Handlers report *events* (the pod was created, the sandbox became ready, the
 runner finished, ...); `apply` checks the transition against the table, and
-returns the status patch: the new phase, the conditions that change with it, and
-a message. An event that is not allowed in the current phase raises
+returns the partial status it writes (API models, `to_patch()` sends only what is
+set): the new phase, the conditions that change with it, and a message. An event that is not allowed in the current phase raises
 IllegalTransition, which handlers treat as "already handled" (level-triggered
 reconciles see the same event more than once).
 """
@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
+from swerollout.api import v1alpha1 as api
 from swerollout.api.v1alpha1 import MESSAGE_LIMIT, ConditionStatus, ConditionType, Phase, QueueReason
 
 
@@ -192,34 +193,33 @@ def cut_message(message: str) -> str:
     return message[: MESSAGE_LIMIT - 1] + "\u2026"
 
 
-def now() -> str:
-    return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+def now() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
 
 
 def set_condition(
-    conditions: list[dict[str, Any]],
+    conditions: list[api.Condition],
     ctype: ConditionType,
     status: ConditionStatus,
     reason: str,
     message: str,
     generation: int | None,
-    at: str,
-) -> list[dict[str, Any]]:
+    at: datetime,
+) -> list[api.Condition]:
     """Conditions with one entry set; lastTransitionTime moves only when the status changes."""
-    out = [dict(c) for c in conditions if c.get("type") != ctype.value]
-    old = next((c for c in conditions if c.get("type") == ctype.value), None)
-    transition_time = old["lastTransitionTime"] if old and old.get("status") == status.value else at
-    entry: dict[str, Any] = {
-        "type": ctype.value,
-        "status": status.value,
-        "reason": reason,
-        "message": cut_message(message),
-        "lastTransitionTime": transition_time,
-    }
+    out = [c for c in conditions if c.type != ctype.value]
+    old = next((c for c in conditions if c.type == ctype.value), None)
+    entry = api.Condition(
+        type=ctype.value,
+        status=status,
+        reason=reason,
+        message=cut_message(message),
+        last_transition_time=old.last_transition_time if old is not None and old.status == status else at,
+    )
     if generation is not None:
-        entry["observedGeneration"] = generation
+        entry.observed_generation = generation
     out.append(entry)
-    return sorted(out, key=lambda c: str(c["type"]))
+    return sorted(out, key=lambda c: c.type)
 
 
 @dataclass(frozen=True)
@@ -227,58 +227,64 @@ class Transition:
     old: Phase
     new: Phase
     event: Trigger
-    status_patch: dict[str, Any]
+    status: api.SWERolloutStatus
+    """The partial status the transition writes: only its set fields go into the patch."""
+
+    @property
+    def status_patch(self) -> dict[str, Any]:
+        return self.status.to_patch()
+
+
+def merged(base: api.SWERolloutStatus, extra: api.SWERolloutStatus | None) -> api.SWERolloutStatus:
+    """`base` with the fields set in `extra` set over it (a partial status on a partial status)."""
+    if extra is None:
+        return base
+    out = base.model_copy()
+    for name in extra.model_fields_set:
+        setattr(out, name, getattr(extra, name))
+    return out
 
 
 def apply(
-    status: dict[str, Any] | None,
+    status: api.SWERolloutStatus | None,
     event: Trigger,
     *,
     reason: str,
     message: str,
     generation: int | None,
-    extra: dict[str, Any] | None = None,
+    extra: api.SWERolloutStatus | None = None,
 ) -> Transition:
-    """The status patch for `event`; raises IllegalTransition when it does not apply."""
-    status = status or {}
+    """The partial status for `event`; raises IllegalTransition when it does not apply."""
+    status = status if status is not None else api.SWERolloutStatus()
     message = cut_message(message)
-    old = Phase(status.get("phase", Phase.PENDING.value))
+    old = status.phase
     new = next_phase(old, event)
     at = now()
-    conditions: list[dict[str, Any]] = list(status.get("conditions") or [])
+    conditions = list(status.conditions)
     for ctype, cstatus in {**_CONDITIONS[new], **_TRIGGER_CONDITIONS.get(event, {})}.items():
         if cstatus is not None:
             conditions = set_condition(conditions, ctype, cstatus, reason, message, generation, at)
-    patch: dict[str, Any] = {"phase": new.value, "conditions": conditions, "message": message}
+    patch = api.SWERolloutStatus(phase=new, conditions=conditions, message=message)
     if generation is not None:
-        patch["observedGeneration"] = generation
-    if new in (Phase.SUCCEEDED, Phase.FAILED) and not status.get("completionTime"):
-        patch["completionTime"] = at
-    if old == Phase.PENDING and not status.get("startTime"):
-        patch["startTime"] = at
-    queue = _queue_clock(status.get("queue") or {}, old, new, reason, at)
+        patch.observed_generation = generation
+    if new in (Phase.SUCCEEDED, Phase.FAILED) and status.completion_time is None:
+        patch.completion_time = at
+    if old == Phase.PENDING and status.start_time is None:
+        patch.start_time = at
+    queue = _queue_clock(status.queue or api.QueueState(), old, new, reason, at)
     if queue is not None:
-        patch["queue"] = queue
-    if extra:
-        patch.update(extra)
-    return Transition(old=old, new=new, event=event, status_patch=patch)
+        patch.queue = queue
+    return Transition(old=old, new=new, event=event, status=merged(patch, extra))
 
 
-def _seconds_between(start: str, end: str) -> int:
-    def parse(value: str) -> datetime:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-
-    return max(0, int((parse(end) - parse(start)).total_seconds()))
-
-
-def _queue_clock(queue: dict[str, Any], old: Phase, new: Phase, reason: str, at: str) -> dict[str, Any] | None:
+def _queue_clock(queue: api.QueueState, old: Phase, new: Phase, reason: str, at: datetime) -> api.QueueState | None:
     """status.queue's patch for a transition: a wait starts when Queued is entered and is
     added to waitedSeconds when it is left (the startup deadline leaves that time out)."""
     if new == Phase.QUEUED:
-        why = QueueReason(reason).value  # a Queued transition always says which wait
-        return {"reason": why} if old == Phase.QUEUED else {"reason": why, "queuedAt": at}
+        why = QueueReason(reason)  # a Queued transition always says which wait
+        return api.QueueState(reason=why) if old == Phase.QUEUED else api.QueueState(reason=why, queued_at=at)
     if old != Phase.QUEUED:
         return None
-    since = queue.get("queuedAt")
-    waited = int(queue.get("waitedSeconds") or 0) + (_seconds_between(since, at) if since else 0)
-    return {"reason": None, "queuedAt": None, "waitedSeconds": waited}
+    since = queue.queued_at
+    waited = queue.waited_seconds + (max(0, int((at - since).total_seconds())) if since is not None else 0)
+    return api.QueueState(reason=None, queued_at=None, waited_seconds=waited)

@@ -15,7 +15,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
 
 from swerollout.api import v1alpha1 as api
 from swerollout.kube import KubeError
@@ -26,7 +25,7 @@ from .cache import Tracked
 from .metrics import OperatorMetrics
 
 log = logging.getLogger(__name__)
-StatusWriter = Callable[[Tracked, dict[str, Any]], Awaitable[None]]
+StatusWriter = Callable[[Tracked, api.SWERolloutStatus], Awaitable[None]]
 
 
 def _now() -> datetime:
@@ -84,13 +83,13 @@ class ProgressCoalescer:
             inference_aborts=progress.inference_aborts,
             updated_at=_now(),
         )
-        patch: dict[str, Any] = {"progress": status.to_patch()}
+        out = api.SWERolloutStatus(progress=status)
         checkpoint = progress.checkpoint
         if checkpoint is not None and checkpoint.attempt >= max(1, entry.rollout_status.attempts):
             # In the same coalesced write: no status write of its own per turn.
-            patch["checkpoint"] = retries.to_status(checkpoint).to_patch()
+            out.checkpoint = retries.to_status(checkpoint)
         try:
-            await self.write_status(entry, patch)
+            await self.write_status(entry, out)
         except KubeError as exc:
             entry.progress_dirty = True
             self.dirty[entry.uid] = entry

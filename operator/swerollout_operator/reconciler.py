@@ -245,7 +245,13 @@ class Reconciler:
 
     # -- status ------------------------------------------------------------------
 
-    async def write_status(self, entry: Tracked, patch: dict[str, Any]) -> None:
+    async def write_status(self, entry: Tracked, status: api.SWERolloutStatus) -> None:
+        """Write a partial status (its set fields): a merge patch of only what differs from
+        the cached status, and no write at all when nothing does."""
+        patch = entry.status_delta(status)
+        if not patch:
+            self.metrics.status_patches_skipped.inc()
+            return
         # A merge patch without resourceVersion: no 409 storms. The operator is the
         # only status writer and serializes its own writes per rollout (entry.lock).
         entry.writes_in_flight += 1
@@ -279,13 +285,13 @@ class Reconciler:
         *,
         reason: str,
         message: str,
-        extra: dict[str, Any] | None = None,
+        extra: api.SWERolloutStatus | None = None,
         warning: bool = False,
     ) -> bool:
         """Apply one phase-machine event (call with entry.lock held). False when it no longer applies."""
         try:
             change = phases.apply(
-                entry.status,
+                entry.rollout_status,
                 event,
                 reason=reason,
                 message=message,
@@ -295,7 +301,7 @@ class Reconciler:
         except IllegalTransition as exc:
             log.debug("%s/%s: %s", entry.namespace, entry.name, exc)
             return False
-        await self.write_status(entry, change.status_patch)
+        await self.write_status(entry, change.status)
         if change.new != change.old:
             self.metrics.transitions.labels(change.new.value).inc()
             self.refresh_gauges()
@@ -349,8 +355,7 @@ class Reconciler:
                 # An eval or replay pod (a first pod makes the rollout Queued instead): the
                 # phase stays, the message says why, and the create is tried again.
                 message = phases.cut_message(f"waiting for quota: {exc}")
-                if entry.status.get("message") != message:
-                    await self.write_status(entry, {"message": message})
+                await self.write_status(entry, api.SWERolloutStatus(message=message))
                 self._retry_for_quota(entry)
             changed = entry.phase != before
         await self.notify(entry)
@@ -436,7 +441,7 @@ class Reconciler:
                 Trigger.POD_CREATED,
                 reason="PodCreated",
                 message=f"pod {pod['metadata']['name']} created; waiting for the sandbox",
-                extra={"attempts": attempt, "sandbox": handle.to_patch()},
+                extra=api.SWERolloutStatus(attempts=attempt, sandbox=handle),
             )
         current, state, gone = await self.sandbox_pod(entry)
         if current is None:
@@ -470,7 +475,7 @@ class Reconciler:
                 Trigger.SANDBOX_READY,
                 reason="SandboxReady",
                 message=f"pod {pod['metadata']['name']} is ready on {state.node_name}",
-                extra={"sandbox": _handle(pod, state)},
+                extra=api.SWERolloutStatus(sandbox=_handle(pod, state)),
             )
         elif state.waits_for is not None:
             await self._queue(entry, state.waits_for, f"pod {pod['metadata']['name']}: {state.message or state.reason}")
@@ -542,7 +547,7 @@ class Reconciler:
         pod is deleted, so a runner still alive there stops (its attempt is over)."""
         old = _pod_name(entry)
         evaluation = entry.rollout_status.evaluation if entry.phase == Phase.EVALUATING else None
-        patch, turns = retries.replay_patch(entry, reason, utcnow().replace(microsecond=0))
+        replay, turns = retries.replay_status(entry, reason, utcnow().replace(microsecond=0))
         start = f"its checkpoint at turn {turns}" if turns else "the beginning (no checkpoint yet)"
         attempt = max(1, entry.rollout_status.attempts)
         applied = await self.transition(
@@ -550,7 +555,7 @@ class Reconciler:
             Trigger.RETRY,
             reason=reason,
             message=f"{cause}; attempt {attempt + 1} of {entry.rollout_spec.sandbox.max_attempts} replays from {start}",
-            extra=patch,
+            extra=replay,
             warning=True,
         )
         if applied:
@@ -599,7 +604,7 @@ class Reconciler:
 
     async def _mark_reclaimed(self, entry: Tracked, message: str) -> None:
         handle = _sandbox(reclaimed_at=utcnow().replace(microsecond=0))
-        await self.write_status(entry, {"sandbox": handle.to_patch(), "message": phases.cut_message(message)})
+        await self.write_status(entry, api.SWERolloutStatus(sandbox=handle, message=phases.cut_message(message)))
 
     async def _ensure_resume_pod(self, entry: Tracked) -> None:
         """Resume on the same pod when it is alive; otherwise replay into a fresh one."""
@@ -607,7 +612,7 @@ class Reconciler:
         current, state, gone = (None, None, True) if sandbox.reclaimed_at else await self.sandbox_pod(entry)
         if current is not None and state is not None and not gone:
             if state.ready and sandbox.pod_ip != state.pod_ip:
-                await self.write_status(entry, {"sandbox": _handle(current, state)})
+                await self.write_status(entry, api.SWERolloutStatus(sandbox=_handle(current, state)))
             return
         attempt = max(1, entry.rollout_status.attempts) + 1
         if attempt > entry.rollout_spec.sandbox.max_attempts:
@@ -635,7 +640,7 @@ class Reconciler:
             Trigger.REPLAY_STARTED,
             reason="ReplayStarted",
             message=f"the sandbox pod was gone; replaying the recorded actions into {pod['metadata']['name']}",
-            extra={"attempts": attempt, "replay": True, "sandbox": handle.to_patch()},
+            extra=api.SWERolloutStatus(attempts=attempt, replay=True, sandbox=handle),
         )
 
     async def _ensure_eval_pod(self, entry: Tracked) -> None:
@@ -669,19 +674,20 @@ class Reconciler:
             lost = 0
         pod = await self.objects.ensure_pod(entry, attempt, role="eval")
         at = utcnow().replace(microsecond=0)
-        state_patch = api.EvaluationState(attempt=attempt, pod_name=pod["metadata"]["name"], started_at=at)
-        patch: dict[str, Any] = {"evaluation": state_patch.to_patch()}
+        status = api.SWERolloutStatus(
+            evaluation=api.EvaluationState(attempt=attempt, pod_name=pod["metadata"]["name"], started_at=at)
+        )
         if lost:
             # A failed eval pod is the infrastructure's (a test failure is a report, not a
             # failed pod): re-run, and recorded with the other retries.
-            patch["retries"] = retries.record(entry, "EvalPodFailed", at, attempt=lost)
+            status.retries = retries.record(entry, "EvalPodFailed", at, attempt=lost)
             self.post_event(
                 entry,
                 reason="EvalPodFailed",
                 message=f"eval pod {evaluation.pod_name} failed; re-running it as eval attempt {attempt}",
                 warning=True,
             )
-        await self.write_status(entry, patch)
+        await self.write_status(entry, status)
 
     async def _queue_timeout(self, entry: Tracked) -> None:
         queue = entry.rollout_status.queue
@@ -692,7 +698,7 @@ class Reconciler:
             entry,
             Trigger.STARTUP_FAILED,
             reason="QueueTimeout",
-            message=f"waited queueTimeoutSeconds ({limit}s) for capacity ({why}): {entry.status.get('message', '')}",
+            message=f"waited queueTimeoutSeconds ({limit}s) for capacity ({why}): {entry.rollout_status.message}",
             warning=True,
         )
 
@@ -797,11 +803,11 @@ def _owned(obj: dict[str, Any], uid: str) -> bool:
     return any(o.get("uid") == uid for o in obj["metadata"].get("ownerReferences") or [])
 
 
-def _handle(pod: dict[str, Any], state: PodState) -> dict[str, Any]:
+def _handle(pod: dict[str, Any], state: PodState) -> api.SandboxHandle:
     return _sandbox(
         pod_name=pod["metadata"]["name"],
         pod_uid=pod["metadata"]["uid"],
         pod_ip=state.pod_ip,
         node_name=state.node_name,
         started_at=utcnow().replace(microsecond=0),
-    ).to_patch()
+    )

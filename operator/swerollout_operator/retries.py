@@ -9,7 +9,7 @@ policy's own outcomes (`exit_format`, `exit_context`, a wrong patch: a test fail
 result), and `exit_error` (a runner bug would only fail again).
 
 The phase change itself is the phase machine's (phases.Trigger.RETRY); this module says
-whether it applies and what the status patch carries.
+whether it applies and what the partial status it writes carries.
 """
 
 from __future__ import annotations
@@ -82,38 +82,33 @@ def to_status(report: Any) -> api.Checkpoint:
     )
 
 
-def replay_patch(entry: Tracked, reason: str, at: datetime) -> tuple[dict[str, Any], int]:
-    """The status a RETRY writes: the checkpoint to resume from as `partial` (an older
-    abort's partial stays when no checkpoint is newer), the replay flag, the old pod
+def replay_status(entry: Tracked, reason: str, at: datetime) -> tuple[api.SWERolloutStatus, int]:
+    """The partial status a RETRY writes: the checkpoint to resume from as `partial` (an
+    older abort's partial stays when no checkpoint is newer), the replay flag, the old pod
     marked gone (the next pass starts the next attempt's pod), the retry recorded.
-    Returns the patch and the turns the replay starts from."""
+    Returns it and the turns the replay starts from."""
     status = entry.rollout_status
     checkpoint = latest_checkpoint(entry)
-    patch: dict[str, Any] = {
-        "replay": True,
-        "sandbox": api.SandboxHandle(reclaimed_at=at).to_patch(),
-    }
+    out = api.SWERolloutStatus(replay=True, sandbox=api.SandboxHandle(reclaimed_at=at))
     if status.result is not None:
         # A retried run records no result (an ungradeable autosubmission had written one).
-        patch["result"] = None
+        out.result = None
     turns = status.partial.turns if status.partial is not None else 0
     if checkpoint is not None and (status.partial is None or checkpoint.turns >= status.partial.turns):
-        partial = api.Partial(
+        out.partial = api.Partial(
             snapshot=checkpoint.snapshot,
             turns=checkpoint.turns,
             tokens=checkpoint.tokens,
             aborted_at=at,
             reason=reason,
         )
-        patch["partial"] = partial.to_patch()
-        patch["checkpoint"] = checkpoint.to_patch()
+        out.checkpoint = checkpoint
         turns = checkpoint.turns
     record = api.Retry(attempt=max(1, status.attempts), reason=reason, turns=turns, at=at)
-    patch["retries"] = [r.to_patch() for r in [*status.retries, record][-MAX_RECORDED:]]
-    return patch, turns
+    out.retries = [*status.retries, record][-MAX_RECORDED:]
+    return out, turns
 
 
-def record(entry: Tracked, reason: str, at: datetime, *, attempt: int) -> list[dict[str, Any]]:
+def record(entry: Tracked, reason: str, at: datetime, *, attempt: int) -> list[api.Retry]:
     """status.retries with one more entry (an eval pod re-run)."""
-    records = [*entry.rollout_status.retries, api.Retry(attempt=attempt, reason=reason, at=at)]
-    return [r.to_patch() for r in records[-MAX_RECORDED:]]
+    return [*entry.rollout_status.retries, api.Retry(attempt=attempt, reason=reason, at=at)][-MAX_RECORDED:]

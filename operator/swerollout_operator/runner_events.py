@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from swerollout.api import v1alpha1 as api
 from swerollout.exit_status import ExitStatus, base_exit, gate_exit_status, is_failed_run
@@ -18,7 +18,7 @@ from swerollout.wire.ingest import AssignmentKind, EventKind, RunnerEvent, Store
 from . import retries
 from .deadlines import utcnow
 from .metrics import abort_reason_label
-from .phases import Trigger, allowed, cut_message
+from .phases import Trigger, allowed, cut_message, merged
 from .progress import ProgressCoalescer
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ class Transitions(Protocol):
         *,
         reason: str,
         message: str,
-        extra: dict[str, Any] | None = None,
+        extra: api.SWERolloutStatus | None = None,
         warning: bool = False,
     ) -> bool: ...
 
@@ -52,7 +52,7 @@ class Reconciler(Transitions, Protocol):
 
     metrics: OperatorMetrics
 
-    async def write_status(self, entry: Tracked, patch: dict[str, Any]) -> None: ...
+    async def write_status(self, entry: Tracked, status: api.SWERolloutStatus) -> None: ...
 
     def assignment(self, entry: Tracked, *, role: str, attempt: int) -> Assignment: ...
 
@@ -80,7 +80,8 @@ async def apply_runner_event(r: Reconciler, entry: Tracked, event: RunnerEvent) 
     if event.log is not None and not entry.phase.is_terminal:
         # Kept in the store so that `swerollout logs` still has it once the pod is deleted.
         role = "eval" if entry.phase == api.Phase.EVALUATING else "runner"
-        await r.write_status(entry, {"logs": {role: object_ref(event.log).to_patch()}})
+        logs = api.ContainerLogs.model_validate({role: object_ref(event.log)})
+        await r.write_status(entry, api.SWERolloutStatus(logs=logs))
     if event.kind == EventKind.STARTED:
         # A runner notice: what it found out about the inference server (a smaller
         # context than the spec asked, routing rows the server cannot return).
@@ -98,7 +99,7 @@ async def apply_runner_event(r: Reconciler, entry: Tracked, event: RunnerEvent) 
             message = "the runner started from prepared" + (f"; {notice}" if notice else "")
             return await r.transition(entry, Trigger.START_REQUESTED, reason="Started", message=message)
         if notice and entry.phase == api.Phase.RUNNING:
-            await r.write_status(entry, {"message": cut_message(notice)})
+            await r.write_status(entry, api.SWERolloutStatus(message=cut_message(notice)))
         return False
     if event.kind == EventKind.PREPARED:
         return await _prepared(r, entry, event)
@@ -140,7 +141,7 @@ async def _prepared(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
         Trigger.PREPARED,
         reason="Prepared",
         message=f"prepared: {event.context_tokens} prompt tokens; the first /generate goes out on resume",
-        extra={"prepared": state.to_patch()},
+        extra=api.SWERolloutStatus(prepared=state),
     )
 
 
@@ -166,11 +167,7 @@ async def _aborted(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
         Trigger.ABORTED,
         reason=reason,
         message=event.message or f"aborted after {event.turns} turns; snapshot kept",
-        extra={
-            "partial": partial.to_patch(),
-            "replay": False,
-            "progress": ProgressCoalescer.final(entry, event).to_patch(),
-        },
+        extra=api.SWERolloutStatus(partial=partial, replay=False, progress=ProgressCoalescer.final(entry, event)),
     )
     if applied:
         r.metrics.aborts.labels(abort_reason_label(reason)).inc()
@@ -202,7 +199,7 @@ async def _finished(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
         result.trajectory = object_ref(event.trajectory)
     if event.patch:
         result.patch = object_ref(event.patch)
-    extra = {"result": result.to_patch(), "progress": ProgressCoalescer.final(entry, event).to_patch()}
+    extra = api.SWERolloutStatus(result=result, progress=ProgressCoalescer.final(entry, event))
     spec = entry.rollout_spec
     decision = gate_exit_status(exit_status, spec.mode)
     graded = spec.reward.enabled and decision.evaluate and result.has_patch
@@ -238,7 +235,7 @@ async def _finished(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
             Trigger.FINISHED_UNGRADED,
             reason="NotGraded",
             message=f"{exit_status}: {why}",
-            extra={**extra, "reward": reward.to_patch()},
+            extra=merged(extra, api.SWERolloutStatus(reward=reward)),
         )
     # The next pass deletes the policy's pod (the eval pod never sees it) and makes the eval pod.
     return await r.transition(
@@ -246,7 +243,7 @@ async def _finished(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
         Trigger.FINISHED,
         reason="Finished",
         message=f"{exit_status}; evaluating the patch in a fresh pod",
-        extra={**extra, "evaluation": retries.next_evaluation(entry).to_patch()},
+        extra=merged(extra, api.SWERolloutStatus(evaluation=retries.next_evaluation(entry))),
     )
 
 
@@ -282,7 +279,7 @@ async def _evaluated(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
             Trigger.FAILED,
             reason=failure_reason(exit_status),
             message=cause[:4096],
-            extra={"reward": reward.to_patch()},
+            extra=api.SWERolloutStatus(reward=reward),
             warning=True,
         )
     else:
@@ -291,7 +288,7 @@ async def _evaluated(r: Reconciler, entry: Tracked, event: RunnerEvent) -> bool:
             Trigger.EVALUATED,
             reason="Evaluated",
             message=f"reward {report.reward} ({'resolved' if report.resolved else 'not resolved'})",
-            extra={"reward": reward.to_patch()},
+            extra=api.SWERolloutStatus(reward=reward),
         )
     if applied and started is not None:
         r.metrics.eval_duration.observe((utcnow() - started).total_seconds())

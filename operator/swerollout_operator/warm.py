@@ -45,7 +45,7 @@ def _now() -> Any:
     return utcnow().replace(microsecond=0)
 
 
-async def park_prepared(r: Reconciler, entry: Tracked, pod: dict[str, Any], handle: dict[str, Any]) -> None:
+async def park_prepared(r: Reconciler, entry: Tracked, pod: dict[str, Any], handle: api.SandboxHandle) -> None:
     """The pod of a rollout suspended before its first run is ready: it becomes Prepared."""
     state = api.PreparedState(since=_now(), prepared_at=None, prompt_tokens=None, released_at=None)
     await r.transition(
@@ -53,7 +53,7 @@ async def park_prepared(r: Reconciler, entry: Tracked, pod: dict[str, Any], hand
         Trigger.PREPARE,
         reason="Preparing",
         message=f"pod {pod['metadata']['name']} is ready and the rollout is suspended: preparing its first turn",
-        extra={"sandbox": handle, "prepared": state.to_patch()},
+        extra=api.SWERolloutStatus(sandbox=handle, prepared=state),
     )
 
 
@@ -98,10 +98,10 @@ async def _release(r: Reconciler, entry: Tracked, message: str) -> None:
         Trigger.PREPARED_RELEASED,
         reason="Released",
         message=message,
-        extra={
-            "sandbox": api.SandboxHandle.model_validate({"reclaimed_at": at}).to_patch(),
-            "prepared": api.PreparedState.model_validate({"released_at": at, "since": _since(entry)}).to_patch(),
-        },
+        extra=api.SWERolloutStatus(
+            sandbox=api.SandboxHandle(reclaimed_at=at),
+            prepared=api.PreparedState(released_at=at, since=_since(entry)),
+        ),
     )
 
 
@@ -138,11 +138,11 @@ async def _restart(r: Reconciler, entry: Tracked) -> None:
         Trigger.RESTARTED,
         reason="Restarted",
         message=f"its prepared pod was released; starting in {pod['metadata']['name']}",
-        extra={
-            "attempts": attempt,
-            "sandbox": handle.to_patch(),
-            "prepared": api.PreparedState.model_validate({"since": _since(entry), "restarted_at": _now()}).to_patch(),
-        },
+        extra=api.SWERolloutStatus(
+            attempts=attempt,
+            sandbox=handle,
+            prepared=api.PreparedState(since=_since(entry), restarted_at=_now()),
+        ),
     )
 
 

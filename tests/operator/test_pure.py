@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -186,7 +187,9 @@ def test_phase_machine_happy_path_sets_conditions() -> None:
         (Trigger.EVALUATED, Phase.SUCCEEDED),
     ]
     for event, expected in path:
-        change = phases.apply(status, event, reason=event.value, message="m", generation=3)
+        change = phases.apply(
+            api.SWERolloutStatus.model_validate(status), event, reason=event.value, message="m", generation=3
+        )
         assert change.new == expected
         status = {**status, **change.status_patch}
     conds = {c["type"]: c for c in status["conditions"]}
@@ -198,17 +201,30 @@ def test_phase_machine_happy_path_sets_conditions() -> None:
 
 def test_phase_machine_refuses_what_does_not_apply() -> None:
     with pytest.raises(IllegalTransition):
-        phases.apply({"phase": "Succeeded"}, Trigger.SANDBOX_READY, reason="x", message="", generation=1)
+        phases.apply(
+            api.SWERolloutStatus.model_validate({"phase": "Succeeded"}),
+            Trigger.SANDBOX_READY,
+            reason="x",
+            message="",
+            generation=1,
+        )
     with pytest.raises(IllegalTransition):
-        phases.apply({"phase": "Pending"}, Trigger.EVALUATED, reason="x", message="", generation=1)
+        phases.apply(
+            api.SWERolloutStatus.model_validate({"phase": "Pending"}),
+            Trigger.EVALUATED,
+            reason="x",
+            message="",
+            generation=1,
+        )
 
 
 def test_condition_transition_time_moves_only_on_status_change() -> None:
-    conds = phases.set_condition([], ConditionType.SANDBOX_READY, api.ConditionStatus.FALSE, "A", "", 1, "t1")
-    conds = phases.set_condition(conds, ConditionType.SANDBOX_READY, api.ConditionStatus.FALSE, "B", "", 1, "t2")
-    assert conds[0]["lastTransitionTime"] == "t1" and conds[0]["reason"] == "B"
-    conds = phases.set_condition(conds, ConditionType.SANDBOX_READY, api.ConditionStatus.TRUE, "C", "", 1, "t3")
-    assert conds[0]["lastTransitionTime"] == "t3"
+    t1, t2, t3 = (datetime(2026, 12, 1, 12, 0, s, tzinfo=UTC) for s in (1, 2, 3))
+    conds = phases.set_condition([], ConditionType.SANDBOX_READY, api.ConditionStatus.FALSE, "A", "", 1, t1)
+    conds = phases.set_condition(conds, ConditionType.SANDBOX_READY, api.ConditionStatus.FALSE, "B", "", 1, t2)
+    assert conds[0].last_transition_time == t1 and conds[0].reason == "B"
+    conds = phases.set_condition(conds, ConditionType.SANDBOX_READY, api.ConditionStatus.TRUE, "C", "", 1, t3)
+    assert conds[0].last_transition_time == t3
 
 
 def _pod(status: dict[str, Any]) -> dict[str, Any]:
@@ -303,12 +319,12 @@ def test_status_message_is_cut_to_the_crd_bound() -> None:
     """A runner's or pod's message can be longer than status.message may hold; the API
     server would refuse the whole status write (and the transition with it)."""
     long = "E" + "x" * (3 * api.MESSAGE_LIMIT)
-    change = phases.apply({}, Trigger.FAILED, reason="RunnerFailed", message=long, generation=1)
+    change = phases.apply(None, Trigger.FAILED, reason="RunnerFailed", message=long, generation=1)
     status = api.SWERolloutStatus.model_validate({**change.status_patch})
     assert len(status.message) == api.MESSAGE_LIMIT and status.message.startswith("Ex")
     assert status.message.endswith("\u2026")
     assert all(len(c.message) <= api.MESSAGE_LIMIT for c in status.conditions)
-    short = phases.apply({}, Trigger.FAILED, reason="RunnerFailed", message="short", generation=1)
+    short = phases.apply(None, Trigger.FAILED, reason="RunnerFailed", message="short", generation=1)
     assert short.status_patch["message"] == "short"
 
 
@@ -477,3 +493,28 @@ def test_phase_counts_follow_every_way_a_cached_body_changes() -> None:
     cache.forget("b")
     cache.forget("b")  # twice: counted once
     assert cache.phase_counts() == counted() and sum(cache.phase_counts().values()) == 1
+
+
+def test_a_status_write_sends_only_what_changed_and_nothing_when_nothing_did() -> None:
+    """write_status's diff (Tracked.status_delta): a partial status set over the cached one
+    becomes a merge patch of what differs; a repeated transition (a level-triggered pass
+    seeing the same event again) writes nothing."""
+    cache = RolloutCache()
+    body = rollout().to_wire()
+    body["metadata"] = {**META, "resourceVersion": "5", "generation": 1}
+    entry, _ = cache.observe(body)
+    queued = phases.apply(entry.rollout_status, Trigger.QUEUED, reason="QuotaExceeded", message="m", generation=1)
+    first = entry.status_delta(queued.status)
+    assert first["phase"] == "Queued" and first["queue"]["reason"] == "QuotaExceeded"
+    body["status"] = {**first}
+    body["metadata"] = {**body["metadata"], "resourceVersion": "6"}
+    entry, _ = cache.observe(body)
+    again = phases.apply(entry.rollout_status, Trigger.QUEUED, reason="QuotaExceeded", message="m", generation=1)
+    assert entry.status_delta(again.status) == {}
+    other = phases.apply(entry.rollout_status, Trigger.QUEUED, reason="Unschedulable", message="m", generation=1)
+    delta = entry.status_delta(other.status)
+    assert delta["queue"] == {"reason": "Unschedulable"} and "phase" not in delta and "startTime" not in delta
+    assert {c["type"]: c["reason"] for c in delta["conditions"]} == {"SandboxReady": "Unschedulable"}
+    # An explicit null clears what is there, and only that.
+    handle = api.SandboxHandle.model_validate({"pod_name": "r1-a1", "pod_ip": None})
+    assert entry.status_delta(api.SWERolloutStatus(sandbox=handle)) == {"sandbox": {"podName": "r1-a1"}}

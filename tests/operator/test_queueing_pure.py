@@ -41,11 +41,23 @@ def test_queued_keeps_a_clock_that_only_the_wait_runs() -> None:
     # Another reason to wait: the same wait goes on (queuedAt kept: the patch leaves it).
     started = _iso(datetime.now(UTC) - timedelta(seconds=40))
     status = {**entered.status_patch, "queue": {"reason": "QuotaExceeded", "queuedAt": started, "waitedSeconds": 5}}
-    again = phases.apply(status, Trigger.QUEUED, reason="Unschedulable", message="no node", generation=1)
+    again = phases.apply(
+        api.SWERolloutStatus.model_validate(status),
+        Trigger.QUEUED,
+        reason="Unschedulable",
+        message="no node",
+        generation=1,
+    )
     assert again.status_patch["queue"] == {"reason": "Unschedulable"}
 
     # Leaving Queued adds the wait to waitedSeconds and clears the current one.
-    left = phases.apply(status, Trigger.POD_CREATED, reason="PodCreated", message="created", generation=1)
+    left = phases.apply(
+        api.SWERolloutStatus.model_validate(status),
+        Trigger.POD_CREATED,
+        reason="PodCreated",
+        message="created",
+        generation=1,
+    )
     assert left.new == Phase.STARTING
     assert left.status_patch["queue"]["reason"] is None and left.status_patch["queue"]["queuedAt"] is None
     assert 44 <= left.status_patch["queue"]["waitedSeconds"] <= 47
@@ -53,7 +65,11 @@ def test_queued_keeps_a_clock_that_only_the_wait_runs() -> None:
     assert (
         "queue"
         not in phases.apply(
-            {"phase": "Starting"}, Trigger.SANDBOX_READY, reason="SandboxReady", message="", generation=1
+            api.SWERolloutStatus.model_validate({"phase": "Starting"}),
+            Trigger.SANDBOX_READY,
+            reason="SandboxReady",
+            message="",
+            generation=1,
         ).status_patch
     )
 
@@ -66,7 +82,13 @@ def test_queued_is_left_for_starting_running_or_failed_and_needs_a_queue_reason(
     assert phases.next_phase(Phase.QUEUED, Trigger.STARTUP_FAILED) == Phase.FAILED
     assert not phases.allowed(Phase.RUNNING, Trigger.QUEUED), "a running rollout never waits for capacity"
     with pytest.raises(ValueError):
-        phases.apply(queued, Trigger.QUEUED, reason="NotAQueueReason", message="", generation=1)
+        phases.apply(
+            api.SWERolloutStatus.model_validate(queued),
+            Trigger.QUEUED,
+            reason="NotAQueueReason",
+            message="",
+            generation=1,
+        )
 
 
 def _entry(status: dict[str, Any], created_ago: float, **sandbox: Any) -> Any:

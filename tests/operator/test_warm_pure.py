@@ -24,7 +24,9 @@ def _conditions(patch: dict[str, Any]) -> dict[str, tuple[str, str]]:
 
 
 def _step(status: dict[str, Any], trigger: Trigger, reason: str) -> dict[str, Any]:
-    change = phases.apply(status, trigger, reason=reason, message=reason, generation=1)
+    change = phases.apply(
+        api.SWERolloutStatus.model_validate(status), trigger, reason=reason, message=reason, generation=1
+    )
     return {**status, **change.status_patch}
 
 
@@ -51,7 +53,7 @@ def test_prepared_is_entered_from_starting_and_left_for_running_or_a_fresh_start
     # A start that a runner reports late, or a second go, is no transition.
     for trigger in (Trigger.PREPARED, Trigger.START_REQUESTED, Trigger.PREPARE):
         with pytest.raises(IllegalTransition):
-            phases.apply(running, trigger, reason="x", message="x", generation=1)
+            phases.apply(api.SWERolloutStatus.model_validate(running), trigger, reason="x", message="x", generation=1)
 
 
 def _body(phase: Phase, *, suspend: bool = False, reclaimed: bool = False, **spec: Any) -> dict[str, Any]:
