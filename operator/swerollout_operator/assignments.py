@@ -4,25 +4,34 @@ The answer is level-triggered: it depends only on the rollout's spec and status 
 on which pod asks (role and attempt), never on what was answered before, so a
 runner that reconnects — or an operator that restarted — gets the same answer.
 Assignment ids change exactly when the work changes; a runner acts once per id.
+
+Decisions read the typed spec and status (the API models); the spec a runner is sent
+is the stored one, as the API server holds it (`Tracked.wire_spec`), with the batch's
+weight version when it sets one.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ValidationError
+
+from swerollout.api import v1alpha1 as api
 from swerollout.api.suspension import is_suspended, weight_version
 from swerollout.api.v1alpha1 import Phase, SWERolloutBatchSpec
 from swerollout.wire.ingest import Assignment, AssignmentKind, ObjectKind, StoredObjectRef
 
+from .cache import Tracked
 
-def _ref(kind: ObjectKind, ref: dict[str, Any] | None) -> StoredObjectRef | None:
-    if not ref:
+
+def _ref(kind: ObjectKind, ref: api.ObjectRef | None) -> StoredObjectRef | None:
+    if ref is None:
         return None
-    return StoredObjectRef(kind=kind, sha256=ref["sha256"], bytes=ref["bytes"], ref=ref["ref"])
+    return StoredObjectRef(kind=kind, sha256=ref.sha256, bytes=ref.bytes, ref=ref.ref)
 
 
 def assignment_for(
-    body: dict[str, Any],
+    entry: Tracked,
     *,
     role: str,
     attempt: int,
@@ -30,27 +39,32 @@ def assignment_for(
     batch_generation: int = 0,
 ) -> Assignment:
     """`batch`: the spec of the rollout's SWERolloutBatch, if it has one (and its generation)."""
-    spec = _with_batch(body.get("spec") or {}, batch)
-    status = body.get("status") or {}
-    phase = Phase(status.get("phase", Phase.PENDING.value))
-    current_attempt = int(status.get("attempts") or 1)
-    generation = int(body.get("metadata", {}).get("generation") or 1)
+    try:
+        spec = entry.rollout_spec
+    except ValidationError:
+        # Its next pass fails the rollout InvalidSpec (and its runner is told to stop then).
+        return Assignment(id="wait:invalid", kind=AssignmentKind.WAIT, attempt=attempt)
+    status = entry.rollout_status
+    wire_spec = _with_batch(entry.wire_spec, spec, batch)
+    phase = status.phase
+    current_attempt = status.attempts or 1
+    generation = entry.generation or 1
 
     if role == "eval":
-        eval_state = status.get("evaluation") or {}
-        if phase == Phase.EVALUATING and int(eval_state.get("attempt") or 1) == attempt:
-            patch = _ref(ObjectKind.PATCH, (status.get("result") or {}).get("patch"))
+        evaluation = status.evaluation or api.EvaluationState()
+        if phase == Phase.EVALUATING and evaluation.attempt == attempt:
+            result = status.result
             return Assignment(
                 id=f"eval:{attempt}",
                 kind=AssignmentKind.EVAL,
                 attempt=attempt,
-                spec=spec,
-                patch=patch,
-                exit_status=(status.get("result") or {}).get("exitStatus"),
+                spec=wire_spec,
+                patch=_ref(ObjectKind.PATCH, result.patch if result is not None else None),
+                exit_status=result.exit_status if result is not None else None,
             )
         if phase == Phase.EVALUATING:
             return Assignment(id="wait", kind=AssignmentKind.WAIT, attempt=attempt)
-        if not phase.is_terminal and (spec.get("reward") or {}).get("prewarm"):
+        if not phase.is_terminal and spec.reward.prewarm:
             # A prewarmed eval pod, ready before the patch: it waits for Evaluating.
             return Assignment(id="wait", kind=AssignmentKind.WAIT, attempt=attempt)
         return Assignment(id="stop", kind=AssignmentKind.STOP, attempt=attempt)
@@ -61,8 +75,9 @@ def assignment_for(
         # A pod from the future cannot exist; wait for the status to catch up.
         return Assignment(id="wait", kind=AssignmentKind.WAIT, attempt=attempt)
 
-    partial = status.get("partial") or {}
-    suspend = is_suspended(bool(spec.get("suspend")), batch)
+    partial = status.partial
+    reclaimed = status.sandbox is not None and status.sandbox.reclaimed_at is not None
+    suspend = is_suspended(spec.suspend, batch)
     # An abort's id changes with every new suspension, the rollout's own or its batch's
     # (a runner acts once per id, and a resumed run must hear the next abort).
     abort_id = f"abort:{attempt}:{generation}" + (
@@ -71,52 +86,57 @@ def assignment_for(
     if phase in (Phase.PENDING, Phase.QUEUED, Phase.STARTING):
         return Assignment(id="wait", kind=AssignmentKind.WAIT, attempt=attempt)
     if phase == Phase.PREPARED:
-        if (status.get("sandbox") or {}).get("reclaimedAt"):
+        if reclaimed:
             # Released: this pod is going; the pass starts a fresh one on the resume.
             return Assignment(id="stop", kind=AssignmentKind.STOP, attempt=attempt)
         if suspend:
-            return Assignment(id=f"prepare:{attempt}", kind=AssignmentKind.PREPARE, attempt=attempt, spec=spec)
+            return Assignment(id=f"prepare:{attempt}", kind=AssignmentKind.PREPARE, attempt=attempt, spec=wire_spec)
         # The go, answered in memory as the resume arrives (before the pass that records
         # Running), with the id Running answers, so the runner acts on it once.
-        return Assignment(id=f"run:{attempt}", kind=AssignmentKind.RUN, attempt=attempt, spec=spec)
+        return Assignment(id=f"run:{attempt}", kind=AssignmentKind.RUN, attempt=attempt, spec=wire_spec)
     if phase == Phase.RUNNING:
         if suspend:
             return Assignment(id=abort_id, kind=AssignmentKind.ABORT, attempt=attempt)
-        if partial or status.get("replay"):
+        if partial is not None or status.replay:
             # Running again after a resume or a replay: keep answering the resume it picked up.
-            return _resume(spec, partial, attempt, replay=bool(status.get("replay")))
-        return Assignment(id=f"run:{attempt}", kind=AssignmentKind.RUN, attempt=attempt, spec=spec)
+            return _resume(wire_spec, partial, attempt, replay=status.replay)
+        return Assignment(id=f"run:{attempt}", kind=AssignmentKind.RUN, attempt=attempt, spec=wire_spec)
     if phase == Phase.RESUMING:
         if suspend:
             return Assignment(id=abort_id, kind=AssignmentKind.ABORT, attempt=attempt)
-        return _resume(spec, partial, attempt, replay=bool(status.get("replay")))
+        return _resume(wire_spec, partial, attempt, replay=status.replay)
     # Aborted and no longer suspended (a resume, of the batch or the rollout): the runner on
     # the live pod resumes at once, answered in memory like an abort, before the pass that
     # records Resuming; the resume's id is the one Resuming answers, so it is acted on once.
     # A reclaimed pod has no runner to tell: the pass replays into a fresh one.
-    reclaimed = bool((status.get("sandbox") or {}).get("reclaimedAt"))
-    if not suspend and partial and not reclaimed:
-        return _resume(spec, partial, attempt, replay=bool(status.get("replay")))
+    if not suspend and partial is not None and not reclaimed:
+        return _resume(wire_spec, partial, attempt, replay=status.replay)
     # Aborted: keep the sandbox, do nothing until resumed.
-    return Assignment(id=f"wait:aborted:{partial.get('abortedAt', '')}", kind=AssignmentKind.WAIT, attempt=attempt)
+    return Assignment(id=f"wait:aborted:{_stamp(partial)}", kind=AssignmentKind.WAIT, attempt=attempt)
 
 
-def _with_batch(spec: dict[str, Any], batch: SWERolloutBatchSpec | None) -> dict[str, Any]:
+def _stamp(partial: api.Partial | None) -> str:
+    """partial.abortedAt as the operator writes it (the ids name it)."""
+    if partial is None:
+        return ""
+    return partial.aborted_at.isoformat().replace("+00:00", "Z")
+
+
+def _with_batch(wire: dict[str, Any], spec: api.SWERolloutSpec, batch: SWERolloutBatchSpec | None) -> dict[str, Any]:
     """The spec a runner works to: the batch's weight version, when it sets one, wins."""
-    inference = spec.get("inference") or {}
-    version = weight_version(inference.get("weightVersion"), batch)
-    if version == inference.get("weightVersion"):
-        return spec
-    return {**spec, "inference": {**inference, "weightVersion": version}}
+    own = spec.inference.weight_version
+    version = weight_version(own, batch)
+    if version == own:
+        return wire
+    return {**wire, "inference": {**(wire.get("inference") or {}), "weightVersion": version}}
 
 
-def _resume(spec: dict[str, Any], partial: dict[str, Any], attempt: int, *, replay: bool) -> Assignment:
-    snapshot = _ref(ObjectKind.SNAPSHOT, partial.get("snapshot"))
+def _resume(spec: dict[str, Any], partial: api.Partial | None, attempt: int, *, replay: bool) -> Assignment:
     return Assignment(
-        id=f"resume:{attempt}:{partial.get('abortedAt', '')}",
+        id=f"resume:{attempt}:{_stamp(partial)}",
         kind=AssignmentKind.RESUME,
         attempt=attempt,
         spec=spec,
-        snapshot=snapshot,
+        snapshot=_ref(ObjectKind.SNAPSHOT, partial.snapshot if partial is not None else None),
         replay=replay,
     )

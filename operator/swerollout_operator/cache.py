@@ -16,6 +16,7 @@ import asyncio
 import sys
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -23,7 +24,7 @@ from pydantic import ValidationError
 from swerollout.api import v1alpha1 as api
 from swerollout.api.suspension import batch_name
 from swerollout.api.v1alpha1 import Phase
-from swerollout.wire.ingest import ProgressReport
+from swerollout.wire.ingest import Assignment, ProgressReport
 
 PodKey = tuple[str, str]
 BatchKey = tuple[str, str]
@@ -156,7 +157,10 @@ class Tracked:
     namespace: str
     name: str
     uid: str
-    body: dict[str, Any]
+    _body: dict[str, Any]
+    """The trimmed body as the API server last sent it: read through the typed views below
+    (rollout_spec, rollout_status) or the few raw ones (wire_spec, meta); only this module
+    touches it."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     own_versions: set[int] = field(default_factory=set)
@@ -188,23 +192,27 @@ class Tracked:
     # every new body is a new dict). The sweep and the long polls read these often.
     _phase: tuple[dict[str, Any], Phase] | None = None
     _status: tuple[dict[str, Any], api.SWERolloutStatus] | None = None
-    deadline: tuple[dict[str, Any], float | None] | None = None
+    deadline: tuple[object, float | None] | None = None
     """deadlines.py's next deadline (epoch seconds) for this body."""
+    answers: tuple[object, dict[tuple[str, int], tuple[BatchState | None, Assignment]]] | None = None
+    """What its runners were last told, by (role, attempt), for one body (the reconciler's
+    memo of assignments.py): a long poll at rest answers from it, so the parsed models it
+    was worked out from can be released (release_parsed)."""
     parsed_used_at: float = 0.0
     """When the parsed spec or status was last read (monotonic seconds); see release_parsed."""
 
     @property
     def phase(self) -> Phase:
-        if self._phase is None or self._phase[0] is not self.body:
-            self._phase = (self.body, Phase((self.body.get("status") or {}).get("phase", Phase.PENDING.value)))
+        if self._phase is None or self._phase[0] is not self._body:
+            self._phase = (self._body, Phase((self._body.get("status") or {}).get("phase", Phase.PENDING.value)))
         return self._phase[1]
 
     @property
     def rollout_status(self) -> api.SWERolloutStatus:
         """The status as the API model, parsed once per body."""
         self.parsed_used_at = time.monotonic()
-        if self._status is None or self._status[0] is not self.body:
-            self._status = (self.body, api.SWERolloutStatus.model_validate(self.status))
+        if self._status is None or self._status[0] is not self._body:
+            self._status = (self._body, api.SWERolloutStatus.model_validate(self._wire_status))
         return self._status[1]
 
     def release_parsed(self, unused_since: float) -> bool:
@@ -220,7 +228,7 @@ class Tracked:
     def status_delta(self, status: api.SWERolloutStatus) -> dict[str, Any]:
         """The merge patch that writes the partial `status` (its set fields) over the cached
         one, cut to what differs; {} when the write would change nothing."""
-        return merge_delta(self.status, status.to_patch())
+        return merge_delta(self._wire_status, status.to_patch())
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -228,25 +236,45 @@ class Tracked:
             "namespace": self.namespace,
             "name": self.name,
             "uid": self.uid,
-            "labels": (self.body.get("metadata") or {}).get("labels") or {},
+            "labels": (self._body.get("metadata") or {}).get("labels") or {},
         }
 
     @property
-    def status(self) -> dict[str, Any]:
-        return self.body.get("status") or {}
+    def _wire_status(self) -> dict[str, Any]:
+        return self._body.get("status") or {}
 
     @property
     def batch_key(self) -> BatchKey | None:
-        name = batch_name((self.body.get("metadata") or {}).get("labels"))
+        name = batch_name((self._body.get("metadata") or {}).get("labels"))
         return (self.namespace, name) if name else None
 
     @property
-    def spec(self) -> dict[str, Any]:
-        return self.body.get("spec") or {}
+    def wire_spec(self) -> dict[str, Any]:
+        """The spec as stored (camelCase): what a runner is sent. Decisions read rollout_spec."""
+        return self._body.get("spec") or {}
+
+    @property
+    def revision(self) -> object:
+        """Changes (by identity) with every new body: a key for what is derived from one."""
+        return self._body
+
+    @property
+    def deleting(self) -> bool:
+        return bool((self._body.get("metadata") or {}).get("deletionTimestamp"))
+
+    @property
+    def resource_version(self) -> str:
+        return str((self._body.get("metadata") or {}).get("resourceVersion") or "")
+
+    @property
+    def created_at(self) -> datetime | None:
+        """metadata.creationTimestamp (the startup deadline counts from it)."""
+        value = (self._body.get("metadata") or {}).get("creationTimestamp")
+        return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
 
     @property
     def generation(self) -> int | None:
-        value = (self.body.get("metadata") or {}).get("generation")
+        value = (self._body.get("metadata") or {}).get("generation")
         return int(value) if value is not None else None
 
     @property
@@ -255,7 +283,7 @@ class Tracked:
         generation = self.generation or 0
         self.parsed_used_at = time.monotonic()
         if self._parsed is None or self._parsed[0] != generation:
-            self._parsed = (generation, api.SWERolloutSpec.model_validate(self.spec))
+            self._parsed = (generation, api.SWERolloutSpec.model_validate(self.wire_spec))
         return self._parsed[1]
 
 
@@ -279,7 +307,7 @@ class RolloutCache:
         """The one way a cached body changes, so the phase counts stay true."""
         before = entry.phase
         self._counts[before] -= 1
-        entry.body = body
+        entry._body = body
         self.touched.add(entry.uid)
         self._counts[entry.phase] += 1
         if entry.phase != before:
@@ -327,10 +355,10 @@ class RolloutCache:
             entry.own_versions = {v for v in entry.own_versions if v > new_rv}
             return entry, False
         # Watch events can arrive out of order with our own patch responses.
-        if new_rv < _rv(entry.body):
+        if new_rv < _rv(entry._body):
             return entry, False
         body = trim_rollout(body)
-        news = _relevant(body) != _relevant(entry.body)
+        news = _relevant(body) != _relevant(entry._body)
         self._set_body(entry, body)
         self._index(entry)
         if news and entry.writes_in_flight:
@@ -348,7 +376,7 @@ class RolloutCache:
                 entry.held.discard(rv)  # the echo came first
             else:
                 entry.own_versions.add(rv)
-            if rv >= _rv(entry.body):
+            if rv >= _rv(entry._body):
                 self._set_body(entry, trim_rollout(body))
         if entry.writes_in_flight:
             return False

@@ -12,6 +12,9 @@ from __future__ import annotations
 import heapq
 from datetime import UTC, datetime
 
+from pydantic import ValidationError
+
+from swerollout.api import v1alpha1 as api
 from swerollout.api.v1alpha1 import Phase
 
 from .cache import Tracked
@@ -21,36 +24,37 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def parse_time(value: str | None) -> datetime | None:
-    if not value:
+def _sandbox(entry: Tracked) -> api.SandboxSpec | None:
+    """spec.sandbox as the API model; None for a spec the model refuses (the next pass
+    fails such a rollout InvalidSpec, so no deadline of it matters)."""
+    try:
+        return entry.rollout_spec.sandbox
+    except ValidationError:
         return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
 def _startup_deadline(entry: Tracked) -> float | None:
     """startupTimeoutSeconds from the rollout's creation, or from the fresh pod's start after
     its prepared pod was released (a prepared rollout may wait hours for its go)."""
-    started = parse_time((entry.body.get("metadata") or {}).get("creationTimestamp"))
-    restarted = ((entry.body.get("status") or {}).get("prepared") or {}).get("restartedAt")
-    if restarted:
-        started = parse_time(restarted)
-    if started is None:
+    sandbox = _sandbox(entry)
+    status = entry.rollout_status
+    restarted = status.prepared.restarted_at if status.prepared is not None else None
+    started = restarted or entry.created_at
+    if started is None or sandbox is None:
         return None
-    timeout = int((entry.spec.get("sandbox") or {}).get("startupTimeoutSeconds", 600))
     # The time it waited Queued for capacity does not count.
-    waited = int(((entry.status.get("queue") or {}).get("waitedSeconds")) or 0)
-    return started.timestamp() + timeout + waited
+    waited = status.queue.waited_seconds if status.queue is not None else 0
+    return started.timestamp() + sandbox.startup_timeout_seconds + waited
 
 
 def _queue_deadline(entry: Tracked) -> float | None:
     """Epoch seconds at which a Queued rollout has waited queueTimeoutSeconds over all its
     waits; None without a limit (the default)."""
-    timeout = (entry.spec.get("sandbox") or {}).get("queueTimeoutSeconds")
-    queue = entry.status.get("queue") or {}
-    since = parse_time(queue.get("queuedAt"))
-    if timeout is None or since is None:
+    sandbox = _sandbox(entry)
+    queue = entry.rollout_status.queue
+    if sandbox is None or sandbox.queue_timeout_seconds is None or queue is None or queue.queued_at is None:
         return None
-    return since.timestamp() + int(timeout) - int(queue.get("waitedSeconds") or 0)
+    return queue.queued_at.timestamp() + sandbox.queue_timeout_seconds - queue.waited_seconds
 
 
 def startup_overdue(entry: Tracked) -> bool:
@@ -72,10 +76,12 @@ def queue_overdue(entry: Tracked) -> bool:
 
 def _prepared_deadline(entry: Tracked) -> float | None:
     status = entry.rollout_status
+    sandbox = _sandbox(entry)
     if status.prepared is None or status.prepared.released_at or (status.sandbox and status.sandbox.reclaimed_at):
         return None
-    keep = int((entry.spec.get("sandbox") or {}).get("preparedTimeoutSeconds", 1800))
-    return status.prepared.since.timestamp() + keep
+    if sandbox is None:
+        return None
+    return status.prepared.since.timestamp() + sandbox.prepared_timeout_seconds
 
 
 def prepared_expired(entry: Tracked) -> bool:
@@ -93,11 +99,10 @@ def keepalive_expired(entry: Tracked) -> bool:
     status = entry.rollout_status
     if status.sandbox is not None and status.sandbox.reclaimed_at:
         return False
-    if status.partial is None:
+    sandbox = _sandbox(entry)
+    if status.partial is None or sandbox is None:
         return False
-    aborted_at = status.partial.aborted_at
-    keep = int((entry.spec.get("sandbox") or {}).get("keepAliveSecondsAfterAbort", 1800))
-    return (utcnow() - aborted_at).total_seconds() >= keep
+    return (utcnow() - status.partial.aborted_at).total_seconds() >= sandbox.keep_alive_seconds_after_abort
 
 
 def _next_deadline(entry: Tracked) -> float | None:
@@ -109,15 +114,17 @@ def _next_deadline(entry: Tracked) -> float | None:
         return _prepared_deadline(entry)
     status = entry.rollout_status
     if entry.phase == Phase.ABORTED and not (status.sandbox is not None and status.sandbox.reclaimed_at):
-        keep = int((entry.spec.get("sandbox") or {}).get("keepAliveSecondsAfterAbort", 1800))
-        return status.partial.aborted_at.timestamp() + keep if status.partial is not None else None
+        sandbox = _sandbox(entry)
+        if status.partial is None or sandbox is None:
+            return None
+        return status.partial.aborted_at.timestamp() + sandbox.keep_alive_seconds_after_abort
     return None
 
 
 def deadline_of(entry: Tracked) -> float | None:
     """The rollout's next deadline (epoch seconds), worked out once per body."""
-    if entry.deadline is None or entry.deadline[0] is not entry.body:
-        entry.deadline = (entry.body, _next_deadline(entry))
+    if entry.deadline is None or entry.deadline[0] is not entry.revision:
+        entry.deadline = (entry.revision, _next_deadline(entry))
     return entry.deadline[1]
 
 

@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -197,18 +198,26 @@ class Reconciler:
     def suspended(self, entry: Tracked) -> bool:
         """The one suspend rule (swerollout.api.suspension): the rollout's own flag or its batch's."""
         batch = self.batch_of(entry)
-        return is_suspended(bool(entry.spec.get("suspend")), batch.spec if batch else None)
+        return is_suspended(entry.rollout_spec.suspend, batch.spec if batch else None)
 
     def assignment(self, entry: Tracked, *, role: str, attempt: int) -> Assignment:
-        """What the runner asking should be doing now (assignments.py), its batch considered."""
+        """What the runner asking should be doing now (assignments.py), its batch considered;
+        worked out once per body and batch state (a pure function of them)."""
         batch = self.batch_of(entry)
-        return assignment_for(
-            entry.body,
+        memo = entry.answers[1] if entry.answers is not None and entry.answers[0] is entry.revision else {}
+        known = memo.get((role, attempt))
+        if known is not None and known[0] == batch:
+            return known[1]
+        answer = assignment_for(
+            entry,
             role=role,
             attempt=attempt,
             batch=batch.spec if batch else None,
             batch_generation=batch.generation if batch else 0,
         )
+        memo[(role, attempt)] = (batch, answer)
+        entry.answers = (entry.revision, memo)
+        return answer
 
     def observe_pod(self, pod: dict[str, Any], *, deleted: bool) -> str | None:
         """A pod watch event; returns the uid of the rollout to look at, if we track it."""
@@ -333,7 +342,7 @@ class Reconciler:
     async def reconcile(self, uid: str) -> None:
         """One pass over a rollout, from the caches. Raises what should be retried later."""
         entry = self.rollouts.entries.get(uid)
-        if entry is None or entry.body["metadata"].get("deletionTimestamp"):
+        if entry is None or entry.deleting:
             return
         self.metrics.reconciles.inc()
         async with entry.lock:
@@ -341,7 +350,7 @@ class Reconciler:
                 "pass over %s/%s at resourceVersion %s",
                 entry.namespace,
                 entry.name,
-                entry.body["metadata"].get("resourceVersion"),
+                entry.resource_version,
             )
             before = entry.phase
             try:
@@ -517,7 +526,7 @@ class Reconciler:
             for e in self.rollouts.entries.values()
             if e.namespace == namespace and e.quota_retries and not e.phase.is_terminal
         ]
-        waiting.sort(key=lambda e: (str(e.body["metadata"].get("creationTimestamp", "")), e.name))
+        waiting.sort(key=lambda e: (e.created_at or datetime.min.replace(tzinfo=UTC), e.name))
         for entry in waiting[:QUOTA_WAKE_PER_POD]:
             entry.quota_retries = 1  # refused once more, the next try comes soon again
             self.requeue_after(entry.uid, QUOTA_WAKE_DELAY_SECONDS)

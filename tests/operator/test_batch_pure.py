@@ -7,9 +7,11 @@ from typing import Any
 
 from swerollout.api import v1alpha1 as api
 from swerollout.api.v1alpha1 import Phase
-from swerollout.wire.ingest import AssignmentKind
+from swerollout.wire.ingest import Assignment, AssignmentKind
 from swerollout_operator.assignments import assignment_for
 from swerollout_operator.cache import BatchCache, RolloutCache
+
+from .test_pure import rollout
 
 PARTIAL = {
     "snapshot": {"ref": "file:///s", "sha256": "0" * 64, "bytes": 1},
@@ -17,6 +19,13 @@ PARTIAL = {
     "tokens": 9,
     "abortedAt": "2026-01-01T00:00:00Z",
 }
+
+
+def told(body: dict[str, Any], **kwargs: Any) -> Assignment:
+    """assignment_for over the rollout as the operator's cache holds it."""
+    meta = {"name": "r", "namespace": "ns", "uid": "u1", **body["metadata"]}
+    entry, _ = RolloutCache().observe({**body, "metadata": meta})
+    return assignment_for(entry, **kwargs)
 
 
 def body(
@@ -46,7 +55,7 @@ def body(
             "resourceVersion": str(rv),
             "labels": labels,
         },
-        "spec": {"inference": inference, "suspend": suspend},
+        "spec": rollout(inference=inference, suspend=suspend).to_wire()["spec"],
         "status": status,
     }
 
@@ -57,43 +66,43 @@ def spec(**fields: Any) -> api.SWERolloutBatchSpec:
 
 def test_a_suspended_batch_aborts_a_running_member_and_each_suspension_has_its_own_id() -> None:
     running = body(Phase.RUNNING)
-    assert assignment_for(running, role="rollout", attempt=1).kind is AssignmentKind.RUN
-    assert assignment_for(running, role="rollout", attempt=1, batch=spec()).kind is AssignmentKind.RUN
-    first = assignment_for(running, role="rollout", attempt=1, batch=spec(suspend=True), batch_generation=2)
-    again = assignment_for(running, role="rollout", attempt=1, batch=spec(suspend=True), batch_generation=4)
+    assert told(running, role="rollout", attempt=1).kind is AssignmentKind.RUN
+    assert told(running, role="rollout", attempt=1, batch=spec()).kind is AssignmentKind.RUN
+    first = told(running, role="rollout", attempt=1, batch=spec(suspend=True), batch_generation=2)
+    again = told(running, role="rollout", attempt=1, batch=spec(suspend=True), batch_generation=4)
     assert first.kind is again.kind is AssignmentKind.ABORT
     # abort(batch), resume(batch), abort(batch): the runner must act on the second abort too.
     assert first.id != again.id
     # The rollout's own suspension keeps the id it had before batches existed.
-    own = assignment_for(body(Phase.RUNNING, suspend=True), role="rollout", attempt=1)
+    own = told(body(Phase.RUNNING, suspend=True), role="rollout", attempt=1)
     assert own.id == "abort:1:3"
-    assert assignment_for(body(Phase.RESUMING), role="rollout", attempt=1, batch=spec(suspend=True)).kind is (
+    assert told(body(Phase.RESUMING), role="rollout", attempt=1, batch=spec(suspend=True)).kind is (
         AssignmentKind.ABORT
     )
 
 
 def test_an_aborted_member_waits_until_both_flags_are_false_and_resumes_with_the_batchs_version() -> None:
     aborted = body(Phase.ABORTED, weight_version="v1")
-    assert assignment_for(aborted, role="rollout", attempt=1, batch=spec(suspend=True)).kind is AssignmentKind.WAIT
-    assert assignment_for(body(Phase.ABORTED, suspend=True), role="rollout", attempt=1).kind is AssignmentKind.WAIT
+    assert told(aborted, role="rollout", attempt=1, batch=spec(suspend=True)).kind is AssignmentKind.WAIT
+    assert told(body(Phase.ABORTED, suspend=True), role="rollout", attempt=1).kind is AssignmentKind.WAIT
     # No longer suspended: the runner resumes at once, with the id Resuming will answer.
-    early = assignment_for(aborted, role="rollout", attempt=1, batch=spec(weightVersion="v2"))
+    early = told(aborted, role="rollout", attempt=1, batch=spec(weightVersion="v2"))
     assert early.kind is AssignmentKind.RESUME and early.spec is not None
     assert early.spec["inference"]["weightVersion"] == "v2"
-    assert early.id == assignment_for(body(Phase.RESUMING), role="rollout", attempt=1).id
+    assert early.id == told(body(Phase.RESUMING), role="rollout", attempt=1).id
     reclaimed = body(Phase.ABORTED)
     reclaimed["status"]["sandbox"] = {"reclaimedAt": "2026-01-01T00:05:00Z"}
-    assert assignment_for(reclaimed, role="rollout", attempt=1).kind is AssignmentKind.WAIT, "no runner to tell"
+    assert told(reclaimed, role="rollout", attempt=1).kind is AssignmentKind.WAIT, "no runner to tell"
     resuming = body(Phase.RESUMING, weight_version="v1")
-    resume = assignment_for(resuming, role="rollout", attempt=1, batch=spec(weightVersion="v2"))
+    resume = told(resuming, role="rollout", attempt=1, batch=spec(weightVersion="v2"))
     assert resume.kind is AssignmentKind.RESUME and resume.spec is not None
     assert resume.spec["inference"]["weightVersion"] == "v2"
     assert resuming["spec"]["inference"]["weightVersion"] == "v1", "the cached body is never changed"
-    plain = assignment_for(resuming, role="rollout", attempt=1, batch=spec())
+    plain = told(resuming, role="rollout", attempt=1, batch=spec())
     assert plain.spec is not None and plain.spec["inference"]["weightVersion"] == "v1"
     # Suspended by name inside a resumed batch: stays suspended.
     own = body(Phase.RESUMING, suspend=True)
-    assert assignment_for(own, role="rollout", attempt=1, batch=spec()).kind is AssignmentKind.ABORT
+    assert told(own, role="rollout", attempt=1, batch=spec()).kind is AssignmentKind.ABORT
 
 
 def batch_body(name: str, generation: int, **fields: Any) -> dict[str, Any]:

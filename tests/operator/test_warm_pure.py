@@ -10,13 +10,22 @@ import pytest
 
 from swerollout.api import v1alpha1 as api
 from swerollout.api.v1alpha1 import ConditionType, Phase, SWERolloutBatchSpec
-from swerollout.wire.ingest import AssignmentKind
+from swerollout.wire.ingest import Assignment, AssignmentKind
 from swerollout_operator import phases, podspec
 from swerollout_operator.assignments import assignment_for
 from swerollout_operator.cache import RolloutCache
 from swerollout_operator.deadlines import deadline_passed, prepared_expired, startup_overdue
 from swerollout_operator.phases import IllegalTransition, Trigger
 from swerollout_operator.settings import OperatorSettings
+
+from .test_pure import rollout
+
+
+def told(body: dict[str, Any], **kwargs: Any) -> Assignment:
+    """assignment_for over the rollout as the operator's cache holds it."""
+    meta = {"name": "r", "namespace": "ns", "uid": "u1", **body["metadata"]}
+    entry, _ = RolloutCache().observe({**body, "metadata": meta})
+    return assignment_for(entry, **kwargs)
 
 
 def _conditions(patch: dict[str, Any]) -> dict[str, tuple[str, str]]:
@@ -60,41 +69,43 @@ def _body(phase: Phase, *, suspend: bool = False, reclaimed: bool = False, **spe
     sandbox: dict[str, Any] = {"podName": "r-a1"}
     if reclaimed:
         sandbox["reclaimedAt"] = "2026-12-01T00:00:00Z"
+    wire = rollout(suspend=suspend, **spec).to_wire()["spec"]
+    wire["inference"]["weightVersion"] = "v1"
     return {
         "metadata": {"generation": 2},
-        "spec": {"suspend": suspend, "inference": {"weightVersion": "v1"}, **spec},
+        "spec": wire,
         "status": {"phase": phase.value, "attempts": 1, "sandbox": sandbox},
     }
 
 
 def test_a_prepared_runner_is_told_prepare_then_run_with_the_id_running_answers() -> None:
-    own = assignment_for(_body(Phase.PREPARED, suspend=True), role="rollout", attempt=1)
+    own = told(_body(Phase.PREPARED, suspend=True), role="rollout", attempt=1)
     assert own.kind == AssignmentKind.PREPARE and own.id == "prepare:1" and own.spec is not None
-    by_batch = assignment_for(_body(Phase.PREPARED), role="rollout", attempt=1, batch=SWERolloutBatchSpec(suspend=True))
+    by_batch = told(_body(Phase.PREPARED), role="rollout", attempt=1, batch=SWERolloutBatchSpec(suspend=True))
     assert by_batch.kind == AssignmentKind.PREPARE
     # The go: the batch resumed with a new weight version; the run carries it.
-    go = assignment_for(
+    go = told(
         _body(Phase.PREPARED), role="rollout", attempt=1, batch=SWERolloutBatchSpec(suspend=False, weight_version="v2")
     )
-    running = assignment_for(_body(Phase.RUNNING), role="rollout", attempt=1)
+    running = told(_body(Phase.RUNNING), role="rollout", attempt=1)
     assert go.kind == AssignmentKind.RUN and go.id == running.id == "run:1"
     assert go.spec is not None and go.spec["inference"]["weightVersion"] == "v2"
     # Released: that pod's runner stops; the pass starts a fresh pod at the go.
     for suspend in (True, False):
-        gone = assignment_for(_body(Phase.PREPARED, suspend=suspend, reclaimed=True), role="rollout", attempt=1)
+        gone = told(_body(Phase.PREPARED, suspend=suspend, reclaimed=True), role="rollout", attempt=1)
         assert gone.kind == AssignmentKind.STOP
 
 
 def test_a_prewarmed_eval_pod_waits_until_evaluating_and_stops_at_the_end() -> None:
     prewarm = {"reward": {"prewarm": True}}
     for phase in (Phase.RUNNING, Phase.RESUMING, Phase.ABORTED):
-        assert assignment_for(_body(phase, **prewarm), role="eval", attempt=1).kind == AssignmentKind.WAIT
-        assert assignment_for(_body(phase), role="eval", attempt=1).kind == AssignmentKind.STOP
+        assert told(_body(phase, **prewarm), role="eval", attempt=1).kind == AssignmentKind.WAIT
+        assert told(_body(phase), role="eval", attempt=1).kind == AssignmentKind.STOP
     for phase in (Phase.SUCCEEDED, Phase.FAILED):
-        assert assignment_for(_body(phase, **prewarm), role="eval", attempt=1).kind == AssignmentKind.STOP
+        assert told(_body(phase, **prewarm), role="eval", attempt=1).kind == AssignmentKind.STOP
     evaluating = _body(Phase.EVALUATING, **prewarm)
     evaluating["status"]["evaluation"] = {"attempt": 1}
-    assert assignment_for(evaluating, role="eval", attempt=1).kind == AssignmentKind.EVAL
+    assert told(evaluating, role="eval", attempt=1).kind == AssignmentKind.EVAL
 
 
 def _stamp(seconds_ago: float) -> str:
