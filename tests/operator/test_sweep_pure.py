@@ -9,6 +9,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from swerollout.api import v1alpha1 as api
 from swerollout.wire.ingest import ProgressReport
 from swerollout_operator.cache import RolloutCache, Tracked
 from swerollout_operator.deadlines import RECHECK_SECONDS, DeadlineQueue
@@ -78,8 +79,8 @@ def _reported(coalescer: ProgressCoalescer, entry: Tracked, turns: int) -> None:
 def test_progress_is_answered_at_once_and_written_by_the_sweep_oldest_first() -> None:
     writes: list[tuple[str, dict[str, Any]]] = []
 
-    async def write(entry: Tracked, patch: dict[str, Any]) -> None:
-        writes.append((entry.name, patch))
+    async def write(entry: Tracked, status: api.SWERolloutStatus) -> None:
+        writes.append((entry.name, status.to_patch()))
 
     coalescer = ProgressCoalescer(write, OperatorMetrics(), interval=3.0)
     cache = RolloutCache()
