@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 
 from swerollout.api import v1alpha1 as api
 from swerollout.kube import KubeError
-from swerollout.wire.ingest import ProgressReport, RunnerEvent
+from swerollout.wire.ingest import ProgressReport
 
 from . import retries
 from .cache import Tracked
@@ -94,16 +94,3 @@ class ProgressCoalescer:
             entry.progress_dirty = True
             self.dirty[entry.uid] = entry
             log.warning("progress patch for %s/%s failed: %s", entry.namespace, entry.name, exc)
-
-    @staticmethod
-    def final(entry: Tracked, event: RunnerEvent) -> api.Progress:
-        """Progress as of the event that ends a run (written with it, so they agree)."""
-        last = entry.progress
-        entry.progress_dirty = False
-        return api.Progress(
-            turns=event.turns,
-            tokens=event.context_tokens,
-            generated_tokens=last.generated_tokens if last else 0,
-            inference_aborts=last.inference_aborts if last else 0,
-            updated_at=_now(),
-        )

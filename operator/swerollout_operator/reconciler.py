@@ -29,17 +29,16 @@ from swerollout.issue_images import spec_problem
 from swerollout.kube import SWEROLLOUTBATCHES, SWEROLLOUTS, AsyncKubeClient, KubeError, NotFound, urgent
 from swerollout.wire.ingest import Ack, Assignment, AssignmentKind, ProgressReport, RunnerEvent
 
-from . import phases, podspec, retries, warm
+from . import phases, podspec, retries, runner_events, warm
 from .assignments import assignment_for
 from .cache import BatchCache, BatchState, PodCache, RolloutCache, Tracked, controller_uid
 from .deadlines import DeadlineQueue, keepalive_expired, queue_overdue, startup_overdue, utcnow
 from .events import post_event
-from .metrics import OperatorMetrics
+from .metrics import OperatorMetrics, abort_reason_label
 from .objects import Objects, QuotaRefused, Rejected
 from .phases import IllegalTransition, Trigger
 from .podstatus import PodState, read_pod
 from .progress import ProgressCoalescer
-from .runner_events import apply_runner_event
 from .settings import OperatorSettings
 from .tokens import TokenKey
 
@@ -769,13 +768,63 @@ class Reconciler:
         # acknowledged event survives a crash): its writes go before background ones.
         with urgent():
             async with entry.lock:
-                applied = await apply_runner_event(self, entry, event)
+                applied = await self._apply_report(entry, event)
         await self.notify(entry)
         if applied:
             # The new phase may have work (resume an abort that a resume overtook, make
             # the eval pod, delete pods): our own write's echo will not ask for it.
             self.requeue(entry.uid)
         return Ack(ok=True, duplicate=not applied, phase=entry.phase.value)
+
+    async def _apply_report(self, entry: Tracked, event: RunnerEvent) -> bool:
+        """Apply runner_events' decision on one report (entry.lock held); False when it no
+        longer applies (a duplicate, or a report that moves no phase)."""
+        if event.log is not None and not entry.phase.is_terminal:
+            await self.write_status(entry, runner_events.log_status(entry.phase, event.log))
+        status = entry.rollout_status
+        context = runner_events.Context(
+            told=self.assignment(entry, role="rollout", attempt=max(1, status.attempts)),
+            progress=entry.progress,
+            attempts_left=retries.attempts_left(entry),
+            at=utcnow(),
+        )
+        decision = runner_events.decide(status, entry.rollout_spec, event, context)
+        if decision.notice:
+            self.post_event(entry, reason=decision.notice_reason, message=decision.notice, warning=True)
+        if decision.status is not None and "progress" in decision.status.model_fields_set:
+            # The run's final progress goes with this write: no coalesced one after it.
+            entry.progress_dirty = False
+        if decision.trigger is None:
+            if decision.status is not None:
+                await self.write_status(entry, decision.status)
+            return False
+        if decision.trigger is Trigger.RESUMED:
+            self.metrics.resumes.inc()
+        if decision.retry:
+            return await self.retry(entry, reason=decision.reason, cause=decision.message)
+        applied = await self.transition(
+            entry,
+            decision.trigger,
+            reason=decision.reason,
+            message=decision.message,
+            extra=decision.status,
+            warning=decision.warning,
+        )
+        if applied:
+            self._count_report(entry, decision, status)
+        return applied
+
+    def _count_report(self, entry: Tracked, decision: runner_events.Decision, before: api.SWERolloutStatus) -> None:
+        """The metrics of a report that moved the phase (`before`: the status it met)."""
+        if decision.trigger is Trigger.ABORTED:
+            self.metrics.aborts.labels(abort_reason_label(decision.reason)).inc()
+            if entry.abort_told_at:
+                self.metrics.abort_fanout.observe(time.monotonic() - entry.abort_told_at)
+                entry.abort_told_at = 0.0
+        started = before.evaluation.started_at if before.evaluation is not None else None
+        graded = decision.status is not None and "reward" in decision.status.model_fields_set
+        if graded and before.phase == Phase.EVALUATING and started is not None:
+            self.metrics.eval_duration.observe((utcnow() - started).total_seconds())
 
     # -- deletion ----------------------------------------------------------------
 

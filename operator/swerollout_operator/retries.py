@@ -43,11 +43,11 @@ def eval_attempts_left(entry: Tracked, attempt: int) -> bool:
     return attempt < entry.rollout_spec.sandbox.max_attempts
 
 
-def next_evaluation(entry: Tracked) -> api.EvaluationState:
+def next_evaluation(status: api.SWERolloutStatus) -> api.EvaluationState:
     """The evaluation a finished run starts: eval attempt 1, or one past the eval pods an
     earlier attempt used (its autosubmission could not be graded and it was replayed), so
     no eval pod name is reused; the old pod's name and start are cleared."""
-    earlier = entry.rollout_status.evaluation
+    earlier = status.evaluation
     attempt = earlier.attempt + 1 if earlier is not None and earlier.pod_name else 1
     return api.EvaluationState(attempt=attempt, pod_name=None, started_at=None)
 

@@ -21,12 +21,28 @@ from swerollout.api import v1alpha1 as api
 
 from .deadlines import prepared_expired, utcnow
 from .phases import Trigger
-from .runner_events import Transitions
 
 if TYPE_CHECKING:
     from .cache import PodCache, Tracked
     from .objects import Objects
     from .podstatus import PodState
+
+
+class Transitions(Protocol):
+    """The reconciler's phase-machine step and its Events, which warm starts call back into."""
+
+    def post_event(self, entry: Tracked, *, reason: str, message: str, warning: bool = False) -> None: ...
+
+    async def transition(
+        self,
+        entry: Tracked,
+        event: Trigger,
+        *,
+        reason: str,
+        message: str,
+        extra: api.SWERolloutStatus | None = None,
+        warning: bool = False,
+    ) -> bool: ...
 
 
 class Reconciler(Transitions, Protocol):
