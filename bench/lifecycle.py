@@ -510,11 +510,9 @@ class Runners:
         if not lifecycle:
             return
         ref = await ingest.upload(wire.ObjectKind.SNAPSHOT, f"snapshot of {name}".encode())
-        await ingest.event(
-            wire.RunnerEvent(kind=wire.EventKind.ABORTED, assignment_id=abort.id, reason="Suspended", snapshot=ref)
-        )
+        await ingest.event(wire.Aborted(assignment_id=abort.id, reason="Suspended", snapshot=ref))
         resume = await self._poll_until(name, ingest, abort.id, "resume")
-        await ingest.event(wire.RunnerEvent(kind=wire.EventKind.STARTED, assignment_id=resume.id))
+        await ingest.event(wire.Started(assignment_id=resume.id))
 
     async def aclose(self) -> None:
         logging.getLogger("agent_runner.pod.ingest_client").removeHandler(self.retries)

@@ -310,15 +310,15 @@ class SimulatedRunners:
             while True:
                 assignment = await ingest.assignment(after=after, wait=30)
                 after = assignment.id
-                kind = assignment.kind
-                if kind == wire.AssignmentKind.STOP:
-                    return
-                if env.role is RunnerRole.ROLLOUT and kind in (wire.AssignmentKind.RUN, wire.AssignmentKind.RESUME):
-                    if kind == wire.AssignmentKind.RESUME:
-                        self.tally.resume.setdefault(env.name, time.monotonic())
-                    await self._execute(ingest, env, assignment)
-                elif env.role is RunnerRole.EVAL and kind == wire.AssignmentKind.EVAL:
-                    await self._evaluate(ingest, env, assignment)
+                match assignment:
+                    case wire.Stop():
+                        return
+                    case wire.Run() | wire.Resume() if env.role is RunnerRole.ROLLOUT:
+                        if isinstance(assignment, wire.Resume):
+                            self.tally.resume.setdefault(env.name, time.monotonic())
+                        await self._execute(ingest, env, assignment)
+                    case wire.Eval() if env.role is RunnerRole.EVAL:
+                        await self._evaluate(ingest, env, assignment)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - counted and shown: a runner that gave up is a finding
@@ -326,18 +326,19 @@ class SimulatedRunners:
         finally:
             await transport.aclose()
 
-    async def _execute(self, ingest: IngestClient, env: RunnerEnv, assignment: wire.Assignment) -> None:
+    async def _execute(self, ingest: IngestClient, env: RunnerEnv, assignment: wire.Run | wire.Resume) -> None:
         shape = Shape.of(env.name)
         done = 0
-        if assignment.snapshot is not None:
+        resumed = isinstance(assignment, wire.Resume)
+        if isinstance(assignment, wire.Resume):
             done = snapshot_turns(await ingest.download(assignment.snapshot))
-        await ingest.event(wire.RunnerEvent(kind=wire.EventKind.STARTED, assignment_id=assignment.id))
+        await ingest.event(wire.Started(assignment_id=assignment.id))
         self.tally.started.setdefault(env.name, time.monotonic())
         aborted = asyncio.Event()
         watcher = asyncio.create_task(self._watch_for_abort(ingest, env.name, assignment.id, aborted))
         progress = _Progress(ingest, shape, self.turn_seconds)
         try:
-            first_half = assignment.snapshot is None
+            first_half = not resumed
             end = shape.abort_after if first_half else shape.turns
             for turn in range(done + 1, end + 1):
                 await asyncio.sleep(self.turn_seconds)
@@ -359,8 +360,7 @@ class SimulatedRunners:
             ref = await ingest.upload(wire.ObjectKind.SNAPSHOT, blob)
             self.tally.snapshot_bytes.append(len(blob))
             await ingest.event(
-                wire.RunnerEvent(
-                    kind=wire.EventKind.ABORTED,
+                wire.Aborted(
                     assignment_id=assignment.id,
                     reason="Suspended",
                     snapshot=ref,
@@ -382,8 +382,7 @@ class SimulatedRunners:
         self.tally.trajectory_bytes.append(len(blob))
         self.tally.tokens.append(len(trajectory.prompt_ids) + len(trajectory.response_ids))
         await ingest.event(
-            wire.RunnerEvent(
-                kind=wire.EventKind.FINISHED,
+            wire.Finished(
                 assignment_id=assignment.id,
                 exit_status="submitted",
                 trajectory=trajectory_ref,
@@ -393,7 +392,6 @@ class SimulatedRunners:
                 response_tokens=len(trajectory.response_ids),
                 sampled_tokens=trajectory.sampled_tokens,
                 context_tokens=shape.tokens_after(shape.turns),
-                weight_version=VERSION,
             )
         )
         self.tally.finished.setdefault(env.name, time.monotonic())
@@ -408,8 +406,8 @@ class SimulatedRunners:
                 aborted.set()
                 return
 
-    async def _evaluate(self, ingest: IngestClient, env: RunnerEnv, assignment: wire.Assignment) -> None:
-        patch = (await ingest.download(assignment.patch)).decode() if assignment.patch else ""
+    async def _evaluate(self, ingest: IngestClient, env: RunnerEnv, assignment: wire.Eval) -> None:
+        patch = (await ingest.download(assignment.patch)).decode()
         await asyncio.sleep(self.eval_seconds)
         # Half the patches resolve the task, by a hash of the patch (stable across runs).
         resolved = bool(patch) and hashlib.sha256(patch.encode()).digest()[0] < 128
@@ -423,8 +421,7 @@ class SimulatedRunners:
         }
         report_ref = await ingest.upload(wire.ObjectKind.REPORT, json.dumps(report).encode())
         await ingest.event(
-            wire.RunnerEvent(
-                kind=wire.EventKind.EVALUATED,
+            wire.Evaluated(
                 assignment_id=assignment.id,
                 report=report_ref,
                 reward=wire.RewardReport(

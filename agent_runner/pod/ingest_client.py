@@ -89,7 +89,7 @@ class IngestClient:
         if after:
             params["after"] = after
         response = await self._call("GET", "/assignment", params=params)
-        return wire.Assignment.model_validate_json(response.content)
+        return wire.ASSIGNMENT.validate_json(response.content)
 
     async def progress(self, progress: wire.ProgressReport) -> None:
         await self._call(

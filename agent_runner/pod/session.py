@@ -35,7 +35,6 @@ from agent_runner.sandbox import Sandbox, SandboxError
 from swerollout.api import v1alpha1 as api
 from swerollout.api.base import one_line
 from swerollout.backoff import Backoff, Schedule
-from swerollout.exit_status import is_truncated
 from swerollout.wire import ingest as wire
 from swerollout.wire.runner_env import RunnerEnv, RunnerEnvError, RunnerRole
 
@@ -243,19 +242,17 @@ class Runner:
                 if self.sandbox is None:
                     self.sandbox = await connecting
                 after = assignment.id
-                kind = assignment.kind
-                if kind == wire.AssignmentKind.STOP:
-                    log.info("assignment stop: exiting")
-                    return 0
-                if kind == wire.AssignmentKind.PREPARE and self.env.role is RunnerRole.ROLLOUT:
-                    await self._prepare(assignment)
-                elif (
-                    kind in (wire.AssignmentKind.RUN, wire.AssignmentKind.RESUME)
-                    and self.env.role is RunnerRole.ROLLOUT
-                ):
-                    await self._execute(assignment)
-                elif kind == wire.AssignmentKind.EVAL and self.env.role is RunnerRole.EVAL:
-                    await self._evaluate(assignment)
+                rollout = self.env.role is RunnerRole.ROLLOUT
+                match assignment:
+                    case wire.Stop():
+                        log.info("assignment stop: exiting")
+                        return 0
+                    case wire.Prepare() if rollout:
+                        await self._prepare(assignment)
+                    case wire.Run() | wire.Resume() if rollout:
+                        await self._execute(assignment)
+                    case wire.Eval() if self.env.role is RunnerRole.EVAL:
+                        await self._evaluate(assignment)
         finally:
             if not connecting.done():
                 connecting.cancel()
@@ -293,12 +290,12 @@ class Runner:
     ) -> tuple[kinds.KindRun, dict[str, Any]]:
         return kinds.build(spec, config, snapshot, keys=self.env.read_inference_keys(), routing_key=self.env.uid)
 
-    async def _setup(self, assignment: wire.Assignment, *, warm: bool = False) -> _Run | None:
+    async def _setup(self, assignment: wire.Working, *, warm: bool = False) -> _Run | None:
         """Everything a run or resume needs before its first model call; None when the
         setup failed (reported). `warm` (a prepare): an inference server that does not
         answer yet is asked for its limits at the go instead (it may be asleep while the
         trainer trains)."""
-        assert self.sandbox is not None and assignment.spec is not None
+        assert self.sandbox is not None
         try:
             # The operator validated the spec with the same model; a runner of another
             # version may still disagree, and that must end the rollout with the reason.
@@ -307,7 +304,8 @@ class Runner:
         except (ValidationError, AgentConfigError) as exc:
             await self._setup_failed(assignment, one_line(exc) if isinstance(exc, ValidationError) else str(exc))
             return None
-        snapshot = await self.ingest.download(assignment.snapshot) if assignment.snapshot else None
+        replay = not isinstance(assignment, wire.Prepare) and assignment.replay
+        snapshot = await self.ingest.download(assignment.snapshot) if isinstance(assignment, wire.Resume) else None
         head: Head | None = None
         await self.prefetch.wait(spec.inference.tokenizer)
         try:
@@ -319,12 +317,11 @@ class Runner:
             return None
         instance = spec.instance
         workdir = await self._workdir(instance.workdir)
-        if assignment.replay and agent_state.get("workdir_diff"):
+        if replay and agent_state.get("workdir_diff"):
             problem = await self._restore_worktree(workdir, instance.base_commit, agent_state["workdir_diff"])
             if problem:
                 await self.ingest.event(
-                    wire.RunnerEvent(
-                        kind=wire.EventKind.FAILED,
+                    wire.Failed(
                         assignment_id=assignment.id,
                         reason="ReplayFailed",
                         message=problem,
@@ -349,7 +346,7 @@ class Runner:
         )
         abortable.inference_aborts = int(agent_state.get("inference_aborts") or 0)
         abortable.on_send = self.timeline.first_generate
-        if assignment.replay:
+        if replay:
             loop_turns = int((agent_state.get("loop") or {}).get("turns") or 0)
             kind.note(turn_checkpoints.replay_note(assignment.attempt, loop_turns))
         task = TaskInfo.from_instance(instance, spec.agent.issue_image_mode).model_copy(update={"working_dir": workdir})
@@ -382,10 +379,10 @@ class Runner:
             limits_pending=limits_pending,
             state=LoopState.model_validate(saved) if saved else LoopState(),
             checkpoints=checkpoints,
-            fresh_sandbox=assignment.replay and bool(saved),
+            fresh_sandbox=replay and bool(saved),
         )
 
-    async def _prepare(self, assignment: wire.Assignment) -> None:
+    async def _prepare(self, assignment: wire.Prepare) -> None:
         """A warm start: set the run up (tokenizer, server limits, shell, the first prompt's
         tokens) and hold it for the go; the `run` that follows sends the first /generate."""
         if self._prepared is not None:
@@ -402,16 +399,14 @@ class Runner:
         run.state = run.loop.state
         self._prepared = run
         await self.ingest.event(
-            wire.RunnerEvent(
-                kind=wire.EventKind.PREPARED, assignment_id=assignment.id, context_tokens=run.kind.model.context_tokens
-            )
+            wire.Prepared(assignment_id=assignment.id, context_tokens=run.kind.model.context_tokens)
         )
 
-    def _take_prepared(self, assignment: wire.Assignment) -> _Run | None:
+    def _take_prepared(self, assignment: wire.Run | wire.Resume) -> _Run | None:
         """The prepared run, when the go is for the work it was prepared for (the batch's
         weight version may have moved with the go: the run labels tokens with the new one)."""
         run, self._prepared = self._prepared, None
-        if run is None or assignment.spec is None or run.attempt != assignment.attempt:
+        if run is None or run.attempt != assignment.attempt:
             return None
         if _without_weight_version(run.wire_spec) != _without_weight_version(assignment.spec):
             log.info("the spec changed since the prepare: setting the run up again")
@@ -420,7 +415,7 @@ class Runner:
         run.kind.relabel(version)
         return run
 
-    async def _execute(self, assignment: wire.Assignment) -> None:
+    async def _execute(self, assignment: wire.Run | wire.Resume) -> None:
         run = self._take_prepared(assignment)
         started_report: asyncio.Task[Any] | None = None
         if run is None:
@@ -454,10 +449,9 @@ class Runner:
         else:
             await self._report_finish(assignment, kind, result, elapsed)
 
-    async def _setup_failed(self, assignment: wire.Assignment, message: str) -> None:
+    async def _setup_failed(self, assignment: wire.Working, message: str) -> None:
         await self.ingest.event(
-            wire.RunnerEvent(
-                kind=wire.EventKind.FAILED,
+            wire.Failed(
                 assignment_id=assignment.id,
                 reason="RunnerSetupFailed",
                 message=message,
@@ -505,7 +499,7 @@ class Runner:
 
     async def _report_abort(
         self,
-        assignment: wire.Assignment,
+        assignment: wire.Run | wire.Resume,
         kind: kinds.KindRun,
         abortable: AbortableModel,
         result: LoopResult,
@@ -520,8 +514,7 @@ class Runner:
         blob, weight_version = kind.snapshot(agent_state)
         ref = await self.ingest.upload(wire.ObjectKind.SNAPSHOT, blob)
         await self.ingest.event(
-            wire.RunnerEvent(
-                kind=wire.EventKind.ABORTED,
+            wire.Aborted(
                 assignment_id=assignment.id,
                 reason="Suspended" if abortable.requested.is_set() else "InferenceAborted",
                 snapshot=ref,
@@ -533,7 +526,7 @@ class Runner:
         )
 
     async def _report_finish(
-        self, assignment: wire.Assignment, kind: kinds.KindRun, result: LoopResult, elapsed: float
+        self, assignment: wire.Run | wire.Resume, kind: kinds.KindRun, result: LoopResult, elapsed: float
     ) -> None:
         submission = result.submission or ""
         exit_status = result.exit_status or "exit_error"
@@ -541,8 +534,7 @@ class Runner:
         trajectory_ref = await self.ingest.upload(wire.ObjectKind.TRAJECTORY, finished.blob)
         patch_ref = await self.ingest.upload(wire.ObjectKind.PATCH, submission.encode()) if submission.strip() else None
         await self.ingest.event(
-            wire.RunnerEvent(
-                kind=wire.EventKind.FINISHED,
+            wire.Finished(
                 assignment_id=assignment.id,
                 exit_status=exit_status,
                 message=(result.error or "")[:32000],
@@ -554,17 +546,16 @@ class Runner:
                 sampled_tokens=finished.sampled_tokens,
                 dropped_tokens=finished.dropped_tokens,
                 context_tokens=kind.model.context_tokens,
-                truncated=is_truncated(exit_status),
                 log=await self._log_ref(),
             )
         )
 
     # -- eval ------------------------------------------------------------------------
 
-    async def _evaluate(self, assignment: wire.Assignment) -> None:
-        assert self.sandbox is not None and assignment.spec is not None
+    async def _evaluate(self, assignment: wire.Eval) -> None:
+        assert self.sandbox is not None
         spec = api.SWERolloutSpec.model_validate(assignment.spec)
-        patch = (await self.ingest.download(assignment.patch)).decode() if assignment.patch else ""
+        patch = (await self.ingest.download(assignment.patch)).decode()
         workdir = await self._workdir(spec.instance.workdir)
         request = EvalRequest(
             instance=spec.instance, patch=patch, workdir=workdir, timeout_seconds=float(spec.reward.timeout_seconds)
@@ -573,8 +564,7 @@ class Runner:
         report_ref = await self.ingest.upload(wire.ObjectKind.REPORT, report.model_dump_json().encode())
         reward = report.to_reward_status()
         await self.ingest.event(
-            wire.RunnerEvent(
-                kind=wire.EventKind.EVALUATED,
+            wire.Evaluated(
                 assignment_id=assignment.id,
                 report=report_ref,
                 reward=wire.RewardReport(
@@ -593,9 +583,8 @@ class Runner:
         )
 
 
-def _started(assignment: wire.Assignment, notice: str) -> wire.RunnerEvent:
-    return wire.RunnerEvent(
-        kind=wire.EventKind.STARTED,
+def _started(assignment: wire.Run | wire.Resume, notice: str) -> wire.Started:
+    return wire.Started(
         assignment_id=assignment.id,
         reason="InferenceNotice" if notice else "",
         message=notice,

@@ -19,14 +19,23 @@ from pydantic import ValidationError
 from swerollout.api import v1alpha1 as api
 from swerollout.api.suspension import is_suspended, weight_version
 from swerollout.api.v1alpha1 import Phase, SWERolloutBatchSpec
-from swerollout.wire.ingest import Assignment, AssignmentKind, ObjectKind, StoredObjectRef
+from swerollout.wire.ingest import (
+    Abort,
+    Assignment,
+    Eval,
+    ObjectKind,
+    Prepare,
+    Resume,
+    Run,
+    Stop,
+    StoredObjectRef,
+    Wait,
+)
 
 from .cache import Tracked
 
 
-def _ref(kind: ObjectKind, ref: api.ObjectRef | None) -> StoredObjectRef | None:
-    if ref is None:
-        return None
+def _ref(kind: ObjectKind, ref: api.ObjectRef) -> StoredObjectRef:
     return StoredObjectRef(kind=kind, sha256=ref.sha256, bytes=ref.bytes, ref=ref.ref)
 
 
@@ -43,7 +52,7 @@ def assignment_for(
         spec = entry.rollout_spec
     except ValidationError:
         # Its next pass fails the rollout InvalidSpec (and its runner is told to stop then).
-        return Assignment(id="wait:invalid", kind=AssignmentKind.WAIT, attempt=attempt)
+        return Wait(id="wait:invalid", attempt=attempt)
     status = entry.rollout_status
     wire_spec = _with_batch(entry.wire_spec, spec, batch)
     phase = status.phase
@@ -52,28 +61,28 @@ def assignment_for(
 
     if role == "eval":
         evaluation = status.evaluation or api.EvaluationState()
-        if phase == Phase.EVALUATING and evaluation.attempt == attempt:
-            result = status.result
-            return Assignment(
+        result = status.result
+        if phase == Phase.EVALUATING and evaluation.attempt == attempt and result is not None and result.patch:
+            return Eval(
                 id=f"eval:{attempt}",
-                kind=AssignmentKind.EVAL,
                 attempt=attempt,
                 spec=wire_spec,
-                patch=_ref(ObjectKind.PATCH, result.patch if result is not None else None),
-                exit_status=result.exit_status if result is not None else None,
+                patch=_ref(ObjectKind.PATCH, result.patch),
+                exit_status=result.exit_status,
             )
         if phase == Phase.EVALUATING:
-            return Assignment(id="wait", kind=AssignmentKind.WAIT, attempt=attempt)
+            # Another attempt's pod (or, never with the phase machine's FINISHED, no patch).
+            return Wait(id="wait", attempt=attempt)
         if not phase.is_terminal and spec.reward.prewarm:
             # A prewarmed eval pod, ready before the patch: it waits for Evaluating.
-            return Assignment(id="wait", kind=AssignmentKind.WAIT, attempt=attempt)
-        return Assignment(id="stop", kind=AssignmentKind.STOP, attempt=attempt)
+            return Wait(id="wait", attempt=attempt)
+        return Stop(id="stop", attempt=attempt)
 
     if attempt < current_attempt or phase.is_terminal or phase == Phase.EVALUATING:
-        return Assignment(id="stop", kind=AssignmentKind.STOP, attempt=attempt)
+        return Stop(id="stop", attempt=attempt)
     if attempt > current_attempt:
         # A pod from the future cannot exist; wait for the status to catch up.
-        return Assignment(id="wait", kind=AssignmentKind.WAIT, attempt=attempt)
+        return Wait(id="wait", attempt=attempt)
 
     partial = status.partial
     reclaimed = status.sandbox is not None and status.sandbox.reclaimed_at is not None
@@ -84,26 +93,26 @@ def assignment_for(
         f":b{batch_generation}" if batch is not None and batch.suspend else ""
     )
     if phase in (Phase.PENDING, Phase.QUEUED, Phase.STARTING):
-        return Assignment(id="wait", kind=AssignmentKind.WAIT, attempt=attempt)
+        return Wait(id="wait", attempt=attempt)
     if phase == Phase.PREPARED:
         if reclaimed:
             # Released: this pod is going; the pass starts a fresh one on the resume.
-            return Assignment(id="stop", kind=AssignmentKind.STOP, attempt=attempt)
+            return Stop(id="stop", attempt=attempt)
         if suspend:
-            return Assignment(id=f"prepare:{attempt}", kind=AssignmentKind.PREPARE, attempt=attempt, spec=wire_spec)
+            return Prepare(id=f"prepare:{attempt}", attempt=attempt, spec=wire_spec)
         # The go, answered in memory as the resume arrives (before the pass that records
         # Running), with the id Running answers, so the runner acts on it once.
-        return Assignment(id=f"run:{attempt}", kind=AssignmentKind.RUN, attempt=attempt, spec=wire_spec)
+        return Run(id=f"run:{attempt}", attempt=attempt, spec=wire_spec)
     if phase == Phase.RUNNING:
         if suspend:
-            return Assignment(id=abort_id, kind=AssignmentKind.ABORT, attempt=attempt)
+            return Abort(id=abort_id, attempt=attempt)
         if partial is not None or status.replay:
             # Running again after a resume or a replay: keep answering the resume it picked up.
             return _resume(wire_spec, partial, attempt, replay=status.replay)
-        return Assignment(id=f"run:{attempt}", kind=AssignmentKind.RUN, attempt=attempt, spec=wire_spec)
+        return Run(id=f"run:{attempt}", attempt=attempt, spec=wire_spec)
     if phase == Phase.RESUMING:
         if suspend:
-            return Assignment(id=abort_id, kind=AssignmentKind.ABORT, attempt=attempt)
+            return Abort(id=abort_id, attempt=attempt)
         return _resume(wire_spec, partial, attempt, replay=status.replay)
     # Aborted and no longer suspended (a resume, of the batch or the rollout): the runner on
     # the live pod resumes at once, answered in memory like an abort, before the pass that
@@ -112,7 +121,7 @@ def assignment_for(
     if not suspend and partial is not None and not reclaimed:
         return _resume(wire_spec, partial, attempt, replay=status.replay)
     # Aborted: keep the sandbox, do nothing until resumed.
-    return Assignment(id=f"wait:aborted:{_stamp(partial)}", kind=AssignmentKind.WAIT, attempt=attempt)
+    return Wait(id=f"wait:aborted:{_stamp(partial)}", attempt=attempt)
 
 
 def _stamp(partial: api.Partial | None) -> str:
@@ -131,12 +140,12 @@ def _with_batch(wire: dict[str, Any], spec: api.SWERolloutSpec, batch: SWERollou
     return {**wire, "inference": {**(wire.get("inference") or {}), "weightVersion": version}}
 
 
-def _resume(spec: dict[str, Any], partial: api.Partial | None, attempt: int, *, replay: bool) -> Assignment:
-    return Assignment(
-        id=f"resume:{attempt}:{_stamp(partial)}",
-        kind=AssignmentKind.RESUME,
-        attempt=attempt,
-        spec=spec,
-        snapshot=_ref(ObjectKind.SNAPSHOT, partial.snapshot if partial is not None else None),
-        replay=replay,
+def _resume(spec: dict[str, Any], partial: api.Partial | None, attempt: int, *, replay: bool) -> Run | Resume:
+    """A resume from the snapshot; with none (a pod lost before its first checkpoint), a run
+    from the start in the fresh pod, under the id a resume has."""
+    at = f"resume:{attempt}:{_stamp(partial)}"
+    if partial is None:
+        return Run(id=at, attempt=attempt, spec=spec, replay=replay)
+    return Resume(
+        id=at, attempt=attempt, spec=spec, snapshot=_ref(ObjectKind.SNAPSHOT, partial.snapshot), replay=replay
     )

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from aiohttp import web
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from swerollout.api import v1alpha1 as api
 from swerollout.kube import SWEROLLOUTS, AsyncKubeClient, KubeError, NotFound
@@ -171,14 +171,14 @@ class IngestServer:
         response.headers[wire.OWNER_HEADER] = url
         return response
 
-    async def _json(self, request: web.Request, model: type[BaseModel]) -> Any:
+    async def _json(self, request: web.Request, model: type[BaseModel] | TypeAdapter[Any]) -> Any:
         if request.content_length is not None and request.content_length > wire.MAX_JSON_BYTES:
             raise web.HTTPRequestEntityTooLarge(max_size=wire.MAX_JSON_BYTES, actual_size=request.content_length)
         raw = await request.read()
         if len(raw) > wire.MAX_JSON_BYTES:
             raise web.HTTPRequestEntityTooLarge(max_size=wire.MAX_JSON_BYTES, actual_size=len(raw))
         try:
-            return model.model_validate_json(raw)
+            return model.validate_json(raw) if isinstance(model, TypeAdapter) else model.model_validate_json(raw)
         except ValidationError as exc:
             first = exc.errors()[0]
             field = ".".join(str(p) for p in first["loc"]) or "body"
@@ -275,7 +275,7 @@ class IngestServer:
         return web.Response(body=data, content_type="application/octet-stream")
 
     async def _event(self, request: web.Request, entry: Tracked) -> web.StreamResponse:
-        event = await self._json(request, wire.RunnerEvent)
+        event: wire.RunnerEvent = await self._json(request, wire.RUNNER_EVENT)
         key = (entry.uid, request.headers.get(wire.IDEMPOTENCY_HEADER, ""))
         try:
             if not key[1]:

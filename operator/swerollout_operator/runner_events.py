@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from swerollout.api import v1alpha1 as api
-from swerollout.exit_status import ExitStatus, base_exit, gate_exit_status, is_failed_run
-from swerollout.wire.ingest import Assignment, AssignmentKind, EventKind, ProgressReport, RunnerEvent, StoredObjectRef
+from swerollout.exit_status import ExitStatus, base_exit, gate_exit_status, is_failed_run, is_truncated
+from swerollout.wire import ingest as wire
+from swerollout.wire.ingest import Assignment, AssignmentKind, ProgressReport, RunnerEvent, StoredObjectRef
 
 from . import retries
 from .phases import Trigger, allowed, cut_message, merged
@@ -71,8 +72,7 @@ class Context:
     attempts_left: bool
     """Another pod may still be started (retries.attempts_left)."""
     at: datetime
-    """Now (the status records most times to the second, the finish and the reward's to the
-    millisecond)."""
+    """Now, to the second (the times the status records)."""
 
 
 def log_status(phase: api.Phase, log: StoredObjectRef) -> api.SWERolloutStatus:
@@ -83,22 +83,24 @@ def log_status(phase: api.Phase, log: StoredObjectRef) -> api.SWERolloutStatus:
 
 
 def decide(status: api.SWERolloutStatus, spec: api.SWERolloutSpec, event: RunnerEvent, ctx: Context) -> Decision:
-    if event.kind == EventKind.STARTED:
-        return _started(status, event, ctx)
-    if event.kind == EventKind.PREPARED:
-        return _prepared(status, event, ctx)
-    if event.kind == EventKind.ABORTED:
-        return _aborted(event, ctx)
-    if event.kind == EventKind.FINISHED:
-        return _finished(status, spec, event, ctx)
-    if event.kind == EventKind.EVALUATED:
-        return _evaluated(status, event, ctx)
-    return Decision(
-        Trigger.FAILED,
-        reason=event.reason or "RunnerFailed",
-        message=event.message or "the runner failed",
-        warning=True,
-    )
+    match event:
+        case wire.Started():
+            return _started(status, event, ctx)
+        case wire.Prepared():
+            return _prepared(status, event, ctx)
+        case wire.Aborted():
+            return _aborted(event, ctx)
+        case wire.Finished():
+            return _finished(status, spec, event, ctx)
+        case wire.Evaluated():
+            return _evaluated(status, event, ctx)
+        case wire.Failed():
+            return Decision(
+                Trigger.FAILED,
+                reason=event.reason or "RunnerFailed",
+                message=event.message or "the runner failed",
+                warning=True,
+            )
 
 
 def _to_s(at: datetime) -> datetime:
@@ -110,7 +112,7 @@ def _to_ms(at: datetime) -> datetime:
     return at.replace(microsecond=at.microsecond // 1000 * 1000)
 
 
-def _final_progress(event: RunnerEvent, ctx: Context) -> api.Progress:
+def _final_progress(event: wire.Aborted | wire.Finished, ctx: Context) -> api.Progress:
     """Progress as of the event that ends a run (written with it, so they agree)."""
     last = ctx.progress
     return api.Progress(
@@ -122,7 +124,7 @@ def _final_progress(event: RunnerEvent, ctx: Context) -> api.Progress:
     )
 
 
-def _started(status: api.SWERolloutStatus, event: RunnerEvent, ctx: Context) -> Decision:
+def _started(status: api.SWERolloutStatus, event: wire.Started, ctx: Context) -> Decision:
     # A runner notice: what it found out about the inference server (a smaller context
     # than the spec asked, routing rows the server cannot return).
     notice = event.message.strip()
@@ -145,7 +147,7 @@ def _started(status: api.SWERolloutStatus, event: RunnerEvent, ctx: Context) -> 
     return Decision(notice=notice, notice_reason=why)
 
 
-def _prepared(status: api.SWERolloutStatus, event: RunnerEvent, ctx: Context) -> Decision:
+def _prepared(status: api.SWERolloutStatus, event: wire.Prepared, ctx: Context) -> Decision:
     """The runner of the current attempt holds the first prompt (a late report of an older
     attempt, or one after the go, no longer applies)."""
     if status.prepared is None or ctx.told.id != event.assignment_id:
@@ -160,11 +162,7 @@ def _prepared(status: api.SWERolloutStatus, event: RunnerEvent, ctx: Context) ->
     )
 
 
-def _aborted(event: RunnerEvent, ctx: Context) -> Decision:
-    if event.snapshot is None:
-        return Decision(
-            Trigger.FAILED, reason="NoSnapshot", message="the runner aborted without a snapshot", warning=True
-        )
+def _aborted(event: wire.Aborted, ctx: Context) -> Decision:
     reason = event.reason or "Suspended"
     partial = api.Partial(
         snapshot=object_ref(event.snapshot),
@@ -185,8 +183,8 @@ def _aborted(event: RunnerEvent, ctx: Context) -> Decision:
     )
 
 
-def _finished(status: api.SWERolloutStatus, spec: api.SWERolloutSpec, event: RunnerEvent, ctx: Context) -> Decision:
-    exit_status = event.exit_status or "exit_error"
+def _finished(status: api.SWERolloutStatus, spec: api.SWERolloutSpec, event: wire.Finished, ctx: Context) -> Decision:
+    exit_status = event.exit_status
     result = api.Result(
         exit_status=exit_status,
         turns=event.turns,
@@ -194,12 +192,11 @@ def _finished(status: api.SWERolloutStatus, spec: api.SWERolloutSpec, event: Run
         response_tokens=event.response_tokens,
         sampled_tokens=event.sampled_tokens,
         dropped_tokens=event.dropped_tokens,
-        truncated=event.truncated,
+        truncated=is_truncated(exit_status),
         has_patch=event.patch is not None and event.patch.bytes > 0,
         finished_at=_to_ms(ctx.at),
+        trajectory=object_ref(event.trajectory),
     )
-    if event.trajectory:
-        result.trajectory = object_ref(event.trajectory)
     if event.patch:
         result.patch = object_ref(event.patch)
     written = api.SWERolloutStatus(result=result, progress=_final_progress(event, ctx))
@@ -242,10 +239,8 @@ def _finished(status: api.SWERolloutStatus, spec: api.SWERolloutSpec, event: Run
     )
 
 
-def _evaluated(status: api.SWERolloutStatus, event: RunnerEvent, ctx: Context) -> Decision:
+def _evaluated(status: api.SWERolloutStatus, event: wire.Evaluated, ctx: Context) -> Decision:
     report = event.reward
-    if report is None:
-        return NOTHING
     reward = api.RewardStatus(
         value=report.reward,
         resolved=report.resolved,

@@ -18,9 +18,9 @@ Paths (all under the operator's ingest port, bearer token per rollout):
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 # Stored objects have one kind taxonomy; the ingest contract names it too.
 from swerollout.store.models import ObjectKind as ObjectKind
@@ -70,21 +70,61 @@ class AssignmentKind(str, Enum):
     """The rollout is over for this pod; exit."""
 
 
-class Assignment(WireModel):
+class _Told(WireModel):
     id: str
     """Changes whenever the work changes; the runner acts once per id."""
-    kind: AssignmentKind
     attempt: int = 1
-    spec: dict[str, Any] | None = None
-    """The SWERollout spec (wire form) for run/resume/eval."""
-    snapshot: StoredObjectRef | None = None
-    """For resume: the snapshot to restore."""
+
+
+class Wait(_Told):
+    kind: Literal[AssignmentKind.WAIT] = AssignmentKind.WAIT
+
+
+class Stop(_Told):
+    kind: Literal[AssignmentKind.STOP] = AssignmentKind.STOP
+
+
+class Abort(_Told):
+    kind: Literal[AssignmentKind.ABORT] = AssignmentKind.ABORT
+
+
+class Run(_Told):
+    kind: Literal[AssignmentKind.RUN] = AssignmentKind.RUN
+    spec: dict[str, Any]
+    """The SWERollout spec (wire form)."""
     replay: bool = False
-    """For resume: the sandbox is new; replay the recorded actions first."""
-    patch: StoredObjectRef | None = None
-    """For eval: the candidate patch."""
-    exit_status: str | None = None
-    """For eval: the rollout's exit status (for gating and the report)."""
+    """A fresh pod after the last one was lost with no checkpoint yet: it starts over, and
+    its trajectory notes the replay."""
+
+
+class Prepare(_Told):
+    kind: Literal[AssignmentKind.PREPARE] = AssignmentKind.PREPARE
+    spec: dict[str, Any]
+
+
+class Resume(_Told):
+    kind: Literal[AssignmentKind.RESUME] = AssignmentKind.RESUME
+    spec: dict[str, Any]
+    snapshot: StoredObjectRef
+    """The snapshot (or per-turn checkpoint head) to restore."""
+    replay: bool = False
+    """The sandbox is new; replay the recorded actions first."""
+
+
+class Eval(_Told):
+    kind: Literal[AssignmentKind.EVAL] = AssignmentKind.EVAL
+    spec: dict[str, Any]
+    patch: StoredObjectRef
+    """The candidate patch."""
+    exit_status: str
+    """The rollout's exit status (for gating and the report)."""
+
+
+Assignment = Annotated[Wait | Stop | Abort | Run | Prepare | Resume | Eval, Field(discriminator="kind")]
+"""What a runner is told: one type per kind, each with the fields that kind needs."""
+ASSIGNMENT: TypeAdapter[Assignment] = TypeAdapter(Assignment)
+Working = Run | Resume | Prepare
+"""The assignments a rollout runner sets a run up for."""
 
 
 class CheckpointReport(WireModel):
@@ -127,7 +167,8 @@ class EventKind(str, Enum):
     ABORTED = "aborted"
     """The run stopped mid-way; `snapshot` holds its state."""
     FINISHED = "finished"
-    """The run ended; `trajectory` holds the result."""
+    """The run ended; `trajectory` holds the result. Whether it is truncated follows from
+    its exit status (swerollout.exit_status.is_truncated), so it is not sent."""
     EVALUATED = "evaluated"
     """The eval pod graded the patch; `reward` holds the result."""
     FAILED = "failed"
@@ -147,31 +188,67 @@ class RewardReport(WireModel):
     """Wall time of the eval script (the tests' own time); None when no test ran."""
 
 
-class RunnerEvent(WireModel):
-    kind: EventKind
+class _Report(WireModel):
     assignment_id: str
     """The assignment this event answers."""
-    reason: str = ""
-    """For aborted: `Suspended` or `InferenceAborted`; for failed: a CamelCase reason."""
     message: str = Field(default="", max_length=32768)
-    snapshot: StoredObjectRef | None = None
-    trajectory: StoredObjectRef | None = None
+    log: StoredObjectRef | None = None
+    """The runner's own log so far (kind `log`), kept in status.logs after its pod is gone."""
+
+
+class Started(_Report):
+    kind: Literal[EventKind.STARTED] = EventKind.STARTED
+    reason: str = ""
+    """With a `message`: the CamelCase reason of the runner's notice (RunnerNotice when empty)."""
+
+
+class Prepared(_Report):
+    kind: Literal[EventKind.PREPARED] = EventKind.PREPARED
+    context_tokens: int = Field(ge=0)
+    """The first prompt's size."""
+
+
+class Aborted(_Report):
+    kind: Literal[EventKind.ABORTED] = EventKind.ABORTED
+    snapshot: StoredObjectRef
+    reason: str = "Suspended"
+    """`Suspended` or `InferenceAborted`."""
+    turns: int = Field(default=0, ge=0)
+    context_tokens: int = Field(default=0, ge=0)
+    weight_version: str | None = None
+
+
+class Finished(_Report):
+    kind: Literal[EventKind.FINISHED] = EventKind.FINISHED
+    exit_status: str = Field(min_length=1, max_length=64)
+    trajectory: StoredObjectRef
     patch: StoredObjectRef | None = None
-    report: StoredObjectRef | None = None
-    reward: RewardReport | None = None
-    exit_status: str | None = None
-    turns: int = 0
-    prompt_tokens: int = 0
-    response_tokens: int = 0
+    """The submission, when it is not empty."""
+    turns: int = Field(default=0, ge=0)
+    prompt_tokens: int = Field(default=0, ge=0)
+    response_tokens: int = Field(default=0, ge=0)
     sampled_tokens: int = Field(default=0, ge=0)
     """Sampled tokens kept in the trajectory (loss mask 1)."""
     dropped_tokens: int = Field(default=0, ge=0)
     """Sampled tokens of aborted requests that were dropped (onAbort Drop, or without logprobs)."""
-    context_tokens: int = 0
-    truncated: bool = False
-    weight_version: str | None = None
-    log: StoredObjectRef | None = None
-    """The runner's own log so far (kind `log`), kept in status.logs after its pod is gone."""
+    context_tokens: int = Field(default=0, ge=0)
+
+
+class Evaluated(_Report):
+    kind: Literal[EventKind.EVALUATED] = EventKind.EVALUATED
+    reward: RewardReport
+    report: StoredObjectRef | None = None
+
+
+class Failed(_Report):
+    kind: Literal[EventKind.FAILED] = EventKind.FAILED
+    reason: str = ""
+    """A CamelCase reason (RunnerFailed when empty)."""
+
+
+RunnerEvent = Annotated[Started | Prepared | Aborted | Finished | Evaluated | Failed, Field(discriminator="kind")]
+"""A runner's report: one type per kind, each with the fields that kind must carry."""
+RUNNER_EVENT: TypeAdapter[RunnerEvent] = TypeAdapter(RunnerEvent)
 
 
 class Ack(WireModel):

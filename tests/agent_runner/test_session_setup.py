@@ -88,7 +88,7 @@ async def test_a_bad_agent_config_reports_runner_setup_failed(
     url, events = ingest
     runner = _runner(url, tmp_path)
     try:
-        await runner._execute(wire.Assignment(id="a1", kind=wire.AssignmentKind.RUN, spec={**SPEC, "agent": agent}))
+        await runner._execute(wire.Run(id="a1", spec={**SPEC, "agent": agent}))
     finally:
         await runner.ingest.aclose()
     (event,) = events
@@ -104,7 +104,7 @@ async def test_issue_images_for_a_text_only_template_fail_setup_before_any_reque
     spec = {**SPEC, "instance": {**SPEC["instance"], "issueImages": ["https://user-images.example/a.png"]}}
     runner = _runner(url, tmp_path)
     try:
-        await runner._execute(wire.Assignment(id="a1", kind=wire.AssignmentKind.RUN, spec=spec))
+        await runner._execute(wire.Run(id="a1", spec=spec))
     finally:
         await runner.ingest.aclose()
     (event,) = events
@@ -122,7 +122,7 @@ async def test_a_tokenizer_that_cannot_spell_a_newline_fails_setup_before_any_re
     spec = {**SPEC, "inference": {**SPEC["inference"], "tokenizer": "jiutian-139moe-chat"}}
     runner = _runner(url, tmp_path)
     try:
-        await runner._execute(wire.Assignment(id="a1", kind=wire.AssignmentKind.RUN, spec=spec))
+        await runner._execute(wire.Run(id="a1", spec=spec))
     finally:
         await runner.ingest.aclose()
     (event,) = events

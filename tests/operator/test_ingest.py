@@ -106,8 +106,7 @@ def test_long_poll_returns_when_the_work_changes_and_events_are_idempotent(
 
     events = ingest_url(operator, namespace, "lp", uid, "/events")
     notice = "spec.inference.maxContextTokens 65536 exceeds the server's context length 32768; using 32768"
-    started = wire.RunnerEvent(
-        kind=wire.EventKind.STARTED,
+    started = wire.Started(
         assignment_id=answer["id"],
         reason="InferenceNotice",
         message=notice,
@@ -125,8 +124,7 @@ def test_long_poll_returns_when_the_work_changes_and_events_are_idempotent(
     assert get_json(kubectl, "swer", "lp", "-n", namespace)["status"]["message"] == notice
     put = ingest_url(operator, namespace, "lp", uid, "/objects/trajectory")
     traj = httpx.put(put, content=b"trajectory", headers=auth).json()
-    finished = wire.RunnerEvent(
-        kind=wire.EventKind.FINISHED,
+    finished = wire.Finished(
         assignment_id=answer["id"],
         exit_status="exit_format",
         turns=4,
@@ -165,8 +163,7 @@ def test_results_endpoint_checks_the_callers_identity(
         ingest_url(operator, namespace, "res", uid, "/objects/trajectory"), content=b"the-trajectory", headers=auth
     ).json()
     assignment = httpx.get(ingest_url(operator, namespace, "res", uid, "/assignment"), headers=auth).json()
-    event = wire.RunnerEvent(
-        kind=wire.EventKind.FINISHED,
+    event = wire.Finished(
         assignment_id=assignment["id"],
         exit_status="exit_max_iter_out",
         trajectory=wire.StoredObjectRef.model_validate(traj),
@@ -220,12 +217,14 @@ def test_an_infrastructure_exit_fails_the_rollout_naming_the_cause(
     assert too_big.status_code == 413
     runner_log = b"2026-01-01 WARNING agent_runner.pod.session: inference server unavailable\n"
     log_ref = wire.StoredObjectRef.model_validate(httpx.put(logs_url, content=runner_log, headers=auth).json())
-    finished = wire.RunnerEvent(
-        kind=wire.EventKind.FINISHED,
+    trajectory_url = ingest_url(operator, namespace, "down", uid, "/objects/trajectory")
+    trajectory = wire.StoredObjectRef.model_validate(httpx.put(trajectory_url, content=b"t", headers=auth).json())
+    finished = wire.Finished(
         assignment_id=run["id"],
         exit_status="exit_api",
         turns=2,
         message=cause,
+        trajectory=trajectory,
         log=log_ref,
     ).model_dump_json()
     assert (

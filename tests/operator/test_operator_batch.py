@@ -67,8 +67,7 @@ class Runner:
         )
         assert put.status_code == 200, put.text
         ref = wire.StoredObjectRef.model_validate_json(put.content)
-        event = wire.RunnerEvent(
-            kind=wire.EventKind.ABORTED,
+        event = wire.Aborted(
             assignment_id=assignment_id,
             reason="Suspended",
             snapshot=ref,
@@ -80,7 +79,7 @@ class Runner:
 
     def report_started(self, assignment_id: str) -> bool:
         """Report the start of an assignment; True when it was applied (not a duplicate)."""
-        event = wire.RunnerEvent(kind=wire.EventKind.STARTED, assignment_id=assignment_id)
+        event = wire.Started(assignment_id=assignment_id)
         answer = httpx.post(self.url("/events"), content=event.model_dump_json(), headers=self.auth, timeout=60)
         assert answer.status_code == 200, answer.text
         return not answer.json()["duplicate"]

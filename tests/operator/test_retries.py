@@ -83,14 +83,16 @@ def test_a_lost_pod_and_infrastructure_exits_replay_from_the_checkpoint_until_ma
     stranger = hashlib.sha256(b"not stored").hexdigest()
     assert httpx.get(f"{base}/checkpoint/{stranger}", headers=second).status_code == 404
     events = ingest_url(operator, namespace, name, uid, "/events")
-    started = wire.RunnerEvent(kind=wire.EventKind.STARTED, assignment_id=resume["id"])
+    started = wire.Started(assignment_id=resume["id"])
     assert httpx.post(events, content=started.model_dump_json(), headers=second).status_code == 200
     wait_for("Running", lambda: phase(kubectl, namespace, name) == "Running", op=operator)
 
     # The sandbox fails under the second attempt: an infrastructure exit, replayed again.
-    failed = wire.RunnerEvent(
-        kind=wire.EventKind.FINISHED, assignment_id=resume["id"], exit_status="exit_environment_error",
-        turns=2, message="SandboxError: the sandbox stopped answering",
+    trajectory = httpx.put(f"{base}/trajectory", content=b"t", headers=second)
+    failed = wire.Finished(
+        assignment_id=resume["id"], exit_status="exit_environment_error", turns=2,
+        message="SandboxError: the sandbox stopped answering",
+        trajectory=wire.StoredObjectRef.model_validate_json(trajectory.content),
     )  # fmt: skip
     assert httpx.post(events, content=failed.model_dump_json(), headers=second).status_code == 200
     wait_for("attempt 3", lambda: _status(kubectl, namespace, name).get("attempts") == 3, op=operator)
@@ -100,7 +102,7 @@ def test_a_lost_pod_and_infrastructure_exits_replay_from_the_checkpoint_until_ma
     third = _auth(token, 3)
     mark_ready(kubectl, namespace, f"{name}-a3")
     resume = _assignment(url, third, "resume")
-    started = wire.RunnerEvent(kind=wire.EventKind.STARTED, assignment_id=resume["id"])
+    started = wire.Started(assignment_id=resume["id"])
     assert httpx.post(events, content=started.model_dump_json(), headers=third).status_code == 200
     wait_for("Running", lambda: phase(kubectl, namespace, name) == "Running", op=operator)
 

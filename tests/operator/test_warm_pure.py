@@ -10,6 +10,7 @@ import pytest
 
 from swerollout.api import v1alpha1 as api
 from swerollout.api.v1alpha1 import ConditionType, Phase, SWERolloutBatchSpec
+from swerollout.wire import ingest as wire
 from swerollout.wire.ingest import Assignment, AssignmentKind
 from swerollout_operator import phases, podspec
 from swerollout_operator.assignments import assignment_for
@@ -105,7 +106,11 @@ def test_a_prewarmed_eval_pod_waits_until_evaluating_and_stops_at_the_end() -> N
         assert told(_body(phase, **prewarm), role="eval", attempt=1).kind == AssignmentKind.STOP
     evaluating = _body(Phase.EVALUATING, **prewarm)
     evaluating["status"]["evaluation"] = {"attempt": 1}
-    assert told(evaluating, role="eval", attempt=1).kind == AssignmentKind.EVAL
+    patch = {"ref": "file:///p", "sha256": "2" * 64, "bytes": 20}
+    result = {"exitStatus": "submitted", "turns": 1, "promptTokens": 1, "responseTokens": 1, "hasPatch": True}
+    evaluating["status"]["result"] = {**result, "patch": patch}
+    graded = told(evaluating, role="eval", attempt=1)
+    assert isinstance(graded, wire.Eval) and graded.patch.sha256 == "2" * 64 and graded.exit_status == "submitted"
 
 
 def _stamp(seconds_ago: float) -> str:

@@ -107,8 +107,7 @@ async def test_results_through_the_operator_endpoint(
         async with httpx.AsyncClient(timeout=30) as http:
             stored = (await http.put(f"{base}/objects/trajectory", content=trajectory.to_bytes(), headers=auth)).json()
             assignment = (await http.get(f"{base}/assignment", headers=auth)).json()
-            event = wire.RunnerEvent(
-                kind=wire.EventKind.FINISHED,
+            event = wire.Finished(
                 assignment_id=assignment["id"],
                 exit_status="exit_max_iter_out",
                 trajectory=wire.StoredObjectRef.model_validate(stored),
