@@ -86,7 +86,9 @@ def produced_patch(status: str) -> bool:
 
 
 def is_truncated(status: str) -> bool:
-    """The run stopped because the context was full, also when its diff was autosubmitted."""
+    """The run stopped because the context was full, also when its diff was autosubmitted.
+    The one rule for "truncated": the operator's status.result.truncated, the client's
+    records and trainer statuses, and the trainer adapters all read it from here."""
     return base_exit(status) == ExitStatus.EXIT_CONTEXT.value
 
 

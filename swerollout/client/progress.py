@@ -168,10 +168,5 @@ def member_state(obj: dict[str, Any], batches: Mapping[str, SWERolloutBatchSpec]
         sample=str((meta.get("labels") or {}).get(LABEL_SAMPLE, "")),
         attempts=status.attempts,
         retries=tuple(r.reason for r in status.retries),
-        status=trainer_status(
-            status.phase,
-            result.exit_status if result else None,
-            bool(result and result.truncated),
-            bool(reward and reward.graded),
-        ),
+        status=trainer_status(status.phase, result.exit_status if result else None, bool(reward and reward.graded)),
     )

@@ -49,9 +49,7 @@ class TrainerStatus(StrEnum):
     """The rollout failed (phase Failed) or ended on an infrastructure error."""
 
 
-def trainer_status(
-    phase: Phase, exit_status: str | None, truncated: bool = False, graded: bool = False
-) -> TrainerStatus:
+def trainer_status(phase: Phase, exit_status: str | None, graded: bool = False) -> TrainerStatus:
     """The trainer-facing status of a rollout from its phase and SWE-agent exit status.
 
     The operator ends an ungraded infrastructure exit (exit_api, ...) in phase Failed,
@@ -63,7 +61,7 @@ def trainer_status(
         return TrainerStatus.FAILED
     if phase is not Phase.SUCCEEDED:
         return TrainerStatus.ABORTED
-    if truncated or is_truncated(exit_status or ""):
+    if is_truncated(exit_status or ""):
         return TrainerStatus.TRUNCATED
     if is_failed_run(exit_status, graded):
         return TrainerStatus.FAILED
@@ -346,7 +344,7 @@ def build_record(
             "routed_experts": align_routed_experts(trajectory),
         }
     inference = (obj.get("spec") or {}).get("inference") or {}
-    truncated = bool(result and result.truncated) or is_truncated(exit_status or "")
+    truncated = is_truncated(exit_status or "")
     generated = status.progress.generated_tokens if status.progress else 0
     if result is not None:
         generated = max(generated, result.response_tokens)
@@ -358,7 +356,7 @@ def build_record(
         member=member,
         instance_id=instance_id,
         phase=status.phase,
-        status=trainer_status(status.phase, exit_status, truncated, bool(reward and reward.graded)),
+        status=trainer_status(status.phase, exit_status, bool(reward and reward.graded)),
         exit_status=exit_status,
         reward=reward.value if reward else None,
         resolved=reward.resolved if reward else None,

@@ -165,7 +165,7 @@ def token_arrays(record: RolloutRecord, caps: LengthCaps | None = None) -> Token
         loss_mask=record.loss_mask.astype(np.int64),
         logprobs=record.logprobs.astype(np.float32),
         reward=reward_of(record),
-        truncated=record.truncated or record.status is TrainerStatus.TRUNCATED,
+        truncated=record.truncated,
     )
 
 

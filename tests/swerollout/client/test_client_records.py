@@ -12,35 +12,32 @@ from swerollout.client.records import build_record, parse_status
 
 
 @pytest.mark.parametrize(
-    ("phase", "exit_status", "truncated", "expected", "graded"),
+    ("phase", "exit_status", "expected", "graded"),
     [
         # validate mode grades an autosubmission after exit_api: its reward is real
-        (Phase.SUCCEEDED, "submitted (exit_api)", False, TrainerStatus.COMPLETED, True),
-        (Phase.FAILED, "exit_api", False, TrainerStatus.FAILED, False),
+        (Phase.SUCCEEDED, "submitted (exit_api)", TrainerStatus.COMPLETED, True),
+        (Phase.FAILED, "exit_api", TrainerStatus.FAILED, False),
     ]
     + [
         (*row, False)
         for row in [
-            (Phase.SUCCEEDED, "submitted", False, TrainerStatus.COMPLETED),
-            (Phase.SUCCEEDED, "exit_format", False, TrainerStatus.COMPLETED),
-            (Phase.SUCCEEDED, "submitted (exit_max_iter_out)", False, TrainerStatus.COMPLETED),
-            (Phase.SUCCEEDED, "exit_context", False, TrainerStatus.TRUNCATED),
-            (Phase.SUCCEEDED, "submitted (exit_context)", False, TrainerStatus.TRUNCATED),
-            (Phase.SUCCEEDED, "submitted (exit_api)", False, TrainerStatus.FAILED),
-            (Phase.SUCCEEDED, "submitted", True, TrainerStatus.TRUNCATED),
-            (Phase.SUCCEEDED, "exit_environment_error", False, TrainerStatus.FAILED),
-            (Phase.SUCCEEDED, "exit_api", False, TrainerStatus.FAILED),
-            (Phase.SUCCEEDED, None, False, TrainerStatus.FAILED),
-            (Phase.FAILED, "submitted", False, TrainerStatus.FAILED),
-            (Phase.ABORTED, None, False, TrainerStatus.ABORTED),
-            (Phase.RUNNING, None, False, TrainerStatus.ABORTED),
+            (Phase.SUCCEEDED, "submitted", TrainerStatus.COMPLETED),
+            (Phase.SUCCEEDED, "exit_format", TrainerStatus.COMPLETED),
+            (Phase.SUCCEEDED, "submitted (exit_max_iter_out)", TrainerStatus.COMPLETED),
+            (Phase.SUCCEEDED, "exit_context", TrainerStatus.TRUNCATED),
+            (Phase.SUCCEEDED, "submitted (exit_context)", TrainerStatus.TRUNCATED),
+            (Phase.SUCCEEDED, "submitted (exit_api)", TrainerStatus.FAILED),
+            (Phase.SUCCEEDED, "exit_environment_error", TrainerStatus.FAILED),
+            (Phase.SUCCEEDED, "exit_api", TrainerStatus.FAILED),
+            (Phase.SUCCEEDED, None, TrainerStatus.FAILED),
+            (Phase.FAILED, "submitted", TrainerStatus.FAILED),
+            (Phase.ABORTED, None, TrainerStatus.ABORTED),
+            (Phase.RUNNING, None, TrainerStatus.ABORTED),
         ]
     ],
 )
-def test_trainer_status(
-    phase: Phase, exit_status: str | None, truncated: bool, expected: TrainerStatus, graded: bool
-) -> None:
-    assert trainer_status(phase, exit_status, truncated, graded) is expected
+def test_trainer_status(phase: Phase, exit_status: str | None, expected: TrainerStatus, graded: bool) -> None:
+    assert trainer_status(phase, exit_status, graded) is expected
 
 
 def test_unknown_status_fields_from_a_newer_operator_are_dropped() -> None:
