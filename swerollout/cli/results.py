@@ -27,50 +27,31 @@ from swerollout.cli.rollouts import (
     run_client_command,
 )
 from swerollout.client import RolloutClient, RolloutRecord, TrainerStatus
-from swerollout.client.records import JSON_FIELDS
+from swerollout.client.records import JSON_FIELDS, column_types
 from swerollout.extras import require
 
 PARQUET_USE = "swerollout results --out FILE.parquet"
 
 
 def parquet_schema() -> Any:
-    """The Parquet columns; pyarrow is the `parquet` extra, imported only to write one."""
+    """The Parquet columns, from the record's row model (RecordRow: each field's arrow type);
+    pyarrow is the `parquet` extra, imported only to write one."""
     pa = require("pyarrow", "parquet", PARQUET_USE)
-    return pa.schema(
-        [
-            ("name", pa.string()),
-            ("batch", pa.string()),
-            ("sample", pa.int32()),
-            ("member", pa.int32()),
-            ("instance_id", pa.string()),
-            ("phase", pa.string()),
-            ("status", pa.string()),
-            ("exit_status", pa.string()),
-            ("reward", pa.float64()),
-            ("resolved", pa.bool_()),
-            ("graded", pa.bool_()),
-            ("turns", pa.int32()),
-            ("sampled_tokens", pa.int64()),
-            ("dropped_tokens", pa.int64()),
-            ("prompt_ids", pa.list_(pa.int32())),
-            ("response_ids", pa.list_(pa.int32())),
-            ("loss_mask", pa.list_(pa.uint8())),
-            ("logprobs", pa.list_(pa.float32())),
-            ("weight_versions", pa.list_(pa.string())),
-            ("submission", pa.string()),
-            ("messages", pa.string()),
-            ("tokenizer", pa.string()),
-            ("attempts", pa.int32()),
-            ("times", pa.string()),
-            ("timings", pa.string()),
-            ("info", pa.string()),
-            ("report", pa.string()),
-            ("truncated", pa.bool_()),
-            ("trainer_labels", pa.string()),
-            ("partial", pa.string()),
-            ("routed_experts", pa.list_(pa.list_(pa.int32()))),
-        ]
-    )
+    scalars = {
+        "string": pa.string,
+        "json": pa.string,
+        "int32": pa.int32,
+        "int64": pa.int64,
+        "uint8": pa.uint8,
+        "float32": pa.float32,
+        "float64": pa.float64,
+        "bool": pa.bool_,
+    }
+
+    def arrow(spec: str) -> Any:
+        return pa.list_(arrow(spec[5:-1])) if spec.startswith("list<") else scalars[spec]()
+
+    return pa.schema([(name, arrow(spec)) for name, spec in column_types().items()])
 
 
 def write_parquet(records: list[RolloutRecord], path: Path) -> None:

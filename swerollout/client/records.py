@@ -6,12 +6,12 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any
+from enum import Enum, StrEnum
+from typing import Annotated, Any
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SkipValidation, ValidationError
 
 from swerollout.api.base import one_line
 from swerollout.api.v1alpha1 import (
@@ -34,8 +34,66 @@ ANNOTATION_TRAINER_LABELS = "swerollout.io/trainer-labels"
 
 # Each pass drops every unknown field pydantic reported; nested unknowns may need another pass.
 MAX_UNKNOWN_FIELD_PASSES = 8
-# Nested record fields that table formats (Parquet) hold as JSON strings.
-JSON_FIELDS = ("messages", "times", "timings", "info", "report", "trainer_labels", "partial")
+
+
+def _column(arrow: str, default: Any = None, *, factory: Any = None) -> Any:
+    """A row field with its Parquet column type: `string`, `int32`, `bool`, `list<int32>`,
+    ..., or `json` (a nested value that table formats hold as a JSON string)."""
+    if factory is not None:
+        return Field(default_factory=factory, json_schema_extra={"arrow": arrow})
+    return Field(default=default, json_schema_extra={"arrow": arrow})
+
+
+class RecordRow(BaseModel):
+    """A RolloutRecord as one row: what ``to_dict`` returns, the columns `swerollout results`
+    writes (Parquet or JSON lines, in this order, each field's ``arrow`` type its Parquet
+    column) and what the viewer reads back (``ViewRecord``). One model, so a field added to
+    the record reaches the file and the viewer together. Every field has a default: a file
+    written before a column existed still loads."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str = _column("string", ...)
+    batch: str = _column("string", "")
+    sample: int = _column("int32", -1)
+    member: int = _column("int32", -1)
+    instance_id: str = _column("string", "")
+    phase: str = _column("string", "")
+    status: str = _column("string", "")
+    exit_status: str | None = _column("string")
+    reward: float | None = _column("float64")
+    resolved: bool | None = _column("bool")
+    graded: bool | None = _column("bool")
+    turns: int = _column("int32", 0)
+    sampled_tokens: int = _column("int64", 0)
+    dropped_tokens: int = _column("int64", 0)
+    prompt_ids: list[int] = _column("list<int32>", factory=list)
+    response_ids: list[int] = _column("list<int32>", factory=list)
+    loss_mask: list[int] = _column("list<uint8>", factory=list)
+    logprobs: list[float] = _column("list<float32>", factory=list)
+    weight_versions: list[str | None] = _column("list<string>", factory=list)
+    submission: str = _column("string", "")
+    messages: list[dict[str, Any]] = _column("json", factory=list)
+    tokenizer: str | None = _column("string")
+    attempts: int = _column("int32", 0)
+    times: dict[str, str] = _column("json", factory=dict)
+    timings: dict[str, float] = _column("json", factory=dict)
+    info: dict[str, Any] = _column("json", factory=dict)
+    report: dict[str, Any] | None = _column("json")
+    truncated: bool = _column("bool", False)
+    trainer_labels: dict[str, Any] = _column("json", factory=dict)
+    partial: dict[str, Any] | None = _column("json")
+    # Not validated on the way in: up to prompt + response rows of layers * top_k ids each.
+    routed_experts: Annotated[list[list[int]] | None, SkipValidation] = _column("list<list<int32>>")
+
+
+def column_types() -> dict[str, str]:
+    """Each row column and its ``arrow`` type, in file order."""
+    return {name: str((f.json_schema_extra or {})["arrow"]) for name, f in RecordRow.model_fields.items()}  # type: ignore[index]
+
+
+JSON_FIELDS = tuple(name for name, arrow in column_types().items() if arrow == "json")
+"""Nested row fields that table formats (Parquet) hold as JSON strings."""
 
 
 class TrainerStatus(StrEnum):
@@ -211,26 +269,18 @@ class RolloutRecord:
         }
 
     def to_dict(self) -> dict[str, Any]:
-        """Everything as plain Python values (lists instead of arrays)."""
-        return {
-            **self.summary(),
-            "prompt_ids": self.prompt_ids.tolist(),
-            "response_ids": self.response_ids.tolist(),
-            "loss_mask": self.loss_mask.tolist(),
-            "logprobs": self.logprobs.tolist(),
-            "weight_versions": self.weight_versions.tolist(),
-            "messages": self.messages,
-            "submission": self.submission,
-            "tokenizer": self.tokenizer,
-            "attempts": self.attempts,
-            "times": self.times,
-            "timings": self.timings,
-            "info": self.info,
-            "report": self.report,
-            "trainer_labels": self.trainer_labels,
-            "partial": self.partial.to_wire() if self.partial is not None else None,
-            "routed_experts": self.routed_experts.tolist() if self.routed_experts is not None else None,
-        }
+        """The record as its row (RecordRow's columns): plain Python values, lists instead of arrays."""
+        return {name: _plain(getattr(self, name)) for name in RecordRow.model_fields}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, Partial):
+        return value.to_wire()
+    return value
 
 
 def member_identity(obj: dict[str, Any]) -> tuple[str, int, int, str]:

@@ -69,3 +69,24 @@ def test_names_are_deterministic_and_bounded() -> None:
         rollout_name("a" * 40, 10**12, 10**10)
     with pytest.raises(ValueError, match="lowercase"):
         check_batch_name("Step_42")
+
+
+def test_the_results_file_and_the_viewer_read_one_row_model() -> None:
+    """RecordRow is the one spelling of a result row: a record's to_dict is its columns in
+    order, `swerollout results` writes them as its Parquet schema, the viewer reads them back."""
+    from swerollout.cli.results import parquet_schema
+    from swerollout.client.records import JSON_FIELDS, RecordRow, column_types
+    from swerollout.viewer.model import ViewRecord
+
+    obj = {
+        "metadata": {"name": "r-0-1", "namespace": "ns", "labels": {"swerollout.io/batch": "r"}},
+        "spec": {"inference": {"tokenizer": "qwen-2.5"}},
+        "status": {"phase": "Succeeded", "result": {"exitStatus": "exit_context", "turns": 3, "promptTokens": 2,
+                                                    "responseTokens": 4}},
+    }  # fmt: skip
+    row = build_record(obj, None).to_dict()
+    assert list(row) == list(RecordRow.model_fields) == list(column_types())
+    assert row["status"] == "truncated" and row["truncated"] is True and row["phase"] == "Succeeded"
+    assert parquet_schema().names == list(column_types())
+    assert set(JSON_FIELDS) == {"messages", "times", "timings", "info", "report", "trainer_labels", "partial"}
+    assert issubclass(ViewRecord, RecordRow) and ViewRecord.model_validate(row).model_dump() == row
