@@ -207,10 +207,11 @@ def set_condition(
     at: datetime,
 ) -> list[api.Condition]:
     """Conditions with one entry set; lastTransitionTime moves only when the status changes."""
-    out = [c for c in conditions if c.type != ctype.value]
-    old = next((c for c in conditions if c.type == ctype.value), None)
+    key = ctype.value
+    out = [c for c in conditions if c.type != key]
+    old = next((c for c in conditions if c.type == key), None)
     entry = api.Condition(
-        type=ctype.value,
+        type=key,
         status=status,
         reason=reason,
         message=cut_message(message),
