@@ -71,7 +71,7 @@ def test_a_start_resumes_only_the_resume_it_is_told_now() -> None:
     assert said.status == api.SWERolloutStatus(message="context cut to 4096")
 
 
-def test_an_evaluation_after_an_infrastructure_exit_that_could_not_be_graded_fails() -> None:
+def test_an_evaluation_grades_and_an_ungradeable_autosubmission_is_replayed_or_fails() -> None:
     evaluating = status(
         Phase.EVALUATING, result={"exitStatus": "submitted", "turns": 1, "promptTokens": 1, "responseTokens": 1}
     )
@@ -83,4 +83,8 @@ def test_an_evaluation_after_an_infrastructure_exit_that_could_not_be_graded_fai
     ungradable = wire.Evaluated(
         assignment_id="eval:1", reward=wire.RewardReport(resolved=False, reward=0.0, graded=False)
     )
-    assert decide(auto, SPEC, ungradable, context()).trigger is Trigger.FAILED
+    # Nothing to show for the run: replayed while attempts remain, else failed with the reward.
+    assert decide(auto, SPEC, ungradable, context()).retry
+    failed = decide(auto, SPEC, ungradable, context(attempts_left=False))
+    assert failed.trigger is Trigger.FAILED and failed.status is not None and failed.status.reward is not None
+    assert d.status.reward.graded_at == AT
