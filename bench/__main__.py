@@ -116,6 +116,12 @@ def _checkpoint() -> str:
     return checkpoint.report(checkpoint.run())
 
 
+def _podkill() -> str:
+    from bench import pod_kills
+
+    return pod_kills.report(pod_kills.run())
+
+
 def _tiny_lm() -> str:
     from bench import tiny_lm
 
@@ -138,6 +144,10 @@ SUITES = {
     "runner": ("runner overhead and snapshot size", _runner),
     "abort": ("abort -> runner Aborted on the SGLang stand-in", _abort),
     "checkpoint": ("per-turn checkpoints: visible cost per turn and bytes per checkpoint at 4k/16k/32k", _checkpoint),
+    "podkill": (
+        "5 % of pods killed at random moments mid-run: GRPO groups complete, tokens re-sampled / kept",
+        _podkill,
+    ),
     "tinylm": (
         "the stand-in's tiny-lm: prefill and per-turn CPU against its old attention, with prefix reuse",
         _tiny_lm,
@@ -179,6 +189,11 @@ def main(argv: list[str]) -> int:
         from bench import scale
 
         return scale.main(argv[1:])
+    if argv[:1] == ["podkill"] and len(argv) > 1:
+        # `python -m bench podkill --groups 4 --json`: the pod-kill bench's own flags.
+        from bench import pod_kills
+
+        return pod_kills.main(argv[1:])
     if "--json" in argv:
         names = [a for a in argv if a != "--json"]
         if len(names) != 1 or names[0] not in JSON_SUITES:

@@ -68,6 +68,9 @@ class GenerateRecorder:
         self._socket = socket.create_server((host, 0))
         self.port = int(self._socket.getsockname()[1])
         self.first: dict[str, float] = {}  # rid -> monotonic time of its first arrival
+        # rid -> tokens the policy sampled for it (meta_info.completion_tokens), also when the
+        # caller was gone by the answer (a killed pod's request in flight): the work was done.
+        self.sampled: dict[str, int] = {}
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
 
@@ -81,6 +84,7 @@ class GenerateRecorder:
 
     async def _forward(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
+        rid: object = None
         if request.path == "/generate":
             try:
                 rid = json.loads(body).get("rid")
@@ -100,11 +104,30 @@ class GenerateRecorder:
                     if k.lower() not in ("content-length", "transfer-encoding", "content-encoding", "connection")
                 },
             )
-            await response.prepare(request)
-            async for chunk in upstream.content.iter_any():
-                await response.write(chunk)
+            if request.path == "/generate" and isinstance(rid, str):
+                # Read whole before answering: the count stands even if the caller is gone.
+                answer = await upstream.read()
+                self._count(rid, answer)
+                try:
+                    await response.prepare(request)
+                    await response.write(answer)
+                except ConnectionResetError:
+                    return response  # the caller is gone (its pod was killed); the count stands
+            else:
+                await response.prepare(request)
+                async for chunk in upstream.content.iter_any():
+                    await response.write(chunk)
             await response.write_eof()
             return response
+
+    def _count(self, rid: str, answer: bytes) -> None:
+        try:
+            meta = json.loads(answer).get("meta_info") or {}
+        except (ValueError, AttributeError):
+            return
+        tokens = meta.get("completion_tokens")
+        if isinstance(tokens, int):
+            self.sampled[rid] = tokens
 
     async def _serve(self) -> None:
         self._session = ClientSession(timeout=ClientTimeout(total=None))
@@ -207,9 +230,12 @@ def _time_tasks(kubeconfig: Path, recorder: GenerateRecorder, tasks: list[SWEBen
 
 
 @contextmanager
-def dev_stack_behind_recorder(workdir: Path) -> Iterator[tuple[Path, GenerateRecorder, list[SWEBenchInstance]]]:
+def dev_stack_behind_recorder(
+    workdir: Path, **settings: Any
+) -> Iterator[tuple[Path, GenerateRecorder, list[SWEBenchInstance]]]:
     """`dev up` over the bundled tasks, pointed at a recorder in front of the oracle (its pods
-    may reach only the policy URL it is given): the admin kubeconfig, the recorder, the tasks."""
+    may reach only the policy URL it is given): the admin kubeconfig, the recorder, the tasks.
+    ``settings``: more settings of the oracle's server (faults, oracle_ledger)."""
     tasks = materialize_tasks(workdir / "tasks")
     with (
         launch(
@@ -218,6 +244,7 @@ def dev_stack_behind_recorder(workdir: Path) -> Iterator[tuple[Path, GenerateRec
             ready_timeout=900,
             tokenizer="qwen-2.5",
             tasks=str(workdir / "tasks" / INDEX_FILE),
+            **settings,
         ) as oracle,
         GenerateRecorder(oracle.url, "127.0.0.1").running() as recorder,
     ):
