@@ -139,6 +139,14 @@ def _split_exit_code(raw: str, request_id: str) -> CommandResult:
     return CommandResult(output=raw[:index] + rest, exit_code=exit_code)
 
 
+ALIVE_POLL = Backoff(first_seconds=0.05, max_seconds=0.5)
+"""How often a new connection asks swerex-remote whether it is alive (the budget is the caller's timeout)."""
+
+
+class _NotAlive(Exception):
+    """swerex-remote did not answer /is_alive yet, or not with yes."""
+
+
 def _resend_policy(attempts: int) -> Backoff:
     """How long to keep re-sending a request after transport failures."""
     return Backoff(first_seconds=0.2, max_seconds=3.0, attempts=attempts)
@@ -406,25 +414,30 @@ class Sandbox:
             )
 
     async def _wait_until_alive(self, timeout: float) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        last_error = "no answer"
-        while True:
-            try:
-                response = await self._client.get("/is_alive", timeout=5.0)
-            except httpx.TransportError as exc:
-                last_error = f"{type(exc).__name__}: {exc}"
-            else:
-                if response.status_code == 401:
-                    raise SandboxAuthError(f"swerex-remote at {self._client.base_url} rejected the auth token")
-                if response.status_code == 200 and response.json().get("is_alive") is True:
-                    return
-                last_error = f"HTTP {response.status_code}: {response.text[:200]}"
-            if loop.time() >= deadline:
-                raise SandboxUnavailableError(
-                    f"swerex-remote at {self._client.base_url} not alive after {timeout:.0f}s ({last_error})"
-                )
-            await asyncio.sleep(0.1)
+        # Polled quickly at first (the server is usually up within a second), never more
+        # than twice a second, for `timeout` seconds in all.
+        loop = ALIVE_POLL.model_copy(update={"budget_seconds": timeout}).retrying(
+            retryable=lambda exc: isinstance(exc, _NotAlive)
+        )
+        try:
+            async for attempt in loop:
+                with attempt:
+                    await self._check_alive()
+        except _NotAlive as exc:
+            raise SandboxUnavailableError(
+                f"swerex-remote at {self._client.base_url} not alive after {timeout:.0f}s ({exc})"
+            ) from None
+
+    async def _check_alive(self) -> None:
+        try:
+            response = await self._client.get("/is_alive", timeout=5.0)
+        except httpx.TransportError as exc:
+            raise _NotAlive(f"{type(exc).__name__}: {exc}") from exc
+        if response.status_code == 401:
+            raise SandboxAuthError(f"swerex-remote at {self._client.base_url} rejected the auth token")
+        if response.status_code == 200 and response.json().get("is_alive") is True:
+            return
+        raise _NotAlive(f"HTTP {response.status_code}: {response.text[:200]}")
 
     async def _post(self, endpoint: str, payload: BaseModel) -> Any:
         status, body = await self._post_raw(endpoint, payload, uuid.uuid4().hex, 60.0)
@@ -443,33 +456,30 @@ class Sandbox:
         """
         headers = {"X-Request-ID": request_id}
         timeout = httpx.Timeout(30.0, read=read_timeout)
-        schedule = self._retry.start()
-        while True:
-            try:
-                response = await self._client.post(
-                    f"/{endpoint}", json=payload.model_dump(), headers=headers, timeout=timeout
-                )
-            except httpx.TransportError as exc:
-                delay = schedule.next_delay()
-                if delay is None:
-                    raise SandboxUnavailableError(
-                        f"{endpoint} to swerex-remote at {self._client.base_url} failed {schedule.retries + 1} times: "
-                        f"{type(exc).__name__}: {exc}"
-                    ) from exc
-                await asyncio.sleep(delay)
-                continue
-            if response.status_code == 401:
-                raise SandboxAuthError(f"swerex-remote at {self._client.base_url} rejected the auth token")
-            try:
-                body = response.json()
-            except ValueError as exc:
-                raise SandboxProtocolError(
-                    f"{endpoint}: swerex-remote at {self._client.base_url} answered HTTP {response.status_code} "
-                    f"with non-JSON {response.text[:200]!r}; is the URL right?"
-                ) from exc
-            if response.status_code not in (200, 511):
-                raise SandboxProtocolError(f"{endpoint}: HTTP {response.status_code}: {str(body)[:300]}")
-            return response.status_code, body
+        loop = self._retry.retrying(retryable=lambda exc: isinstance(exc, httpx.TransportError))
+        try:
+            async for attempt in loop:
+                with attempt:
+                    response = await self._client.post(
+                        f"/{endpoint}", json=payload.model_dump(), headers=headers, timeout=timeout
+                    )
+        except httpx.TransportError as exc:
+            raise SandboxUnavailableError(
+                f"{endpoint} to swerex-remote at {self._client.base_url} failed {loop.schedule.retries + 1} times: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        if response.status_code == 401:
+            raise SandboxAuthError(f"swerex-remote at {self._client.base_url} rejected the auth token")
+        try:
+            body = response.json()
+        except ValueError as exc:
+            raise SandboxProtocolError(
+                f"{endpoint}: swerex-remote at {self._client.base_url} answered HTTP {response.status_code} "
+                f"with non-JSON {response.text[:200]!r}; is the URL right?"
+            ) from exc
+        if response.status_code not in (200, 511):
+            raise SandboxProtocolError(f"{endpoint}: HTTP {response.status_code}: {str(body)[:300]}")
+        return response.status_code, body
 
     @staticmethod
     def _parse(model: type[_M], status: int, body: Any, endpoint: str) -> _M:

@@ -26,7 +26,8 @@ import httpx
 from agent_runner.pod.session import AbortableModel
 from agent_runner.policy.model import FinishReason
 from agent_runner.policy.rl_model import RLTokenModel
-from agent_runner.policy.sglang import RetryPolicy, SamplingParams, SGLangClient
+from agent_runner.policy.sglang import SamplingParams, SGLangClient
+from swerollout.backoff import Backoff
 from swerollout.tokenizers import load_tokenizer
 from swerollout_dev.policy_server import launch
 
@@ -38,7 +39,7 @@ async def _measure(url: str, batch: int) -> dict[str, Any]:
     tokenizer = load_tokenizer("qwen-2.5")
     runners: list[tuple[AbortableModel, SGLangClient]] = []
     for i in range(batch):
-        client = SGLangClient(url, retry=RetryPolicy(attempts=2))
+        client = SGLangClient(url, retry=Backoff(attempts=2))
         model = RLTokenModel(
             tokenizer,
             client,
@@ -87,7 +88,7 @@ async def _measure_paused(url: str, batch: int) -> dict[str, Any]:
     tokenizer = load_tokenizer("qwen-2.5")
     runners: list[tuple[AbortableModel, SGLangClient]] = []
     for i in range(batch):
-        client = SGLangClient(url, retry=RetryPolicy(attempts=2))
+        client = SGLangClient(url, retry=Backoff(attempts=2))
         model = RLTokenModel(
             tokenizer,
             client,

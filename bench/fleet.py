@@ -39,8 +39,9 @@ from typing import Any
 
 import httpx
 
-from agent_runner.policy.sglang import GenerateResult, RetryPolicy, SamplingParams, SGLangClient, make_rid
+from agent_runner.policy.sglang import GenerateResult, SamplingParams, SGLangClient, make_rid
 from swerollout import fleet
+from swerollout.backoff import Backoff
 from swerollout_dev.gateway import GatewayHandle, launch_gateway
 from swerollout_dev.policy_server import launch
 from swerollout_dev.policy_server.launch import SubprocessServer
@@ -72,7 +73,7 @@ async def _rollout(url: str, index: int, seed: int, keyed: bool) -> tuple[int, i
     uid = f"fleet-{seed}-{index:03d}"
     ids = [rng.randrange(*VOCAB) for _ in range(PROMPT_TOKENS)]
     cached = prompt = ceiling = held = 0
-    async with SGLangClient(url, routing_key=uid if keyed else None, retry=RetryPolicy(attempts=2)) as client:
+    async with SGLangClient(url, routing_key=uid if keyed else None, retry=Backoff(attempts=2)) as client:
         for turn in range(TURNS):
             result = await client.generate(
                 ids,
@@ -110,7 +111,7 @@ async def _loads(http: httpx.AsyncClient, engines: list[SubprocessServer]) -> li
 
 async def _abort(gateway: GatewayHandle, engines: list[SubprocessServer]) -> dict[str, Any]:
     clients = [
-        SGLangClient(gateway.url, routing_key=f"abort-{i:03d}", retry=RetryPolicy(attempts=1)) for i in range(ROLLOUTS)
+        SGLangClient(gateway.url, routing_key=f"abort-{i:03d}", retry=Backoff(attempts=1)) for i in range(ROLLOUTS)
     ]
     async with httpx.AsyncClient(timeout=30) as http:
         trips = []

@@ -12,8 +12,9 @@ A failure the predicate calls retryable is swallowed, the loop sleeps what the p
 other failure, the exception goes up as it was raised. `Retrying.schedule` tells how many
 retries were made (for the caller's own error message). `for attempt in
 policy.retrying_sync(...)` is the same loop for blocking code: only the sleep differs.
-Lower-level code that must interleave its waits with other events (an abort, a resume)
-asks a `Schedule` directly.
+A wait that another event may end early (an abort) is the loop's ``sleep=``; code that
+must interleave its waits with other events in ways a loop cannot say asks a `Schedule`
+directly.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -57,9 +58,14 @@ class Backoff(BaseModel):
         retryable: Callable[[BaseException], bool],
         retry_after: Callable[[BaseException], float | None] = lambda _: None,
         on_retry: Callable[[BaseException, float], None] | None = None,
+        sleep: Callable[[float], Awaitable[None]] | None = None,
+        rng: random.Random | None = None,
     ) -> Retrying:
-        """The retry loop for async code (see the module's docstring)."""
-        return Retrying(self.start(), retryable=retryable, retry_after=retry_after, on_retry=on_retry)
+        """The retry loop for async code (see the module's docstring). ``sleep`` replaces
+        asyncio.sleep for the pauses: a wait that another event may end early (an abort)."""
+        return Retrying(
+            self.start(rng=rng), retryable=retryable, retry_after=retry_after, on_retry=on_retry, sleep=sleep
+        )
 
     def retrying_sync(
         self,
@@ -173,6 +179,18 @@ class _Loop:
 class Retrying(_Loop):
     """``async for attempt in policy.retrying(...)``: see the module's docstring."""
 
+    def __init__(
+        self,
+        schedule: Schedule,
+        *,
+        retryable: Callable[[BaseException], bool],
+        retry_after: Callable[[BaseException], float | None],
+        on_retry: Callable[[BaseException, float], None] | None,
+        sleep: Callable[[float], Awaitable[None]] | None = None,
+    ) -> None:
+        super().__init__(schedule, retryable=retryable, retry_after=retry_after, on_retry=on_retry)
+        self._sleep = sleep
+
     def __aiter__(self) -> Retrying:
         return self
 
@@ -181,7 +199,7 @@ class Retrying(_Loop):
         if pause is None:
             raise StopAsyncIteration
         if pause:
-            await asyncio.sleep(pause)
+            await (self._sleep or asyncio.sleep)(pause)
         return Attempt(self)
 
 

@@ -10,7 +10,6 @@ changes nothing the second time.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 import secrets
@@ -26,6 +25,10 @@ log = logging.getLogger(__name__)
 
 class IngestError(Exception):
     """The operator refused a request (4xx other than 429): retrying will not help."""
+
+
+class _Unanswered(Exception):
+    """No answer, 429 or 5xx: the operator may answer if asked again (it may be restarting)."""
 
 
 class IngestClient:
@@ -64,25 +67,30 @@ class IngestClient:
             await self._http.aclose()
 
     async def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        schedule = self._backoff.start()
-        while True:
-            try:
-                response = await self._http.request(method, self._prefix + path, **kwargs)
-            except httpx.TransportError as exc:
-                problem = f"{type(exc).__name__}: {exc}"
-            else:
-                if response.status_code < 400:
-                    return response
-                if response.status_code != 429 and response.status_code < 500:
-                    raise IngestError(f"{method} {path}: {response.status_code} {response.text[:500]}")
-                problem = f"HTTP {response.status_code}"
-            delay = schedule.next_delay()
-            if delay is None:
-                raise IngestError(
-                    f"{method} {path}: the operator did not answer for {schedule.elapsed:.0f}s ({problem})"
-                )
-            log.warning("ingest %s %s failed (%s); retrying in %.1fs", method, path, problem, delay)
-            await asyncio.sleep(delay)
+        def retrying(exc: BaseException, delay: float) -> None:
+            log.warning("ingest %s %s failed (%s); retrying in %.1fs", method, path, exc, delay)
+
+        loop = self._backoff.retrying(retryable=lambda exc: isinstance(exc, _Unanswered), on_retry=retrying)
+        try:
+            async for attempt in loop:
+                with attempt:
+                    return await self._once(method, path, **kwargs)
+        except _Unanswered as exc:
+            raise IngestError(
+                f"{method} {path}: the operator did not answer for {loop.schedule.elapsed:.0f}s ({exc})"
+            ) from None
+        raise AssertionError("unreachable: the retry loop returns or raises")
+
+    async def _once(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = await self._http.request(method, self._prefix + path, **kwargs)
+        except httpx.TransportError as exc:
+            raise _Unanswered(f"{type(exc).__name__}: {exc}") from exc
+        if response.status_code < 400:
+            return response
+        if response.status_code != 429 and response.status_code < 500:
+            raise IngestError(f"{method} {path}: {response.status_code} {response.text[:500]}")
+        raise _Unanswered(f"HTTP {response.status_code}")
 
     async def assignment(self, *, after: str | None, wait: float) -> wire.Assignment:
         params = {"wait": str(wait)}

@@ -63,6 +63,14 @@ INFERENCE_OUTAGE_BUDGET_SECONDS = 600.0
 OUTAGE_BACKOFF = Backoff(first_seconds=1.0, max_seconds=15.0)
 # Re-sending an abort that failed or did not land; past the budget the request is cancelled locally.
 ABORT_BACKOFF = Backoff(first_seconds=0.5, max_seconds=2.0, budget_seconds=30.0)
+# Connecting to the sandbox container next door, which may start after the runner. Short
+# pauses (0.2 s on average once capped): swerex answers a few seconds after the pod
+# starts, and each pause is on the path of the rollout's start.
+SANDBOX_CONNECT_BACKOFF = Backoff(first_seconds=0.1, max_seconds=0.4, budget_seconds=300.0)
+
+
+class _AbortNotLanded(Exception):
+    """An abort could not be sent, or the request went on after it."""
 
 
 class AbortableModel:
@@ -119,6 +127,9 @@ class AbortableModel:
         self.inner.add_messages(messages)
 
     async def generate(self, *, max_new_tokens: int | None = None) -> ModelTurn:
+        # A Schedule, not a retry loop: the budget counts from the first failure (not from
+        # the first request, which may generate for minutes), a wait ends early on our
+        # own suspension, and inference-side aborts share the budget without waiting.
         outage: Schedule | None = None
         while True:
             try:
@@ -182,26 +193,33 @@ class AbortableModel:
         task = self._task
         if task is None:
             return
-        if self._abort_remote is not None:
-            retry = ABORT_BACKOFF.start()
-            while not task.done():
-                try:
-                    await self._abort_remote()
-                except Exception as exc:  # noqa: BLE001 - keep trying; cancelling below is the fallback
-                    log.warning("abort request failed: %s", exc)
-                else:
-                    try:
-                        # A delivered abort ends the request at once, unless it raced the request's arrival.
-                        await asyncio.wait_for(asyncio.shield(task), timeout=1.0)
-                        return
-                    except (TimeoutError, Exception):  # noqa: BLE001
-                        pass
-                delay = retry.next_delay()
-                if delay is None:
-                    break
-                await asyncio.sleep(delay)
+        abort_remote = self._abort_remote
+        if abort_remote is not None:
+            try:
+                async for attempt in ABORT_BACKOFF.retrying(retryable=lambda exc: isinstance(exc, _AbortNotLanded)):
+                    with attempt:
+                        await self._abort_once(task, abort_remote)
+            except _AbortNotLanded:
+                pass  # spent: cancelling below is the fallback
         if not task.done():
             task.cancel()
+
+    async def _abort_once(self, task: asyncio.Task[ModelTurn], abort_remote: Callable[[], Awaitable[object]]) -> None:
+        """Send the abort once; _AbortNotLanded when it could not be sent, or the request
+        did not end within a second of it (it raced the request's arrival)."""
+        if task.done():
+            return
+        try:
+            await abort_remote()
+        except Exception as exc:  # noqa: BLE001 - keep trying; cancelling is the fallback
+            log.warning("abort request failed: %s", exc)
+            raise _AbortNotLanded(str(exc)) from exc
+        try:
+            # A delivered abort ends the request at once, unless it raced the request's arrival.
+            await asyncio.wait_for(asyncio.shield(task), timeout=1.0)
+        except (TimeoutError, Exception):  # noqa: BLE001
+            if not task.done():
+                raise _AbortNotLanded("the request did not end within 1 s of its abort") from None
 
 
 class Runner:
@@ -271,17 +289,16 @@ class Runner:
             return None
 
     async def _connect_sandbox(self) -> Sandbox:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                sandbox = await Sandbox.connect(self.env.sandbox_url(), self.swerex_token, timeout=30.0)
-                self.timeline.mark("swerex")
-                return sandbox
-            except Exception as exc:  # noqa: BLE001 - the sandbox container may still be starting
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"agent_runner: sandbox at {self.env.sandbox_url()} unreachable: {exc}") from exc
-                # Short: swerex answers a few seconds after the pod starts, and each pause is on the path.
-                await asyncio.sleep(0.2)
+        # Any failure: the sandbox container may still be starting.
+        try:
+            async for attempt in SANDBOX_CONNECT_BACKOFF.retrying(retryable=lambda exc: True):
+                with attempt:
+                    sandbox = await Sandbox.connect(self.env.sandbox_url(), self.swerex_token, timeout=30.0)
+                    self.timeline.mark("swerex")
+                    return sandbox
+        except Exception as exc:  # noqa: BLE001 - spent: the runner cannot work without it
+            raise SystemExit(f"agent_runner: sandbox at {self.env.sandbox_url()} unreachable: {exc}") from exc
+        raise AssertionError("unreachable: the retry loop returns or raises")
 
     # -- run / resume ----------------------------------------------------------------
 

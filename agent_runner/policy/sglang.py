@@ -43,7 +43,7 @@ from pydantic import ValidationError
 
 from agent_runner.policy.errors import ContextBudgetError, ModelProtocolError, ModelTimeoutError, ModelUnavailableError
 from swerollout import fleet as fleets
-from swerollout.backoff import Backoff, Schedule
+from swerollout.backoff import Backoff
 from swerollout.wire import sglang as wire
 from swerollout.wire.sglang import ContextLimits, GenerateRequest, SamplingParams
 from swerollout.wire.smg import ROUTING_KEY_HEADER
@@ -52,7 +52,6 @@ __all__ = [
     "ContextLimits",
     "GenerateRequest",
     "GenerateResult",
-    "RetryPolicy",
     "AbortRefused",
     "SGLangClient",
     "SamplingParams",
@@ -94,21 +93,10 @@ class GenerateResult:
         return len(self.logprobs) == len(self.output_ids)
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Bounded retries of one request, paced by the one backoff rule (swerollout.backoff)."""
-
-    attempts: int = 4
-    """Total tries of one request, first included."""
-    base_delay: float = 0.5
-    """Seconds before the first retry (before jitter); doubles each retry."""
-    max_delay: float = 8.0
-    """Cap of one backoff sleep, and of an honoured Retry-After, in seconds."""
-    abort_timeout: float = 2.0
-    """Seconds allowed for one /abort_request."""
-
-    def schedule(self, rng: random.Random) -> Schedule:
-        return Backoff(first_seconds=self.base_delay, max_seconds=self.max_delay, attempts=self.attempts).start(rng=rng)
+GENERATE_BACKOFF = Backoff(first_seconds=0.5, max_seconds=8.0, attempts=4)
+"""Bounded retries of one /generate (four tries, pauses capped at 8 s, Retry-After included)."""
+ABORT_TIMEOUT_SECONDS = 2.0
+"""Seconds allowed for one /abort_request (and the fleet's discovery and /ready reads)."""
 
 
 # --- request ids -----------------------------------------------------------------------
@@ -175,7 +163,8 @@ class SGLangClient:
         base_url: str,
         *,
         timeout: float = 600.0,
-        retry: RetryPolicy | None = None,
+        retry: Backoff = GENERATE_BACKOFF,
+        abort_timeout: float = ABORT_TIMEOUT_SECONDS,
         headers: dict[str, str] | None = None,
         api_key: str | None = None,
         admin_key: str | None = None,
@@ -186,7 +175,8 @@ class SGLangClient:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
-        self.retry = retry or RetryPolicy()
+        self.retry = retry
+        self.abort_timeout = abort_timeout
         self._rng = rng or random.Random()
         self._sleep = sleep
         self._calls: set[_Call] = set()
@@ -276,61 +266,71 @@ class SGLangClient:
         image_data: list[str] | None = None,
     ) -> GenerateResult:
         url = f"{self.base_url}/generate"
-        last: _Retryable | None = None
-        schedule = self.retry.schedule(self._rng)
-        for attempt in range(1, self.retry.attempts + 1):
-            rid = rid_for_attempt(attempt)
-            if call.aborted:
-                # Aborted while waiting to retry: this attempt is never sent.
-                return _aborted(rid, attempt, "aborted before the request was sent")
-            fields: dict[str, Any] = dict(
-                rid=rid,
-                input_ids=[] if input_ids_json is not None else input_ids,
-                sampling_params=sampling,
-                return_logprob=True,
-                logprob_start_len=-1,
-            )
-            if return_routed_experts:
-                # Only the rows this turn adds: the earlier ones are stored already.
-                fields.update(return_routed_experts=True, routed_experts_start_len=routed_experts_start_len)
-            if image_data:
-                fields.update(image_data=list(image_data))
-            request = GenerateRequest(**fields)
-            call.rid = rid
-            post = call.post = asyncio.ensure_future(
-                self._post_generate(encode_request(request, input_ids_json), timeout)
-            )
-            try:
-                body = await post
-                return _to_result(rid, body, attempt)
-            except asyncio.CancelledError:
-                current = asyncio.current_task()
-                if call.abandoned and post.cancelled() and not (current is not None and current.cancelling()):
-                    return _aborted(rid, attempt, f"{call.abandoned}: the request's connection was closed")
-                if not call.abandoned:
-                    # The caller gave up on this turn; do not leave it generating on the server.
-                    await asyncio.shield(self._abort_quietly(rid))
-                raise
-            except _Retryable as exc:
-                last = exc
-                call.rid = None
-                if exc.dropped:
-                    await self._abort_quietly(rid)
-                delay = schedule.next_delay(exc.retry_after)
-                if delay is None:
-                    break
-                log.warning("%s; retrying in %.1fs", exc, delay)
-                await self._backoff(call, delay)
-            finally:
-                call.rid = None
-                call.post = None
-        assert last is not None
-        detail = f"POST {url} failed {schedule.retries + 1} times; last error: {last}"
-        if last.timeout:
-            raise ModelTimeoutError(detail)
-        if last.protocol:
-            raise ModelProtocolError(detail)
-        raise ModelUnavailableError(detail)
+        tries = 0
+
+        def retrying(exc: BaseException, delay: float) -> None:
+            log.warning("%s; retrying in %.1fs", exc, delay)
+
+        loop = self.retry.retrying(
+            retryable=lambda exc: isinstance(exc, _Retryable),
+            retry_after=lambda exc: exc.retry_after if isinstance(exc, _Retryable) else None,
+            on_retry=retrying,
+            sleep=lambda delay: self._backoff(call, delay),
+            rng=self._rng,
+        )
+        try:
+            async for attempt in loop:
+                with attempt:
+                    tries += 1
+                    rid = rid_for_attempt(tries)
+                    if call.aborted:
+                        # Aborted while waiting to retry: this attempt is never sent.
+                        return _aborted(rid, tries, "aborted before the request was sent")
+                    fields: dict[str, Any] = dict(
+                        rid=rid,
+                        input_ids=[] if input_ids_json is not None else input_ids,
+                        sampling_params=sampling,
+                        return_logprob=True,
+                        logprob_start_len=-1,
+                    )
+                    if return_routed_experts:
+                        # Only the rows this turn adds: the earlier ones are stored already.
+                        fields.update(return_routed_experts=True, routed_experts_start_len=routed_experts_start_len)
+                    if image_data:
+                        fields.update(image_data=list(image_data))
+                    request = GenerateRequest(**fields)
+                    call.rid = rid
+                    post = call.post = asyncio.ensure_future(
+                        self._post_generate(encode_request(request, input_ids_json), timeout)
+                    )
+                    try:
+                        body = await post
+                        return _to_result(rid, body, tries)
+                    except asyncio.CancelledError:
+                        current = asyncio.current_task()
+                        if call.abandoned and post.cancelled() and not (current is not None and current.cancelling()):
+                            return _aborted(rid, tries, f"{call.abandoned}: the request's connection was closed")
+                        if not call.abandoned:
+                            # The caller gave up on this turn; do not leave it generating on the server.
+                            await asyncio.shield(self._abort_quietly(rid))
+                        raise
+                    except _Retryable as exc:
+                        call.rid = None
+                        if exc.dropped:
+                            # The server may still be generating it: a retry is a new rid, never this one.
+                            await self._abort_quietly(rid)
+                        raise
+                    finally:
+                        call.rid = None
+                        call.post = None
+        except _Retryable as last:
+            detail = f"POST {url} failed {loop.schedule.retries + 1} times; last error: {last}"
+            if last.timeout:
+                raise ModelTimeoutError(detail) from None
+            if last.protocol:
+                raise ModelProtocolError(detail) from None
+            raise ModelUnavailableError(detail) from None
+        raise AssertionError("unreachable: the retry loop returns or raises")
 
     async def _backoff(self, call: _Call, delay: float) -> None:
         """Sleep before a retry; an abort ends the wait at once."""
@@ -386,7 +386,7 @@ class SGLangClient:
         worker list changes."""
         if self._fleet is None or not self._fleet.listed_once:
             self._fleet = await fleets.discover(
-                self._http, self.base_url, headers=self._admin_headers, timeout=self.retry.abort_timeout
+                self._http, self.base_url, headers=self._admin_headers, timeout=self.abort_timeout
             )
         return self._fleet
 
@@ -406,7 +406,7 @@ class SGLangClient:
             "/abort_request",
             body,
             headers=self._admin_headers,
-            timeout=self.retry.abort_timeout,
+            timeout=self.abort_timeout,
         )
         refused = [a for a in answers if a.status in (401, 403)]
         if refused:
@@ -473,7 +473,7 @@ class SGLangClient:
         except fleets.FleetError:
             return False
         answers = await fleets.call_engines(
-            self._http, fleet, "GET", "/ready", headers=self._admin_headers, timeout=self.retry.abort_timeout
+            self._http, fleet, "GET", "/ready", headers=self._admin_headers, timeout=self.abort_timeout
         )
         return any(a.status == 503 for a in answers)
 

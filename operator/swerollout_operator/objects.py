@@ -8,12 +8,12 @@ races another (or a restart) ends in AlreadyExists and adoption, never a second 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
 from swerollout.api import v1alpha1 as api
 from swerollout.api.labels import rollout_label
+from swerollout.backoff import Backoff
 from swerollout.kube import (
     PODS,
     SECRETS,
@@ -53,6 +53,14 @@ class QuotaRefused(Exception):
 
 
 QUOTA_MESSAGES = ("exceeded quota", "status unknown for quota")
+POD_NAME_BACKOFF = Backoff(first_seconds=0.5, max_seconds=2.0, attempts=3)
+"""ensure_pod's tries when a leftover pod held the name (deleted, then created again)."""
+
+
+class _NameTaken(Exception):
+    """Another pod held the name (now being deleted), or one vanished under us: try again."""
+
+
 """How the quota admission plugin words a refusal (k8s.io/apiserver's resourcequota
 plugin): over a limit, or the quota's usage not computed yet by the controller-manager.
 A 403 says nothing more specific (its reason is Forbidden, as for RBAC)."""
@@ -126,43 +134,50 @@ class Objects:
     async def ensure_pod(self, entry: Tracked, attempt: int, *, role: str) -> dict[str, Any]:
         rollout = api.SWERollout.model_construct(spec=entry.rollout_spec)
         manifest = podspec.rollout_pod(rollout, entry.meta, self.settings, attempt=attempt, role=role)
+        try:
+            async for tried in POD_NAME_BACKOFF.retrying(retryable=lambda exc: isinstance(exc, _NameTaken)):
+                with tried:
+                    return await self._create_or_adopt(entry, manifest, role=role)
+        except _NameTaken:
+            pass
+        raise RuntimeError(f"could not create or adopt pod {entry.namespace}/{manifest['metadata']['name']}")
+
+    async def _create_or_adopt(self, entry: Tracked, manifest: dict[str, Any], *, role: str) -> dict[str, Any]:
+        """One try of ensure_pod: create the pod, or adopt ours; _NameTaken when another
+        pod held the name (deleted now) or one vanished between our create and our read."""
         name = manifest["metadata"]["name"]
-        for _ in range(3):
-            existing = self.pods.get(entry.namespace, name)
-            if existing is None:
-                try:
-                    created = await self.kube.create(PODS, manifest, entry.namespace)
-                except AlreadyExists:
-                    # Made before this process saw it (a restart): adopt what is there.
-                    try:
-                        existing = await self.kube.get(PODS, name, entry.namespace)
-                    except NotFound:
-                        continue
-                    self.pods.update(existing)
-                except (Invalid, BadRequest) as exc:
-                    raise Rejected("Pod", name, exc) from exc
-                except Forbidden as exc:
-                    if is_quota_refusal(exc):
-                        raise QuotaRefused(name, exc) from exc
-                    raise
-                else:
-                    self.metrics.pods_created.labels(role).inc()
-                    self.pods.update(created)
-                    entry.quota_retries = 0
-                    return created
-            if owned_by(existing, entry.uid):
-                entry.quota_retries = 0
-                return existing  # adopt
-            log.warning("deleting pod %s/%s left over from an older rollout of the same name", entry.namespace, name)
+        existing = self.pods.get(entry.namespace, name)
+        if existing is None:
             try:
-                await self.kube.delete(
-                    PODS, name, entry.namespace, uid=existing["metadata"]["uid"], grace_period_seconds=0
-                )
-            except NotFound:
-                pass
-            self.pods.update(existing, deleted=True)
-            await asyncio.sleep(0.5)
-        raise RuntimeError(f"could not create or adopt pod {entry.namespace}/{name}")
+                created = await self.kube.create(PODS, manifest, entry.namespace)
+            except AlreadyExists:
+                # Made before this process saw it (a restart): adopt what is there.
+                try:
+                    existing = await self.kube.get(PODS, name, entry.namespace)
+                except NotFound:
+                    raise _NameTaken(name) from None
+                self.pods.update(existing)
+            except (Invalid, BadRequest) as exc:
+                raise Rejected("Pod", name, exc) from exc
+            except Forbidden as exc:
+                if is_quota_refusal(exc):
+                    raise QuotaRefused(name, exc) from exc
+                raise
+            else:
+                self.metrics.pods_created.labels(role).inc()
+                self.pods.update(created)
+                entry.quota_retries = 0
+                return created
+        if owned_by(existing, entry.uid):
+            entry.quota_retries = 0
+            return existing  # adopt
+        log.warning("deleting pod %s/%s left over from an older rollout of the same name", entry.namespace, name)
+        try:
+            await self.kube.delete(PODS, name, entry.namespace, uid=existing["metadata"]["uid"], grace_period_seconds=0)
+        except NotFound:
+            pass
+        self.pods.update(existing, deleted=True)
+        raise _NameTaken(name)
 
     async def delete_pod(self, namespace: str, name: str) -> None:
         try:

@@ -151,3 +151,30 @@ def test_the_blocking_loop_is_the_same_loop() -> None:
     with pytest.raises(RuntimeError, match="inside `with attempt:`"):
         for _attempt in Backoff(first_seconds=0.001).retrying_sync(retryable=_retryable):
             pass
+
+
+async def test_the_retry_loop_waits_with_the_callers_sleep_and_its_rng() -> None:
+    """`sleep=`: a wait that another event may cut short (the SGLang client's abort);
+    `rng=`: the same pauses for the same seed."""
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)  # returns at once, as an abort would end the wait
+
+    async def pauses(seed: int) -> list[float]:
+        waits.clear()
+        tries = 0
+        loop = Backoff(first_seconds=10.0, attempts=4).retrying(
+            retryable=lambda exc: isinstance(exc, ConnectionError), sleep=sleep, rng=random.Random(seed)
+        )
+        with pytest.raises(ConnectionError):
+            async for attempt in loop:
+                with attempt:
+                    tries += 1
+                    raise ConnectionError("down")
+        assert tries == 4
+        return list(waits)
+
+    first = await pauses(7)
+    assert len(first) == 3 and all(0 <= w <= 40.0 for w in first)
+    assert await pauses(7) == first  # the caller's rng: reproducible

@@ -12,8 +12,9 @@ import pytest
 from agent_runner.pod.checkpoint import CheckpointWriter, Written, is_checkpoint, restore_chain
 from agent_runner.policy.errors import SnapshotError
 from agent_runner.policy.rl_model import RLTokenModel
-from agent_runner.policy.sglang import RetryPolicy, SamplingParams, SGLangClient
+from agent_runner.policy.sglang import SamplingParams, SGLangClient
 from agent_runner.policy.snapshot import Snapshot
+from swerollout.backoff import Backoff
 from swerollout.tokenizers import load_tokenizer
 from tests.support.runner_core_fakes import Behaviour, FakeSGLang
 
@@ -51,7 +52,7 @@ def _noise(seed: int, words: int) -> str:
 
 
 def _model(url: str) -> RLTokenModel:
-    client = SGLangClient(url, retry=RetryPolicy(attempts=3, base_delay=0.01))
+    client = SGLangClient(url, retry=Backoff(attempts=3, first_seconds=0.01))
     return RLTokenModel(
         load_tokenizer("qwen-2.5"),
         client,

@@ -11,7 +11,8 @@ import pytest
 from agent_runner.policy.errors import ContextBudgetError, ModelError, SnapshotError
 from agent_runner.policy.model import FinishReason
 from agent_runner.policy.rl_model import RLTokenModel
-from agent_runner.policy.sglang import ContextLimits, RetryPolicy, SamplingParams, SGLangClient
+from agent_runner.policy.sglang import ContextLimits, SamplingParams, SGLangClient
+from swerollout.backoff import Backoff
 from swerollout.tokenizers import load_tokenizer
 from swerollout.wire.trajectory import Trajectory
 from tests.support.runner_core_fakes import ORACLE_INSTANCE, Behaviour, FakeSGLang
@@ -37,7 +38,7 @@ PROMPT = [
 
 
 def _model(url: str, **kw: Any) -> RLTokenModel:
-    client = SGLangClient(url, retry=RetryPolicy(attempts=3, base_delay=0.01))
+    client = SGLangClient(url, retry=Backoff(attempts=3, first_seconds=0.01))
     defaults: dict[str, Any] = {
         "sampling": SamplingParams(max_new_tokens=512, temperature=0.0),
         "max_context_tokens": 8192,

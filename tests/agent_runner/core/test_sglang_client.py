@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 
 from agent_runner.policy.errors import ContextBudgetError, ModelProtocolError, ModelTimeoutError, ModelUnavailableError
-from agent_runner.policy.sglang import RetryPolicy, SamplingParams, SGLangClient, make_rid
+from agent_runner.policy.sglang import SamplingParams, SGLangClient, make_rid
+from swerollout.backoff import Backoff
 from tests.support.runner_core_fakes import Behaviour, FakeSGLang
 
-FAST = RetryPolicy(attempts=4, base_delay=0.01, max_delay=1.0, abort_timeout=1.0)
+FAST = Backoff(attempts=4, first_seconds=0.01, max_seconds=1.0)
 
 
 def _client(url: str, sleeps: list[float] | None = None, **kw: object) -> SGLangClient:
@@ -23,7 +24,7 @@ def _client(url: str, sleeps: list[float] | None = None, **kw: object) -> SGLang
         if sleeps is not None:
             sleeps.append(delay)
 
-    return SGLangClient(url, retry=FAST, rng=random.Random(0), sleep=record, **kw)  # type: ignore[arg-type]
+    return SGLangClient(url, retry=FAST, abort_timeout=1.0, rng=random.Random(0), sleep=record, **kw)  # type: ignore[arg-type]
 
 
 def _rids(uid: str = "run1", turn: int = 1) -> object:
@@ -102,7 +103,7 @@ async def test_5xx_then_success_retries_with_a_new_rid(fake_sglang: FakeSGLang) 
     assert len(rids) == 3 and len(set(rids)) == 3
     assert [r.split("-")[2] for r in rids] == ["a01", "a02", "a03"]
     assert result.rid == rids[-1] and result.attempts == 3
-    assert len(sleeps) == 2 and all(0 <= s <= FAST.max_delay for s in sleeps)
+    assert len(sleeps) == 2 and all(0 <= s <= FAST.max_seconds for s in sleeps)
 
 
 async def test_429_honours_retry_after(fake_sglang: FakeSGLang) -> None:
@@ -126,7 +127,7 @@ async def test_dropped_connection_aborts_old_rid_before_resending(fake_sglang: F
 async def test_timeout_aborts_and_gives_up_with_timeout_error(fake_sglang: FakeSGLang) -> None:
     fake_sglang.script += [Behaviour("hang"), Behaviour("hang")]
     client = SGLangClient(
-        fake_sglang.url, retry=RetryPolicy(attempts=2, base_delay=0.001, abort_timeout=1.0), timeout=0.3
+        fake_sglang.url, retry=Backoff(attempts=2, first_seconds=0.001), abort_timeout=1.0, timeout=0.3
     )
     async with client:
         with pytest.raises(ModelTimeoutError, match="failed 2 times"):
@@ -220,7 +221,7 @@ async def test_abort_by_rid_against_the_policy_server(oracle_server: Callable[..
     )
     ids = tok.encode(prompt, add_special_tokens=False)
     rid = make_rid("uid-live", 1, 1)
-    async with SGLangClient(server.url, retry=FAST) as client:
+    async with SGLangClient(server.url, retry=FAST, abort_timeout=1.0) as client:
         assert await client.health()
         task = asyncio.create_task(
             client.generate(ids, SamplingParams(max_new_tokens=400), rid_for_attempt=lambda _: rid)
@@ -243,7 +244,7 @@ async def test_oracle_server_round_trip_with_text_spellings(oracle_server: Calla
         ),
         add_special_tokens=False,
     )
-    async with SGLangClient(server.url, retry=FAST) as client:
+    async with SGLangClient(server.url, retry=FAST, abort_timeout=1.0) as client:
         result = await client.generate(
             ids, SamplingParams(max_new_tokens=400, temperature=0.0), rid_for_attempt=_rids()
         )  # type: ignore[arg-type]
@@ -278,7 +279,7 @@ async def test_abort_while_waiting_to_retry_sends_nothing_more(fake_sglang: Fake
         backoff_started.set()
         await asyncio.sleep(60)
 
-    client = SGLangClient(fake_sglang.url, retry=FAST, rng=random.Random(0), sleep=long_sleep)
+    client = SGLangClient(fake_sglang.url, retry=FAST, abort_timeout=1.0, rng=random.Random(0), sleep=long_sleep)
     async with client:
         task = asyncio.create_task(client.generate([1], SamplingParams(), rid_for_attempt=_rids()))  # type: ignore[arg-type]
         await asyncio.wait_for(backoff_started.wait(), 10)
@@ -380,7 +381,7 @@ async def test_an_abort_while_the_server_is_paused_closes_the_request_instead(
     server = oracle_server()
     async with (
         httpx.AsyncClient(base_url=server.url, timeout=30) as http,
-        SGLangClient(server.url, retry=FAST) as client,
+        SGLangClient(server.url, retry=FAST, abort_timeout=1.0) as client,
     ):
         (await http.post("/pause_generation", json={"mode": "in_place"})).raise_for_status()
         turn = asyncio.create_task(
@@ -406,7 +407,7 @@ async def test_keys_go_where_sglang_asks_them(oracle_server: Callable[..., Any])
     import httpx
 
     server = oracle_server(api_key="k-api", admin_api_key="k-admin", faults={"delay_per_token": 0.05})
-    async with SGLangClient(server.url, retry=FAST) as keyless:
+    async with SGLangClient(server.url, retry=FAST, abort_timeout=1.0) as keyless:
         with pytest.raises(ModelProtocolError, match="HTTP 401"):
             await keyless.generate([1, 2, 3], SamplingParams(max_new_tokens=5), rid_for_attempt=_rids())  # type: ignore[arg-type]
     headers = {"Authorization": "Bearer k-api"}
@@ -416,7 +417,9 @@ async def test_keys_go_where_sglang_asks_them(oracle_server: Callable[..., Any])
             return int((await http.get("/v1/loads")).json()["loads"][0]["num_running_reqs"])
 
         for admin_key, delivered in (("k-admin", 1), (None, 0)):
-            async with SGLangClient(server.url, retry=FAST, api_key="k-api", admin_key=admin_key) as client:
+            async with SGLangClient(
+                server.url, retry=FAST, abort_timeout=1.0, api_key="k-api", admin_key=admin_key
+            ) as client:
                 turn = asyncio.create_task(
                     client.generate([1, 2, 3], SamplingParams(max_new_tokens=400), rid_for_attempt=_rids())  # type: ignore[arg-type]
                 )

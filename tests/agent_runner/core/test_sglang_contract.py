@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from agent_runner.policy.sglang import RetryPolicy, SamplingParams, SGLangClient, make_rid
+from agent_runner.policy.sglang import SamplingParams, SGLangClient, make_rid
+from swerollout.backoff import Backoff
 from swerollout.tokenizers import load_tokenizer
 from tests.support.runner_core_fakes import FakeSGLang
 from tests.support.sglang_wheel import dataclass_fields, load
@@ -44,7 +45,7 @@ SHAPES: list[tuple[dict[str, Any], dict[str, Any]]] = [
 async def test_runner_requests_pass_sglangs_own_checks(
     fake_sglang: FakeSGLang, sampling: dict[str, Any], options: dict[str, Any]
 ) -> None:
-    async with SGLangClient(fake_sglang.url, retry=RetryPolicy(attempts=1)) as client:
+    async with SGLangClient(fake_sglang.url, retry=Backoff(attempts=1)) as client:
         await client.generate(
             [151644, 8948, 198, 2610],
             SamplingParams(**sampling),

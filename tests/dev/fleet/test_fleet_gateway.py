@@ -16,9 +16,10 @@ import pytest
 from agent_runner.agent.config import AgentConfig
 from agent_runner.pod.session import Runner
 from agent_runner.policy.rl_model import RLTokenModel
-from agent_runner.policy.sglang import GenerateResult, RetryPolicy, SamplingParams, SGLangClient, make_rid
+from agent_runner.policy.sglang import GenerateResult, SamplingParams, SGLangClient, make_rid
 from swerollout import fleet
 from swerollout.api import v1alpha1 as api
+from swerollout.backoff import Backoff
 from swerollout.client import AsyncRolloutClient
 from swerollout.trainers._settings import AdapterSettings
 from swerollout.wire.runner_env import RunnerEnv
@@ -157,9 +158,7 @@ async def test_a_suspensions_abort_reaches_the_engine_holding_the_request(
 ) -> None:
     gateway = rl_gateway if kind == "rl" else plain_gateway
     before = await _aborted_counts(engines)
-    clients = [
-        SGLangClient(gateway.url, routing_key=f"susp-{kind}-{i}", retry=RetryPolicy(attempts=1)) for i in range(3)
-    ]
+    clients = [SGLangClient(gateway.url, routing_key=f"susp-{kind}-{i}", retry=Backoff(attempts=1)) for i in range(3)]
     try:
         turns = [_long(c, f"susp-{kind}-{i}") for i, c in enumerate(clients)]
         await _until_running(engines, 3)
@@ -191,7 +190,7 @@ async def test_a_batch_abort_reaches_every_engine(
 ) -> None:
     instances = load_instances(DEFAULT_TASKS_DIR / "instances.jsonl")[:2]
     inference = {"endpoint": rl_gateway.url, "tokenizer": "qwen-2.5"}
-    clients = [SGLangClient(rl_gateway.url, routing_key=f"batch-{i}", retry=RetryPolicy(attempts=1)) for i in range(6)]
+    clients = [SGLangClient(rl_gateway.url, routing_key=f"batch-{i}", retry=Backoff(attempts=1)) for i in range(6)]
     try:
         async with AsyncRolloutClient.connect(crd.kubeconfig_path, namespace=namespace) as trainer:
             names = await trainer.submit_batch(instances, 1, batch="fleet", inference=inference)
@@ -221,7 +220,7 @@ async def test_a_fleet_wide_weight_update_keeps_per_token_versions(
     slow: None,
     mode: str,
 ) -> None:
-    clients = [SGLangClient(rl_gateway.url, routing_key=f"update-{i}", retry=RetryPolicy(attempts=1)) for i in range(4)]
+    clients = [SGLangClient(rl_gateway.url, routing_key=f"update-{i}", retry=Backoff(attempts=1)) for i in range(4)]
     async with httpx.AsyncClient(timeout=30) as http:
         found = await fleet.discover(http, rl_gateway.url)
         assert found.kind is fleet.EndpointKind.RL_GATEWAY and sorted(found.engines) == sorted(e.url for e in engines)
@@ -273,10 +272,8 @@ async def test_a_batch_abort_covers_every_entry_of_an_endpoint_list(
         members = [settings.inference_for(m) for m in range(2)]
         assert [m["endpoint"] for m in members] == [rl_gateway.url, lone.url]
         instances = load_instances(DEFAULT_TASKS_DIR / "instances.jsonl")[:1]
-        clients = [
-            SGLangClient(rl_gateway.url, routing_key=f"list-{i}", retry=RetryPolicy(attempts=1)) for i in range(3)
-        ]
-        clients.append(SGLangClient(lone.url, routing_key="list-3", retry=RetryPolicy(attempts=1)))
+        clients = [SGLangClient(rl_gateway.url, routing_key=f"list-{i}", retry=Backoff(attempts=1)) for i in range(3)]
+        clients.append(SGLangClient(lone.url, routing_key="list-3", retry=Backoff(attempts=1)))
         try:
             async with AsyncRolloutClient.connect(crd.kubeconfig_path, namespace=namespace) as trainer:
                 await trainer.submit_batch(instances, 2, batch="list", inference=members[0], member_inference=members)
@@ -297,7 +294,7 @@ async def test_a_rollout_whose_engine_is_gone_is_served_by_another() -> None:
     # Its own two engines: one of them is stopped.
     with launch("null", tokenizer="qwen-2.5") as first, launch("null", tokenizer="qwen-2.5") as second:
         with launch_gateway([first.url, second.url]) as gateway:
-            async with SGLangClient(gateway.url, routing_key="gone", retry=RetryPolicy(attempts=1)) as client:
+            async with SGLangClient(gateway.url, routing_key="gone", retry=Backoff(attempts=1)) as client:
 
                 async def turn(n: int) -> GenerateResult:
                     return await client.generate(
@@ -360,7 +357,7 @@ async def test_an_abort_during_a_fleet_pause_closes_the_request_and_nothing_runs
         found = await fleet.discover(http, rl_gateway.url)
         paused = await fleet.call_engines(http, found, "POST", "/pause_generation", {"mode": "in_place"}, timeout=10)
         assert all(a.ok for a in paused)
-        client = SGLangClient(rl_gateway.url, routing_key="held", retry=RetryPolicy(attempts=1))
+        client = SGLangClient(rl_gateway.url, routing_key="held", retry=Backoff(attempts=1))
         try:
             turn = _long(client, "held")  # 4,000 tokens at 20 ms: it cannot end by itself within the test
             await _until_running(engines, 1)  # held at its engine's pause gate

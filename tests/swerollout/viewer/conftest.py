@@ -27,8 +27,9 @@ import pytest
 
 from agent_runner.policy.model import FinishReason
 from agent_runner.policy.rl_model import RLTokenModel
-from agent_runner.policy.sglang import RetryPolicy, SamplingParams, SGLangClient
+from agent_runner.policy.sglang import SamplingParams, SGLangClient
 from swerollout.api.v1alpha1 import LABEL_BATCH, LABEL_MEMBER, LABEL_SAMPLE
+from swerollout.backoff import Backoff
 from swerollout.cli.results import write_jsonl, write_parquet
 from swerollout.client.records import ANNOTATION_INSTANCE_ID, RolloutRecord, build_record
 from swerollout.tokenizers import load_tokenizer
@@ -102,7 +103,7 @@ async def _run_member(
     before_turn: Any = None,
     on_abort: Any = None,
 ) -> Trajectory:
-    client = SGLangClient(url, retry=RetryPolicy(attempts=3, base_delay=0.01))
+    client = SGLangClient(url, retry=Backoff(attempts=3, first_seconds=0.01))
     model = RLTokenModel(
         load_tokenizer(TOKENIZER),
         client,
