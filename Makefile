@@ -8,7 +8,7 @@ UV_VERSION := 0.13.8
 # dependency set reinstalls and an unchanged one costs nothing.
 STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml dev/pyproject.toml hack/sglang-contract.txt hack/trainers-test.txt | sha256sum | cut -c1-16)
 PYTEST_ARGS ?=
-UNIT_IGNORE := --ignore=tests/cluster --ignore=tests/e2e --ignore=tests/swerollout/trainers --ignore=tests/swerollout/viewer --ignore=tests/dev/stack --ignore=tests/dev/cluster
+UNIT_IGNORE := --ignore=tests/cluster --ignore=tests/e2e --ignore=tests/swerollout/trainers --ignore=tests/swerollout/viewer --ignore=tests/dev/stack --ignore=tests/dev/cluster --ignore=tests/bench --ignore=tests/dev/controlplane
 
 .PHONY: help venv demo-venv demo-deps bins prometheus-bins system-deps test test-unit demo crds lock bench lint format clean cluster-deps cluster-bins test-cluster
 

@@ -75,6 +75,7 @@ def test_no_kubeconfig_anywhere_is_a_config_error(tmp_path: Path, monkeypatch: p
         RolloutClient.connect(tmp_path / "missing.kubeconfig")
 
 
+@pytest.mark.cluster  # its own control plane, without the CRD
 async def test_a_missing_crd_says_how_to_install_it(plane_without_crd: ControlPlane) -> None:
     async with AsyncRolloutClient.connect(plane_without_crd.kubeconfig_path, namespace="default") as client:
         with pytest.raises(CrdNotInstalled, match="crds/"):
@@ -115,6 +116,7 @@ async def test_endpoint_check_refuses_a_dead_server_and_accepts_a_live_one(
     assert len((await akube.list(SWEROLLOUTS, namespace))["items"]) == 1
 
 
+@pytest.mark.cluster  # its own control plane, without the CRD
 def test_cli_exit_code_2_when_the_crd_is_missing(plane_without_crd: ControlPlane) -> None:
     env = {**os.environ, "KUBECONFIG": str(plane_without_crd.kubeconfig_path)}
     done = subprocess.run(

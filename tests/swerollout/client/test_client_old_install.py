@@ -20,6 +20,9 @@ from swerollout_dev.controlplane import ControlPlane
 from tests.support.client_support import INFERENCE, instance
 from tests.support.cluster import BATCH_CRD_NAME, CRD_NAME, wait_established
 
+# Its own control plane (an old install): not for make test-unit.
+pytestmark = pytest.mark.cluster
+
 ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "helm" / "swerollout"
 
