@@ -9,7 +9,6 @@ intent over a newer one (another trainer's resume, say).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -20,7 +19,6 @@ from swerollout.backoff import Backoff
 from swerollout.client.errors import ClientConfigError, KubeApiError
 from swerollout.kube import (
     SWEROLLOUTBATCHES,
-    AlreadyExists,
     AsyncKubeClient,
     Conflict,
     Forbidden,
@@ -29,6 +27,7 @@ from swerollout.kube import (
     NotFound,
     aretry,
 )
+from swerollout.kube.conditional import RacesLost, read_modify_write
 
 log = logging.getLogger(__name__)
 
@@ -127,17 +126,24 @@ class BatchWriter:
             wanted["weightVersion"] = weight_version
         obj = await self._read(name)
         before = _spec(obj)
-        schedule = WRITE_BACKOFF.start()
-        for _ in range(MAX_RACES):
-            current = _spec(obj)
-            if current is not None and all(current.to_wire().get(k) == v for k, v in wanted.items()):
-                return before
+        refused: tuple[str | None, Invalid] | None = None
+        """The resourceVersion a write was refused at with a 422, and the refusal."""
+
+        async def write(current: dict[str, Any] | None) -> None:
+            nonlocal refused
+            spec = _spec(current)
+            if spec is not None and all(spec.to_wire().get(k) == v for k, v in wanted.items()):
+                return
+            rv = current["metadata"]["resourceVersion"] if current is not None else None
+            if refused is not None and refused[0] == rv:
+                # Nobody wrote the object since it refused this very write: the 422 was no
+                # failed `test` of ours but a refusal of the write itself.
+                raise KubeApiError(f"{doing}: {refused[1]}") from refused[1]
             try:
-                if obj is None:
+                if current is None:
                     body = {"apiVersion": API_VERSION, "kind": BATCH_KIND, "metadata": {"name": name}, "spec": wanted}
                     await self.kube.create(SWEROLLOUTBATCHES, body, self.namespace, field_manager=self.field_manager)
                 else:
-                    rv = obj["metadata"]["resourceVersion"]
                     patch: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/resourceVersion", "value": rv}]
                     patch += [{"op": "add", "path": f"/spec/{k}", "value": v} for k, v in wanted.items()]
                     await self.kube.patch(
@@ -148,24 +154,31 @@ class BatchWriter:
                         patch_type="json",
                         field_manager=self.field_manager,
                     )
-                return before
             except Invalid as exc:
-                # A failed `test` (someone wrote it since we read it) is a 422 too.
-                fresh = await self._read(name)
-                if fresh is not None and obj is not None and fresh["metadata"]["resourceVersion"] == rv:
-                    raise KubeApiError(f"{doing}: {exc}") from exc
-                obj = fresh
-                continue
-            except (AlreadyExists, Conflict, NotFound):
-                pass  # someone else created (or deleted) it since we read it: read again
+                refused = (rv, exc)  # a failed `test` (someone wrote it since we read it) is a 422 too
+                raise
             except Forbidden as exc:
                 raise self._forbidden(exc, doing) from exc
-            except KubeError as exc:
-                delay = schedule.next_delay(exc.retry_after_seconds) if exc.retryable else None
-                if delay is None:
-                    raise KubeApiError(f"{doing}: {exc}", retryable=exc.retryable) from exc
-                # The write may have landed: the read below shows it, and it is not sent again.
-                log.info("%s failed (%s); reading it again in %.1f s", doing, exc, delay)
-                await asyncio.sleep(delay)
-            obj = await self._read(name)
-        raise KubeApiError(f"SWERolloutBatch {name} kept changing while {doing}; try again", retryable=True)
+
+        def retrying(exc: BaseException, delay: float) -> None:
+            # The write may have landed: the read that follows shows it, and it is not sent again.
+            log.info("%s failed (%s); reading it again in %.1f s", doing, exc, delay)
+
+        try:
+            await read_modify_write(
+                obj,
+                write=write,
+                read=lambda: self._read(name),
+                races=MAX_RACES,
+                backoff=WRITE_BACKOFF,
+                # Someone else created, deleted or wrote it since we read it: read again.
+                raced=lambda exc: isinstance(exc, (Conflict, Invalid, NotFound)),
+                on_retry=retrying,
+            )
+        except RacesLost:
+            raise KubeApiError(
+                f"SWERolloutBatch {name} kept changing while {doing}; try again", retryable=True
+            ) from None
+        except KubeError as exc:
+            raise KubeApiError(f"{doing}: {exc}", retryable=exc.retryable) from exc
+        return before

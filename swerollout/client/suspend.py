@@ -28,7 +28,8 @@ from swerollout.client.core import (
 )
 from swerollout.client.errors import ClientConfigError, KubeApiError
 from swerollout.client.records import parse_status
-from swerollout.kube import SWEROLLOUTS, Conflict, Invalid, KubeError, NotFound, aretry
+from swerollout.kube import SWEROLLOUTS, KubeError, NotFound
+from swerollout.kube.conditional import RacesLost, read_modify_write
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -255,57 +256,68 @@ class Suspending(ClientCore):
         limit = asyncio.Semaphore(MARK_PARALLEL_REQUESTS)
         doing = f"setting spec.suspend={suspend}"
 
-        async def patch(obj: Object) -> str:
-            name = str(obj["metadata"]["name"])
-            schedule = MARK_BACKOFF.start()
+        async def mark(obj: Object) -> str:
+            name = name_of(obj)
             # A patch whose answer was lost (reset, 5xx) may have been applied: then the
             # re-read shows the mark, and it is ours; it is never sent a second time.
             maybe_applied = False
-            conflicts = 0
-            async with limit:
-                while conflicts < MAX_CONFLICT_RETRIES:
-                    phase = parse_status(obj).phase
-                    if phase.is_terminal:
-                        return ""
-                    if bool((obj.get("spec") or {}).get("suspend")) == suspend:
-                        return name if maybe_applied else ""
-                    # Conditional on the phase we read (not on the resourceVersion, which the
-                    # operator's progress writes move all the time): a member that finished
-                    # since we read it is re-read and left alone instead of being marked.
-                    if (obj.get("status") or {}).get("phase"):
-                        test: Object = {"op": "test", "path": "/status/phase", "value": phase.value}
-                    else:  # never reconciled yet: any change at all means read again
-                        rv = obj["metadata"]["resourceVersion"]
-                        test = {"op": "test", "path": "/metadata/resourceVersion", "value": rv}
-                    body: list[Object] = [test, {"op": "add", "path": "/spec/suspend", "value": suspend}]
-                    if weight_version is not None:
-                        body.append({"op": "add", "path": "/spec/inference/weightVersion", "value": weight_version})
-                    try:
-                        await self.kube.patch(
-                            SWEROLLOUTS, name, body, self.namespace, patch_type="json", field_manager=FIELD_MANAGER
-                        )
-                        return name
-                    except (Conflict, Invalid):
-                        conflicts += 1  # the phase moved (a failed `test` is 422): read it again
-                    except NotFound:
-                        return ""  # deleted meanwhile: nothing to abort or resume
-                    except KubeError as exc:
-                        delay = schedule.next_delay(exc.retry_after_seconds) if exc.retryable else None
-                        if delay is None:
-                            raise kube_error(exc, f"{doing} on {name}") from exc
-                        # 429 was refused before it ran; a reset or a 5xx may have landed.
-                        maybe_applied = maybe_applied or exc.status != 429
-                        log.info("%s on %s failed (%s); reading it again in %.1f s", doing, name, exc, delay)
-                        await asyncio.sleep(delay)
-                    try:
-                        obj = await aretry(
-                            lambda: self.kube.get(SWEROLLOUTS, name, self.namespace), policy=MARK_BACKOFF
-                        )
-                    except NotFound:
-                        return ""
-                    except KubeError as exc:
-                        raise kube_error(exc, f"reading {name} again while {doing}") from exc
-            raise KubeApiError(f"{name} kept changing while {doing}; try again", retryable=True)
 
-        names = await asyncio.gather(*(patch(o) for o in members))
+            async def write(current: Object | None) -> str:
+                nonlocal maybe_applied
+                if current is None:
+                    return ""  # deleted meanwhile: nothing to abort or resume
+                phase = parse_status(current).phase
+                if phase.is_terminal:
+                    return ""
+                if own_suspend(current) == suspend:
+                    return name if maybe_applied else ""
+                # Conditional on the phase we read (not on the resourceVersion, which the
+                # operator's progress writes move all the time): a member that finished
+                # since we read it is read again and left alone instead of being marked.
+                if (current.get("status") or {}).get("phase"):
+                    test: Object = {"op": "test", "path": "/status/phase", "value": phase.value}
+                else:  # never reconciled yet: any change at all means read again
+                    rv = current["metadata"]["resourceVersion"]
+                    test = {"op": "test", "path": "/metadata/resourceVersion", "value": rv}
+                body: list[Object] = [test, {"op": "add", "path": "/spec/suspend", "value": suspend}]
+                if weight_version is not None:
+                    body.append({"op": "add", "path": "/spec/inference/weightVersion", "value": weight_version})
+                try:
+                    await self.kube.patch(
+                        SWEROLLOUTS, name, body, self.namespace, patch_type="json", field_manager=FIELD_MANAGER
+                    )
+                except NotFound:
+                    return ""
+                except KubeError as exc:
+                    # 429 was refused before it ran; a reset or a 5xx may have landed.
+                    maybe_applied = maybe_applied or (exc.retryable and exc.status != 429)
+                    raise
+                return name
+
+            async def read() -> Object | None:
+                try:
+                    return await self.kube.get(SWEROLLOUTS, name, self.namespace)
+                except NotFound:
+                    return None
+
+            def retrying(exc: BaseException, delay: float) -> None:
+                log.info("%s on %s failed (%s); reading it again in %.1f s", doing, name, exc, delay)
+
+            first: Object | None = obj
+            async with limit:
+                try:
+                    return await read_modify_write(
+                        first,
+                        write=write,
+                        read=read,
+                        races=MAX_CONFLICT_RETRIES,
+                        backoff=MARK_BACKOFF,
+                        on_retry=retrying,
+                    )
+                except RacesLost:
+                    raise KubeApiError(f"{name} kept changing while {doing}; try again", retryable=True) from None
+                except KubeError as exc:
+                    raise kube_error(exc, f"{doing} on {name}") from exc
+
+        names = await asyncio.gather(*(mark(o) for o in members))
         return sorted(n for n in names if n)
