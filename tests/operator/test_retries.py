@@ -138,9 +138,11 @@ def test_an_autosubmission_the_eval_pod_could_not_grade_is_replayed_like_any_inf
     patch = wire.StoredObjectRef.model_validate(
         httpx.put(patches, content=b"diff --git a/x b/x\n", headers=first).json()
     )
-    finished = wire.RunnerEvent(
-        kind=wire.EventKind.FINISHED, assignment_id=run["id"], exit_status="submitted (exit_api)", turns=3,
-        message="ModelUnavailableError: down", patch=patch,
+    trajectories = ingest_url(operator, namespace, name, uid, "/objects/trajectory")
+    trajectory = wire.StoredObjectRef.model_validate(httpx.put(trajectories, content=b"t", headers=first).json())
+    finished = wire.Finished(
+        assignment_id=run["id"], exit_status="submitted (exit_api)", turns=3,
+        message="ModelUnavailableError: down", patch=patch, trajectory=trajectory,
     )  # fmt: skip
     assert httpx.post(events, content=finished.model_dump_json(), headers=first).status_code == 200
     wait_for("Evaluating", lambda: phase(kubectl, namespace, name) == "Evaluating", op=operator)
@@ -149,8 +151,8 @@ def test_an_autosubmission_the_eval_pod_could_not_grade_is_replayed_like_any_inf
     mark_ready(kubectl, namespace, f"{name}-eval1")
     evaluator = {**_auth(token, 1), "X-Swerollout-Role": "eval"}
     grade = _assignment(url, evaluator, "eval")
-    ungraded = wire.RunnerEvent(
-        kind=wire.EventKind.EVALUATED, assignment_id=grade["id"],
+    ungraded = wire.Evaluated(
+        assignment_id=grade["id"],
         reward=wire.RewardReport(resolved=False, reward=0.0, graded=False, message="the patch does not apply"),
     )  # fmt: skip
     assert httpx.post(events, content=ungraded.model_dump_json(), headers=evaluator).status_code == 200
@@ -164,7 +166,7 @@ def test_an_autosubmission_the_eval_pod_could_not_grade_is_replayed_like_any_inf
     second = _auth(token, 2)
     mark_ready(kubectl, namespace, f"{name}-a2")
     resume = _assignment(url, second, "resume")
-    started = wire.RunnerEvent(kind=wire.EventKind.STARTED, assignment_id=resume["id"])
+    started = wire.Started(assignment_id=resume["id"])
     assert httpx.post(events, content=started.model_dump_json(), headers=second).status_code == 200
     wait_for("Running", lambda: phase(kubectl, namespace, name) == "Running", op=operator)
     submitted = finished.model_copy(update={"assignment_id": resume["id"], "exit_status": "submitted", "turns": 4})
