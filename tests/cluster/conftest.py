@@ -14,7 +14,7 @@ import pytest
 
 from swerollout_dev.cluster.buildimage import base_image_archive
 from swerollout_dev.cluster.config import ClusterConfig, ClusterPaths
-from tests.support.realnode import RealNode, leftovers, swerollout_cli
+from tests.support.realnode import RealNode, leftovers, swerollout_cli, wait_for_the_machine
 
 # Not under pytest's tmp dirs: pytest renames old ones before deleting them, and a
 # renamed cluster dir hides its mounts from `cluster down`.
@@ -27,17 +27,23 @@ def real_node() -> Iterator[RealNode]:
     workdir.mkdir(parents=True, exist_ok=True)
     paths = ClusterPaths.under(workdir)
     node = RealNode(workdir=workdir, paths=paths, config=ClusterConfig())
+    # One real node per machine, and every checkout's run uses this workdir: wait for another's to end.
+    wait_for_the_machine(paths)
+    ours = True
     try:
         # Inside the try: a run interrupted while the node comes up still brings it down.
         up = swerollout_cli("cluster", "up", "--workdir", str(workdir), "--policy", "oracle", timeout=3600)
+        # Another run's node, started between the wait and the up, is never ours to stop.
+        ours = not (up.returncode != 0 and "already runs" in up.stderr)
         assert up.returncode == 0, f"cluster up failed:\n{up.stdout}\n{up.stderr}"
         node.import_image(base_image_archive())
         yield node
     finally:
-        down = swerollout_cli("cluster", "down", "--workdir", str(workdir))
-        assert down.returncode == 0, f"cluster down failed:\n{down.stdout}\n{down.stderr}"
-        left = leftovers(node.config, paths)
-        assert not left, "cluster down left things behind:\n" + "\n".join(left)
+        if ours:
+            down = swerollout_cli("cluster", "down", "--workdir", str(workdir))
+            assert down.returncode == 0, f"cluster down failed:\n{down.stdout}\n{down.stderr}"
+            left = leftovers(node.config, paths)
+            assert not left, "cluster down left things behind:\n" + "\n".join(left)
 
 
 @pytest.fixture

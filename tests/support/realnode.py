@@ -7,6 +7,7 @@ run per machine, so a second run waits for the machine lock's holder to finish.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import socket
@@ -84,6 +85,37 @@ class RealNode:
         containerd.import_image(self.paths, archive)
 
 
+MACHINE_WAIT = 7200.0  # seconds a run waits for another real node on this machine to stop
+
+
+def wait_for_the_machine(paths: ClusterPaths, timeout: float = MACHINE_WAIT) -> None:
+    """Until no real node runs on this machine (its supervisor holds the machine's lock for
+    its whole life) and none runs from `paths` (another checkout's run of this suite uses the
+    same workdir). `cluster up` refuses at once when either is taken, and a fixture that
+    then ran `cluster down` in its cleanup would stop the other run's node."""
+    paths.runtime.mkdir(parents=True, exist_ok=True)
+    deadline, told = time.monotonic() + timeout, False
+    while True:
+        with open(paths.lock, "a+") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                lock.seek(0)
+                holder = lock.read().strip()
+            else:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+                state = ClusterState.read(paths.state)
+                holder = "" if state is None or not state.supervisor.alive() else f"a cluster in {paths.root}"
+        if not holder:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"another real node ran for {timeout:.0f}s: {holder}")
+        if not told:
+            print(f"waiting for the machine's real node to stop ({holder})", file=sys.stderr)
+            told = True
+        time.sleep(5)
+
+
 def leftovers(config: ClusterConfig, paths: ClusterPaths) -> list[str]:
     """What a stopped cluster left on this machine (empty when clean)."""
     found = []
@@ -94,7 +126,11 @@ def leftovers(config: ClusterConfig, paths: ClusterPaths) -> list[str]:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if str(paths.root) in cmdline or str(paths.runtime) in cmdline:
+        # A shell that only names the paths (another run's command waiting for the lock) is
+        # not a leftover: the node's own processes (containerd, its shims, the kubelet, ...)
+        # are started directly, never through a shell.
+        shell = Path(cmdline.split(" ", 1)[0]).name in ("bash", "sh", "dash", "flock")
+        if (str(paths.root) in cmdline or str(paths.runtime) in cmdline) and not shell:
             found.append(f"process {entry.name}: {cmdline[:200]}")
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         point = line.split()[4]
