@@ -165,7 +165,10 @@ def test_an_autosubmission_the_eval_pod_could_not_grade_is_replayed_like_any_inf
     wait_for("the eval pod deleted", lambda: get_json(kubectl, "pod", f"{name}-eval1", "-n", namespace) is None)
     second = _auth(token, 2)
     mark_ready(kubectl, namespace, f"{name}-a2")
-    resume = _assignment(url, second, "resume")
+    # No checkpoint was reported, so there is no snapshot to resume: the fresh pod is told to
+    # run from the start (a Run with replay, under the id a resume has).
+    resume = _assignment(url, second, "run")
+    assert resume["replay"] is True and resume["id"].startswith("resume:2:"), resume
     started = wire.Started(assignment_id=resume["id"])
     assert httpx.post(events, content=started.model_dump_json(), headers=second).status_code == 200
     wait_for("Running", lambda: phase(kubectl, namespace, name) == "Running", op=operator)
