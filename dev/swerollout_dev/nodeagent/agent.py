@@ -4,11 +4,12 @@
   swerollout.io/node-agent=local, taint swerollout.io/local=true:NoSchedule) and
   keeps its Ready heartbeat fresh.
 - Binds pending unscheduled pods that tolerate the taint (and whose nodeSelector
-  fits) through the pods/binding subresource.
+  fits) through the pods/binding subresource; never a pod with scheduling gates
+  (Kueue's admission gate), as kube-scheduler waits until they are all removed.
 - Runs pods bound to the node with :class:`PodRuntime`, publishes their status
   on pods/status, and finishes graceful deletion the way a kubelet does: stop
-  the containers within the grace period, then delete the object with
-  gracePeriodSeconds=0.
+  the containers within the grace period, publish a terminal phase, then delete
+  the object with gracePeriodSeconds=0.
 - On start it re-adopts the pods it was running (state files in each pod's
   directory; live processes recognised by pid + start time), fails pods whose
   state is lost, and kills processes of pods that no longer exist.
@@ -262,6 +263,10 @@ class NodeAgent:
     def _fits(self, pod: Pod) -> bool:
         if pod.metadata.deletion_timestamp or pod.status.get("phase") in ("Succeeded", "Failed"):
             return False
+        if pod.spec.scheduling_gates:
+            # Not schedulable until every gate is removed (e.g. Kueue's admission); the API
+            # server refuses such a binding, as kube-scheduler never attempts it.
+            return False
         labels = {**self.config.labels, "kubernetes.io/hostname": self.config.node_name, "kubernetes.io/os": "linux"}
         if any(labels.get(k) != v for k, v in pod.spec.node_selector.items()):
             return False
@@ -385,6 +390,8 @@ class NodeAgent:
                 pass
             worker.runtime.kill_leftovers()
             worker.runtime.remove_files()  # before the object goes: nothing of the pod outlives it
+            if delete_object and worker.runtime.end_terminated():
+                await self.publish_status(pod, worker.runtime.status)
             if delete_object:
                 try:
                     await self.kube.delete(

@@ -169,6 +169,7 @@ class PodSpec(_K8s):
     node_name: str | None = None
     node_selector: dict[str, str] = Field(default_factory=dict)
     tolerations: list[Toleration] = Field(default_factory=list)
+    scheduling_gates: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class ObjectMeta(_K8s):

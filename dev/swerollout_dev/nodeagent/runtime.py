@@ -718,6 +718,15 @@ class PodRuntime:
             await self.host.event(self.pod, "Normal", "Killing", f"Stopping container(s) {names}")
         await asyncio.gather(*(s.process.terminate(grace_seconds) for s in running if s.process is not None))
 
+    def end_terminated(self) -> bool:
+        """After stop(): make the phase terminal, as a kubelet does for a deleted pod, whatever
+        point it had reached (stopped while preparing, never started here, adopted without its
+        processes). Controllers that keep a finalizer on the object, such as Kueue's, wait for
+        that phase. True when the phase changed from what was last published."""
+        if self.phase not in ("Succeeded", "Failed"):
+            self.failure = ("Terminated", "the pod was deleted before its containers ended")
+        return (self._last_published or {}).get("phase") != self.phase
+
     def kill_leftovers(self) -> None:
         """Best effort at teardown: nothing the pod started may outlive it."""
         for s in [*self.init_slots, *self.slots]:

@@ -412,3 +412,68 @@ def test_logs_command_shows_and_follows_container_output(agent: AgentProcess, ku
     wait_pod(kube, namespace, "talker", phase_is("Succeeded"))
     again = subprocess.run([*base, "-c", "main"], capture_output=True, text=True, timeout=30)
     assert again.stdout == "line 1\nline 2\nline 3\n"
+
+
+HOLD = "example.com/hold"
+
+
+def test_a_gated_pod_is_not_bound_and_a_deleted_pod_ends_terminal_before_its_finalizer_goes(
+    agent: AgentProcess, kube: KubeClient, namespace: str
+) -> None:
+    """What Kueue's plain-Pod integration needs of a kubelet and scheduler: a pod with a
+    scheduling gate is not bound until the gate is removed, and a deleted pod held by a
+    finalizer reads a terminal phase (here: one whose container never started, waiting for
+    a Secret), so the controller holding it knows it ended and lets it go."""
+    gated = pod_manifest(
+        "gated",
+        agent.node,
+        [{"name": "main", "image": RUNNER, "command": ["sh", "-c", "exit 0"]}],
+        restartPolicy="Never",
+        schedulingGates=[{"name": HOLD}],
+    )
+    kube.create(PODS, gated, namespace)
+    # Created after the gated one: once it has run, the agent has seen the gated pod too.
+    kube.create(
+        PODS,
+        pod_manifest(
+            "plain", agent.node, [{"name": "main", "image": RUNNER, "command": ["true"]}], restartPolicy="Never"
+        ),
+        namespace,
+    )
+    wait_pod(kube, namespace, "plain", phase_is("Succeeded"))
+    assert not kube.get(PODS, "gated", namespace)["spec"].get("nodeName"), "a gated pod is not bound"
+    assert f"binding {namespace}/gated" not in agent.log_path.read_text(), "no binding was attempted"
+    kube.patch(PODS, "gated", {"spec": {"schedulingGates": None}}, namespace)
+    wait_pod(kube, namespace, "gated", phase_is("Succeeded"))
+
+    held = pod_manifest(
+        "held",
+        agent.node,
+        [
+            {
+                "name": "main",
+                "image": RUNNER,
+                "command": ["sh", "-c", "echo $V"],
+                "env": [{"name": "V", "valueFrom": {"secretKeyRef": {"name": "never", "key": "v"}}}],
+            }
+        ],
+        restartPolicy="Never",
+    )
+    held["metadata"]["finalizers"] = [HOLD]
+    kube.create(PODS, held, namespace)
+    wait_pod(
+        kube,
+        namespace,
+        "held",
+        lambda p: bool(p.get("status", {}).get("containerStatuses")) and "waiting" in container(p, "main")["state"],
+    )
+    kube.delete(PODS, "held", namespace)
+    ended = wait_pod(
+        kube,
+        namespace,
+        "held",
+        lambda p: bool(p) and p["metadata"].get("deletionTimestamp") and p["status"].get("phase") == "Failed",
+    )
+    assert ended["status"]["reason"] == "Terminated", ended["status"]
+    kube.patch(PODS, "held", {"metadata": {"finalizers": None}}, namespace)
+    wait_pod(kube, namespace, "held", lambda p: not p)
