@@ -365,7 +365,7 @@ def rollout_pod(
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 KUEUE_GROUP_COUNT = "kueue.x-k8s.io/pod-group-total-count"
-KUEUE_GROUP_SERVING = "kueue.x-k8s.io/pod-group-serving"
+KUEUE_GROUP_RETRIABLE = "kueue.x-k8s.io/retriable-in-group"
 
 
 def pod_group(meta: dict[str, Any]) -> tuple[str, int] | None:
@@ -385,11 +385,14 @@ def kueue_metadata(
     is named (spec.sandbox.queueName, else --default-queue-name).
 
     The first pods of a GRPO group are one pod group: Kueue admits all of them or none, so a
-    half-admitted group never holds capacity a whole one could use. It is a serving group:
-    rollout pods never succeed on their own (the operator deletes them), so the group holds
-    its quota until every member's pod is gone, an aborted member's kept-alive pod included.
-    Eval pods and replay pods (attempt 2+, after a lost pod) are workloads of their own: a
-    lone pod cannot join a group that was admitted whole and has since let go of pods."""
+    half-admitted group never holds capacity a whole one could use. Its pods are not
+    retriable in the group: a member's pod ends when the operator deletes it (it never
+    succeeds on its own), and Kueue must not wait for a replacement. So the group's workload
+    holds its quota until every member's pod has ended, an aborted member's kept-alive pod
+    included, then finishes and Kueue lets the pods go. (A serving group would never finish,
+    and Kueue keeps its finalizer on the ended pods of a plain serving group.) Eval pods and
+    replay pods (attempt 2+, after a lost pod) are workloads of their own: a lone pod cannot
+    join a group that was admitted whole and has since let go of pods."""
     queue = spec.sandbox.queue_name or settings.default_queue_name
     if not queue:
         return {}, {}
@@ -399,5 +402,5 @@ def kueue_metadata(
     if group is not None:
         labels[KUEUE_GROUP_LABEL] = group[0]
         annotations[KUEUE_GROUP_COUNT] = str(group[1])
-        annotations[KUEUE_GROUP_SERVING] = "true"
+        annotations[KUEUE_GROUP_RETRIABLE] = "false"
     return labels, annotations

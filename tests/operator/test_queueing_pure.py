@@ -189,7 +189,7 @@ def test_kueue_labels_make_one_pod_group_per_grpo_group() -> None:
     labels, annotations = pod["metadata"]["labels"], pod["metadata"]["annotations"]
     assert labels[podspec.KUEUE_QUEUE_LABEL] == "team-a"
     assert labels[podspec.KUEUE_GROUP_LABEL] == "step-1-0"
-    assert annotations[podspec.KUEUE_GROUP_COUNT] == "4" and annotations[podspec.KUEUE_GROUP_SERVING] == "true"
+    assert annotations[podspec.KUEUE_GROUP_COUNT] == "4" and annotations[podspec.KUEUE_GROUP_RETRIABLE] == "false"
     # Eval pods and replays are workloads of their own, in the same queue.
     for role, attempt in (("eval", 1), ("rollout", 2)):
         alone = podspec.rollout_pod(queued, GROUP_META, OperatorSettings(), attempt=attempt, role=role)["metadata"]
