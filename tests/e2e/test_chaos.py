@@ -363,18 +363,7 @@ def _free_port() -> int:
 
 
 def _chain(stack: DevStack, head: dict[str, Any]) -> Any:
-    """The snapshot a checkpoint chain in the store restores (agent_runner.pod.checkpoint)."""
-    import asyncio
-
-    from agent_runner.pod.checkpoint import restore_chain
-
-    folder = Path(head["ref"][len("file://") :]).parent
-
-    async def fetch(sha256: str, size: int) -> bytes:
-        return (folder / sha256).read_bytes()
-
-    snapshot, _ = asyncio.run(restore_chain(stack.read_object(head), fetch))
-    return snapshot
+    return stack.checkpoint_snapshot(head)
 
 
 def test_a_pod_killed_mid_turn_resumes_from_its_checkpoint(dev_stack: DevStack, policy: Policy) -> None:

@@ -1,4 +1,4 @@
-"""Waiting for capacity on the embedded default: a namespace's ResourceQuota, and Kueue.
+"""Waiting for capacity on the embedded default: a namespace's ResourceQuota (Kueue: test_kueue.py).
 
 The dev stack runs no controller-manager, so nothing would count a quota's usage (the
 API server's quota admission refuses every pod of a namespace whose quota is not

@@ -64,9 +64,11 @@ class DevStack:
         task: int | SWEBenchInstance = 0,
         namespace: str = "default",
         batch: str = "e2e",
+        labels: dict[str, str] | None = None,
         **spec: Any,
     ) -> dict[str, Any]:
-        """Create a rollout of bundled task number ``task`` (or of that instance)."""
+        """Create a rollout of bundled task number ``task`` (or of that instance), with ``labels``
+        beside its batch label."""
         instance = to_api_instance(task if isinstance(task, SWEBenchInstance) else self.instances[task])
         inference: dict[str, Any] = {"endpoint": endpoint, "tokenizer": "qwen-2.5"}
         if (ref := self.state().admin_key_secret_ref()) is not None:
@@ -77,7 +79,7 @@ class DevStack:
         body: dict[str, Any] = {
             "apiVersion": api.API_VERSION,
             "kind": api.KIND,
-            "metadata": {"name": name, "namespace": namespace, "labels": {api.LABEL_BATCH: batch}},
+            "metadata": {"name": name, "namespace": namespace, "labels": {**(labels or {}), api.LABEL_BATCH: batch}},
             "spec": {
                 "instance": instance.to_wire(),
                 "inference": inference,
@@ -116,15 +118,17 @@ class DevStack:
                 raise AssertionError(f"timed out waiting for {what}\n{logs}")
             time.sleep(0.5)
 
-    def wait_phase(self, name: str, phases: set[str], timeout: float = 240) -> dict[str, Any]:
+    def wait_phase(
+        self, name: str, phases: set[str], timeout: float = 240, namespace: str = "default"
+    ) -> dict[str, Any]:
         return self.wait(
             f"{name} in {phases}",
-            lambda: (s := self.status(name)) and s.get("phase") in phases and s,
+            lambda: (s := self.status(name, namespace)) and s.get("phase") in phases and s,
             timeout,
         )
 
-    def set_suspend(self, name: str, value: bool) -> None:
-        self.kube.patch(SWEROLLOUTS, name, {"spec": {"suspend": value}}, "default")
+    def set_suspend(self, name: str, value: bool, namespace: str = "default") -> None:
+        self.kube.patch(SWEROLLOUTS, name, {"spec": {"suspend": value}}, namespace)
 
     def kubectl(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
         from swerollout_dev.binaries import find_binaries
@@ -141,6 +145,20 @@ class DevStack:
         uri = ref["ref"]
         assert uri.startswith("file://"), uri
         return Path(uri[len("file://") :]).read_bytes()
+
+    def checkpoint_snapshot(self, head: dict[str, Any]) -> Any:
+        """The snapshot a checkpoint chain in the store restores (agent_runner.pod.checkpoint)."""
+        import asyncio
+
+        from agent_runner.pod.checkpoint import restore_chain
+
+        folder = Path(head["ref"][len("file://") :]).parent
+
+        async def fetch(sha256: str, size: int) -> bytes:
+            return (folder / sha256).read_bytes()
+
+        snapshot, _ = asyncio.run(restore_chain(self.read_object(head), fetch))
+        return snapshot
 
 
 def post_json(url: str, body: dict[str, Any]) -> Any:
