@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml dev/pyp
 PYTEST_ARGS ?=
 UNIT_IGNORE := --ignore=tests/cluster --ignore=tests/e2e --ignore=tests/swerollout/trainers --ignore=tests/swerollout/viewer --ignore=tests/dev/stack --ignore=tests/dev/cluster --ignore=tests/bench --ignore=tests/dev/controlplane
 
-.PHONY: help venv demo-venv demo-deps bins prometheus-bins system-deps test test-unit demo crds lock bench lint format clean cluster-deps cluster-bins test-cluster
+.PHONY: help venv demo-venv demo-deps bins prometheus-bins kueue-bins system-deps test test-unit demo crds lock bench lint format clean cluster-deps cluster-bins test-cluster
 
 # Every target documents itself with a `## ` comment on its own line; `make help` lists them.
 help: ## list the targets
@@ -35,6 +35,9 @@ bins: ## the control plane's Go binaries (kube-apiserver, kubectl, etcd, helm) a
 
 prometheus-bins: ## prometheus and promtool (the dashboard's and the alerts' tests), built once and cached
 	@hack/k8s-bin/build.sh prometheus >/dev/null
+
+kueue-bins: ## Kueue's controller, CRDs and webhook manifest (the Kueue tests), built once and cached
+	@hack/k8s-bin/build.sh kueue >/dev/null
 
 system-deps: ## (root) Debian packages the sandboxes and browser tests use (bubblewrap, chromium)
 	@hack/install-system-deps.sh test
@@ -66,7 +69,7 @@ crds: venv ## regenerate crds/*.yaml and the API docs from the API models
 # (`cluster up`), while the other two run. PYTEST_ARGS: options for all three.
 # The real node's packages and binaries only as root: another user's run leaves tests/cluster
 # out (run-tests.sh says so in one line), so it needs neither.
-REAL_NODE_DEPS := $(if $(filter 0,$(shell id -u)),cluster-deps cluster-bins)
+REAL_NODE_DEPS := $(if $(filter 0,$(shell id -u)),cluster-deps cluster-bins kueue-bins)
 test: venv bins prometheus-bins system-deps $(REAL_NODE_DEPS) ## set up everything from nothing and run the whole suite (the real node only as root)
 	hack/run-tests.sh $(PYTEST_ARGS)
 

@@ -2,7 +2,8 @@
 # `make test`: the whole suite as four pytest processes at once, each with its own log.
 #
 #   cluster          tests/cluster: `cluster up` (our image, task images, a real kubelet),
-#                    then rollouts on it; mostly waiting on containers
+#                    then rollouts on it; mostly waiting on containers; and, also root-only,
+#                    tests/e2e/test_kueue.py (Kueue's controller beside a dev stack)
 #   e2e              tests/e2e: one `dev up` stack and rollouts on it; mostly waiting on rollouts
 #   runner-operator  tests/agent_runner and tests/operator
 #   rest             everything else, in the foreground
@@ -56,7 +57,7 @@ parts=(rest runner-operator e2e)
 if [ "$(id -u)" = 0 ]; then
     parts+=(cluster)
 else
-    echo "tests/cluster left out: the real node (kubelet, containerd, network namespaces, iptables) needs root; run make test as root for it (CI does)"
+    echo "tests/cluster and tests/e2e/test_kueue.py left out: the real node (kubelet, containerd, network namespaces, iptables) and Kueue (a private mount namespace) need root; run make test as root for them (CI does)"
 fi
 
 declare -A pids
@@ -78,9 +79,11 @@ trap 'for pid in "${pids[@]}"; do kill -INT "$pid" 2>/dev/null; done; wait; exit
 
 if [[ " ${parts[*]} " == *" cluster "* ]]; then
     # The session fixture builds the images and brings the node up: minutes cold, past the per-test timeout.
-    start cluster -o timeout=3600 tests/cluster "$@"
+    # tests/e2e/test_kueue.py needs root as well (Kueue runs in a private mount namespace) and
+    # a dev stack of its own: here it adds its minutes to the shortest part.
+    start cluster -o timeout=3600 tests/cluster tests/e2e/test_kueue.py "$@"
 fi
-start e2e tests/e2e "$@"
+start e2e tests/e2e --ignore=tests/e2e/test_kueue.py "$@"
 start runner-operator tests/agent_runner tests/operator "$@"
 echo "${!pids[*]} run in the background; logs in $LOGS/<part>.log"
 "$PY" -m pytest -p no:cacheprovider --durations=10 --junitxml="$LOGS/rest.xml" \
