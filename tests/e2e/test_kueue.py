@@ -254,7 +254,7 @@ def test_kueue_admits_a_grpo_group_whole_or_not_at_all(
     dev_stack.wait("every pod gone", lambda: not kube.list(PODS, KUEUE_NS).get("items"), timeout=120)
 
 
-def _pause(server: SubprocessServer, admin_key: str, path: str, body: dict[str, Any]) -> None:
+def _admin_post(server: SubprocessServer, admin_key: str, path: str, body: dict[str, Any]) -> None:
     response = httpx.post(
         f"{server.url}{path}", json=body, headers={"Authorization": f"Bearer {admin_key}"}, timeout=30
     )
@@ -285,7 +285,7 @@ def test_a_rollout_preempted_by_kueue_resumes_from_its_checkpoint(
 
     dev_stack.wait("a checkpoint and a turn in flight", checkpointed_and_generating, timeout=600)
     # Frozen mid-turn, so the rollout cannot finish before the preemption lands.
-    _pause(slow_policy, admin_key, "/pause_generation", {"mode": "in_place"})
+    _admin_post(slow_policy, admin_key, "/pause_generation", {"mode": "in_place"})
     try:
         first = dev_stack.status(name, KUEUE_NS)["sandbox"]["podName"]
         template = kube.get(PODS, first, KUEUE_NS)
@@ -331,7 +331,7 @@ def test_a_rollout_preempted_by_kueue_resumes_from_its_checkpoint(
         dev_stack.wait("the replay pod waiting for Kueue", replay_queued, timeout=300)
         assert kube.get(PODS, "urgent", KUEUE_NS)["status"].get("phase") in (None, "Pending", "Running")
     finally:
-        _pause(slow_policy, admin_key, "/continue_generation", {})
+        _admin_post(slow_policy, admin_key, "/continue_generation", {})
     final = dev_stack.wait_phase(name, TERMINAL, timeout=900, namespace=KUEUE_NS)
     assert final["phase"] == "Succeeded" and final["reward"]["value"] == 1.0, dump(final)
     assert final["attempts"] == 2 and final["sandbox"]["podName"] == f"{name}-a2", dump(final)
