@@ -9,11 +9,8 @@ resourcequota controller, as a cluster's does it.
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,46 +18,11 @@ import pytest
 from swerollout.api import v1alpha1 as api
 from swerollout.client.progress import BatchProgress
 from swerollout.kube import PODS, SWEROLLOUTS, KubeClient, NotFound, ResourceType
-from swerollout_dev.cluster.nodebins import find_node_binaries
-from swerollout_dev.controlplane.manager import free_port
+from tests.support.controllermanager import controller_manager
 from tests.support.devstack import DevStack, dump
 
 RESOURCEQUOTAS = ResourceType("v1", "resourcequotas")
 TERMINAL = {"Succeeded", "Failed"}
-
-
-@contextmanager
-def controller_manager(kubeconfig: Path, workdir: Path, controllers: str) -> Iterator[subprocess.Popen[bytes]]:
-    """kube-controller-manager with only ``controllers`` on, as the dev stack's admin."""
-    binary = find_node_binaries(build_if_missing=False).kube_controller_manager
-    workdir.mkdir(parents=True, exist_ok=True)
-    log = workdir / "kube-controller-manager.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [
-                str(binary),
-                f"--kubeconfig={kubeconfig}",
-                f"--authentication-kubeconfig={kubeconfig}",
-                f"--authorization-kubeconfig={kubeconfig}",
-                f"--controllers={controllers}",
-                "--leader-elect=false",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={free_port()}",
-                f"--cert-dir={workdir / 'certs'}",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        yield process
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 @pytest.fixture(scope="module")
