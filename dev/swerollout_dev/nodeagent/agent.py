@@ -390,7 +390,10 @@ class NodeAgent:
                 pass
             worker.runtime.kill_leftovers()
             worker.runtime.remove_files()  # before the object goes: nothing of the pod outlives it
-            if delete_object and worker.runtime.end_terminated():
+            # A phase the object already has as terminal stays (an agent restarted without the
+            # pod's state would otherwise overwrite Succeeded).
+            ended = pod.status.get("phase") in ("Succeeded", "Failed")
+            if delete_object and not ended and worker.runtime.end_terminated():
                 await self.publish_status(pod, worker.runtime.status)
             if delete_object:
                 try:
