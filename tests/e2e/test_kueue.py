@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from swerollout.api import v1alpha1 as api
-from swerollout.kube import EVENTS, NAMESPACES, PODS, SECRETS, SWEROLLOUTS, KubeClient, ResourceType
+from swerollout.kube import EVENTS, NAMESPACES, PODS, SECRETS, SWEROLLOUTS, KubeClient, NotFound, ResourceType
 from swerollout.wire.trajectory import Trajectory
 from swerollout_dev.policy_server.launch import SubprocessServer, launch
 from swerollout_operator.podspec import KUEUE_GROUP_LABEL, KUEUE_QUEUE_LABEL, rollout_label
@@ -280,8 +280,8 @@ def test_a_rollout_preempted_by_kueue_resumes_from_its_checkpoint(
 ) -> None:
     """A higher-priority workload preempts a running rollout's pod under a ClusterQueue of
     one pod: Kueue evicts the rollout's workload and deletes its pod, the operator takes it
-    as any lost pod, the replay pod waits Queued/AwaitingAdmission until the urgent pod is
-    done, and the rollout finishes from its last checkpoint with its reward."""
+    as any lost pod, the replay pod waits gated (the rollout Resuming) until the urgent pod
+    is done, and the rollout finishes from its last checkpoint with its reward."""
     kube = dev_stack.kube
     admin_key = dev_stack.paths.inference_admin_key.read_text().strip()
     name = "kp-0"
@@ -337,17 +337,19 @@ def test_a_rollout_preempted_by_kueue_resumes_from_its_checkpoint(
 
         message = dev_stack.wait("the rollout's pod preempted by Kueue", preempted, timeout=180)
         assert "prioritization in the ClusterQueue" in message, message
-        seen_queued = False
 
-        def replay_queued() -> bool:
-            nonlocal seen_queued
-            status = dev_stack.status(name, KUEUE_NS)
-            if status.get("phase") == "Queued" and (status.get("queue") or {}).get("reason") == "AwaitingAdmission":
-                seen_queued = True
-            return seen_queued
+        # The replay pod is a workload of its own, behind the urgent one: the rollout stays
+        # Resuming (only a first pod makes it Queued) while Kueue holds the pod's gate.
+        def replay_gated() -> bool:
+            try:
+                replay = kube.get(PODS, f"{name}-a2", KUEUE_NS)
+                urgent_phase = kube.get(PODS, "urgent", KUEUE_NS)["status"].get("phase")
+            except NotFound:
+                return False
+            phase = dev_stack.status(name, KUEUE_NS).get("phase")
+            return _gated(replay) and urgent_phase == "Running" and phase == "Resuming"
 
-        dev_stack.wait("the replay pod waiting for Kueue", replay_queued, timeout=300)
-        assert kube.get(PODS, "urgent", KUEUE_NS)["status"].get("phase") in (None, "Pending", "Running")
+        dev_stack.wait("the replay pod waiting for Kueue behind the urgent pod", replay_gated, timeout=300)
     finally:
         _admin_post(slow_policy, admin_key, "/continue_generation", {})
     final = dev_stack.wait_phase(name, TERMINAL, timeout=900, namespace=KUEUE_NS)
