@@ -16,10 +16,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import pytest
 
 from swerollout.api import v1alpha1 as api
-from swerollout.kube import EVENTS, NAMESPACES, PODS, SECRETS, SWEROLLOUTS, KubeClient, ResourceType
+from swerollout.kube import EVENTS, NAMESPACES, PODS, SECRETS, SWEROLLOUTS, KubeClient, NotFound, ResourceType
+from swerollout.wire.trajectory import Trajectory
 from swerollout_dev.policy_server.launch import SubprocessServer, launch
 from swerollout_operator.podspec import KUEUE_GROUP_LABEL, KUEUE_QUEUE_LABEL, rollout_label
 from swerollout_operator.podstatus import KUEUE_GATE
@@ -264,3 +266,101 @@ def test_kueue_admits_a_grpo_group_whole_or_not_at_all(
     for sample in ("0", "1"):
         assert f"Workload '{KUEUE_NS}/{rollout_label(f'kq-{sample}')}' is declared finished" in finished, finished
     dev_stack.wait("every workload collected", lambda: not _workloads(kube), timeout=120)
+
+
+def _admin_post(server: SubprocessServer, admin_key: str, path: str, body: dict[str, Any]) -> None:
+    response = httpx.post(
+        f"{server.url}{path}", json=body, headers={"Authorization": f"Bearer {admin_key}"}, timeout=30
+    )
+    response.raise_for_status()
+
+
+def test_a_rollout_preempted_by_kueue_resumes_from_its_checkpoint(
+    dev_stack: DevStack, kueue_queues: KueueQueues, slow_policy: SubprocessServer
+) -> None:
+    """A higher-priority workload preempts a running rollout's pod under a ClusterQueue of
+    one pod: Kueue evicts the rollout's workload and deletes its pod, the operator takes it
+    as any lost pod, the replay pod waits gated (the rollout Resuming) until the urgent pod
+    is done, and the rollout finishes from its last checkpoint with its reward."""
+    kube = dev_stack.kube
+    admin_key = dev_stack.paths.inference_admin_key.read_text().strip()
+    name = "kp-0"
+    dev_stack.rollout(
+        name, endpoint=slow_policy.url, namespace=KUEUE_NS, batch="kp", sandbox={"queueName": kueue_queues.solo}
+    )
+    uid = (dev_stack.get(name, KUEUE_NS) or {})["metadata"]["uid"]
+
+    def checkpointed_and_generating() -> bool:
+        requests = httpx.get(f"{slow_policy.url}/_standin/requests", timeout=10).json()["requests"]
+        own = [r["rid"] for r in requests if r["rid"].startswith(f"{uid}-t")]
+        turns = (dev_stack.status(name, KUEUE_NS).get("checkpoint") or {}).get("turns", 0)
+        loads = httpx.get(f"{slow_policy.url}/v1/loads", timeout=10).json()["loads"]
+        return turns >= 2 and len(own) > turns and int(loads[0]["num_running_reqs"]) > 0
+
+    dev_stack.wait("a checkpoint and a turn in flight", checkpointed_and_generating, timeout=600)
+    # Frozen mid-turn, so the rollout cannot finish before the preemption lands.
+    _admin_post(slow_policy, admin_key, "/pause_generation", {"mode": "in_place"})
+    try:
+        first = dev_stack.status(name, KUEUE_NS)["sandbox"]["podName"]
+        template = kube.get(PODS, first, KUEUE_NS)
+        runner = template["spec"]["containers"][0]
+        urgent = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "urgent",
+                "labels": {KUEUE_QUEUE_LABEL: kueue_queues.solo, PRIORITY_LABEL: kueue_queues.urgent},
+            },
+            "spec": {
+                "restartPolicy": "Never",
+                "tolerations": template["spec"].get("tolerations") or [],
+                "nodeSelector": template["spec"].get("nodeSelector") or {},
+                "containers": [
+                    {
+                        "name": "work",
+                        "image": runner["image"],
+                        "command": ["python", "-c", "import time; time.sleep(40)"],
+                    }
+                ],
+            },
+        }
+        kube.create(PODS, urgent, KUEUE_NS)
+
+        def preempted() -> str | None:
+            # Kueue's own record on the pod (its workload may be collected soon after the pod goes).
+            stopped = [
+                e["message"]
+                for e in kube.list(EVENTS, KUEUE_NS).get("items") or []
+                if e["involvedObject"].get("name") == first and e.get("reason") == "Stopped"
+            ]
+            return next((m for m in stopped if m.startswith("Preempted to accommodate a workload")), None)
+
+        message = dev_stack.wait("the rollout's pod preempted by Kueue", preempted, timeout=180)
+        assert "prioritization in the ClusterQueue" in message, message
+
+        # The replay pod is a workload of its own, behind the urgent one: the rollout stays
+        # Resuming (only a first pod makes it Queued) while Kueue holds the pod's gate.
+        def replay_gated() -> bool:
+            try:
+                replay = kube.get(PODS, f"{name}-a2", KUEUE_NS)
+                urgent_phase = kube.get(PODS, "urgent", KUEUE_NS)["status"].get("phase")
+            except NotFound:
+                return False
+            phase = dev_stack.status(name, KUEUE_NS).get("phase")
+            return _gated(replay) and urgent_phase == "Running" and phase == "Resuming"
+
+        dev_stack.wait("the replay pod waiting for Kueue behind the urgent pod", replay_gated, timeout=300)
+    finally:
+        _admin_post(slow_policy, admin_key, "/continue_generation", {})
+    final = dev_stack.wait_phase(name, TERMINAL, timeout=900, namespace=KUEUE_NS)
+    assert final["phase"] == "Succeeded" and final["reward"]["value"] == 1.0, dump(final)
+    assert final["attempts"] == 2 and final["sandbox"]["podName"] == f"{name}-a2", dump(final)
+    [retry] = final["retries"]
+    assert retry["reason"] == "PodLost" and retry["attempt"] == 1 and retry["turns"] >= 2, dump(final)
+    assert kube.get(PODS, "urgent", KUEUE_NS)["status"]["phase"] == "Succeeded"
+    resumed = dev_stack.checkpoint_snapshot(final["partial"]["snapshot"])
+    trajectory = Trajectory.from_bytes(dev_stack.read_object(final["result"]["trajectory"]))
+    prefix = resumed.buffer.input_ids
+    assert [*trajectory.prompt_ids, *trajectory.response_ids][: len(prefix)] == prefix, "the checkpoint's tokens"
+    assert any("replayed this rollout into a fresh pod" in n for n in trajectory.info.get("notes", []))
+    kube.delete(PODS, "urgent", KUEUE_NS)
