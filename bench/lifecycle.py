@@ -45,7 +45,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -76,11 +76,11 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _rollout(name: str) -> dict[str, Any]:
+def _rollout(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
     return {
         "apiVersion": api.API_VERSION,
         "kind": api.KIND,
-        "metadata": {"name": name, "labels": {api.LABEL_BATCH: BATCH}},
+        "metadata": {"name": name, "labels": {api.LABEL_BATCH: BATCH, **(labels or {})}},
         "spec": {
             "instance": {
                 "instanceId": f"bench__{name}",
@@ -272,14 +272,31 @@ async def bare_status_wave(kube: AsyncKubeClient, n: int, ns: str) -> float:
 
 
 class Operator:
-    def __init__(self, plane: ControlPlane, workdir: Path, namespaces: list[str]) -> None:
+    def __init__(
+        self,
+        plane: ControlPlane,
+        workdir: Path,
+        namespaces: list[str],
+        *,
+        replica_of: Operator | None = None,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        """`replica_of`: another replica of that operator (its key, its store, its runners'
+        ingest URL); `extra_args`: more operator flags (--shards ...), `{port}` in them its own ingest port."""
         workdir.mkdir(parents=True, exist_ok=True)
         self.key = workdir / "key"
-        # Text, not raw bytes: the operator strips whitespace from its key file (a key made
-        # with `echo` ends in a newline), so a random key that began or ended in a
-        # whitespace byte came out short and the operator refused to start (1 start in 20).
-        self.key.write_bytes(secrets.token_hex(32).encode())
+        if replica_of is not None:
+            self.key = replica_of.key
+        else:
+            # Text, not raw bytes: the operator strips whitespace from its key file (a key made
+            # with `echo` ends in a newline), so a random key that began or ended in a
+            # whitespace byte came out short and the operator refused to start (1 start in 20).
+            self.key.write_bytes(secrets.token_hex(32).encode())
+        store: Path = replica_of.store if replica_of is not None else workdir / "store"
+        self.store: Path = store
         self.ingest_port = free_port()
+        ingest_url: str = replica_of.ingest_url if replica_of is not None else f"http://127.0.0.1:{self.ingest_port}"
+        self.ingest_url: str = ingest_url
         self.metrics_port = free_port()
         # As the chart runs it: under a ServiceAccount's in-cluster identity (not an admin
         # kubeconfig, whose loader is the `kubernetes` package: 45 MB of memory).
@@ -306,14 +323,15 @@ class Operator:
             str(self.ingest_port),
             # What the pods' runner environment names (the scale bench's simulated runners read it).
             "--ingest-url",
-            f"http://127.0.0.1:{self.ingest_port}",
+            ingest_url,
             "--token-key-file",
             str(self.key),
             "--store-url",
-            f"file://{workdir / 'store'}",
+            f"file://{store}",
             "--log-level",
             "WARNING",
             *OPERATOR_ARGS,
+            *(a.format(port=self.ingest_port) for a in extra_args),
         ]
         self.log = open(workdir / "operator.log", "wb")
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
@@ -346,7 +364,15 @@ class Operator:
         fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, no Lease handed back (a crash, an OOM kill, a lost node)."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=60)
+
     def stop(self) -> None:
+        if self.proc.poll() is not None:
+            self.log.close()
+            return
         os.killpg(self.proc.pid, signal.SIGTERM)
         try:
             self.proc.wait(timeout=60 if self.profile else 20)
@@ -387,7 +413,9 @@ async def _watch_pods(kube: AsyncKubeClient, ns: str, n: int, pod_at: dict[str, 
                 seen(pod)
 
 
-async def operator_creates(kube: AsyncKubeClient, ns: str, n: int, rate: float | None) -> dict[str, float]:
+async def operator_creates(
+    kube: AsyncKubeClient, ns: str, n: int, rate: float | None, labels: Callable[[str], dict[str, str]] | None = None
+) -> dict[str, float]:
     created_at: dict[str, float] = {}
     pod_at: dict[str, float] = {}
     watcher = asyncio.create_task(_watch_pods(kube, ns, n, pod_at))
@@ -396,7 +424,7 @@ async def operator_creates(kube: AsyncKubeClient, ns: str, n: int, rate: float |
     async def create(i: int) -> None:
         name = f"r{i:04d}"
         created_at[name] = time.monotonic()
-        await kube.create(SWEROLLOUTS, _rollout(name), ns)
+        await kube.create(SWEROLLOUTS, _rollout(name, labels(name) if labels else None), ns)
 
     started = time.monotonic()
     await _paced(n, rate, create)

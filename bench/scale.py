@@ -47,6 +47,7 @@ from bench import lifecycle
 from bench.plot import Series, line_chart
 from bench.simnodes import Binder, SimulatedNodes
 from bench.simrunner import SimulatedRunners
+from swerollout.api.shards import LABEL_SHARD, shard_label
 from swerollout.client import AsyncRolloutClient
 from swerollout.kube import PODS, SECRETS, SWEROLLOUTS, ApiError, AsyncKubeClient, Gone
 from swerollout_dev.controlplane import ControlPlane
@@ -174,6 +175,29 @@ def _operator_requests(operator: lifecycle.Operator) -> Counter[str]:
     return out
 
 
+_INGEST_BUCKET = re.compile(r'^swerollout_ingest_request_seconds_bucket\{le="([^"]+)",route="(\w+)"\} ([0-9.e+]+)$')
+
+
+def _ingest_latency(operator: lifecycle.Operator) -> dict[str, dict[str, float]]:
+    """p50 and p99 (the upper bound of their histogram bucket) of the ingest answers, by
+    route, over the whole run: an event's answer waits for its status write."""
+    text = httpx.get(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=30).text
+    buckets: dict[str, list[tuple[float, float]]] = {}
+    for line in text.splitlines():
+        m = _INGEST_BUCKET.match(line)
+        if m:
+            buckets.setdefault(m.group(2), []).append((float(m.group(1)), float(m.group(3))))
+    out = {}
+    for route, cumulative in buckets.items():
+        cumulative.sort()
+        total = cumulative[-1][1]
+        if not total:
+            continue
+        quantile = {q: next(le for le, count in cumulative if count >= q * total) for q in (0.5, 0.99)}
+        out[route] = {"count": total, "p50_s": quantile[0.5], "p99_s": quantile[0.99]}
+    return out
+
+
 _DB_SIZE = re.compile(r"^apiserver_storage_size_bytes\{[^}]*\} ([0-9.e+]+)$")
 
 
@@ -211,35 +235,83 @@ async def _clear_baseline(kube: AsyncKubeClient, ns: str) -> None:
         await kube.delete_collection(rt, ns)
 
 
-async def one_size(n: int) -> dict[str, Any]:
+def _sharding(replicas: int, shards: int, i: int) -> list[str]:
+    """Replica i's flags: its shards, its name in the Leases, its own address for redirects."""
+    if replicas == 1:
+        return []
+    return ["--shards", str(shards), "--replica-id", f"replica-{i}", "--advertise-url", "http://127.0.0.1:{port}"]
+
+
+def _tracked(operator: lifecycle.Operator) -> int:
+    """Rollouts a replica tracks now (its phase gauges), for rollouts_per_replica."""
+    text = httpx.get(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=30).text
+    return sum(int(float(line.split()[-1])) for line in text.splitlines() if line.startswith("swerollout_rollouts{"))
+
+
+def _shards_owned(operator: lifecycle.Operator) -> int:
+    text = httpx.get(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=30).text
+    return next(
+        int(float(line.split()[-1])) for line in text.splitlines() if line.startswith("swerollout_shards_owned ")
+    )
+
+
+async def _all_shards_on(operator: lifecycle.Operator, shards: int, timeout: float) -> float | None:
+    """Seconds until the replica holds at least `shards` shards; None when `timeout` passed first."""
+    start = time.monotonic()
+    while await asyncio.to_thread(_shards_owned, operator) < shards:
+        if time.monotonic() - start > timeout:
+            return None
+        await asyncio.sleep(0.5)
+    return time.monotonic() - start
+
+
+async def one_size(n: int, *, replicas: int = 1, shards: int | None = None, kill: bool = False) -> dict[str, Any]:
+    """One whole step at n rollouts. With `replicas` > 1 the operator runs sharded (`shards`,
+    default 4 per replica) and the runners reach replica 0 (the Service), which sends each
+    to its shard's owner; `kill` SIGKILLs the last replica right after the resume."""
     _raise_fd_limit(n)
     timeout = 600.0 + n * 0.1
     load_start = os.getloadavg()[0]
+    shards = shards or 4 * replicas
     async with lifecycle._control_plane() as (plane, kube, tmp):
         base = await lifecycle.bare_client(kube, n, "base", None)
         await _clear_baseline(kube, "base")
         nodes = SimulatedNodes(plane, tmp / "kwok", max(1, -(-n // PODS_PER_NODE)))
         await nodes.start(kube)
         await lifecycle._ensure_namespace(kube, NS)
-        operator = lifecycle.Operator(plane, tmp / "operator", [NS])
+        operator = lifecycle.Operator(plane, tmp / "operator", [NS], extra_args=_sharding(replicas, shards, 0))
+        operators = [operator] + [
+            lifecycle.Operator(
+                plane, tmp / f"operator-{i}", [NS], replica_of=operator, extra_args=_sharding(replicas, shards, i)
+            )
+            for i in range(1, replicas)
+        ]
         binder = Binder(kube, NS, nodes.names)
         runners = SimulatedRunners(kube, NS, operator.key)
         phases = Phases(kube, NS)
         try:
-            await operator.ready()
+            for each in operators:
+                await each.ready()
+            if replicas > 1:
+                # Each holds its share of the shards before the batch comes (a start takes a step or two).
+                for each in operators:
+                    await _all_shards_on(each, shards // replicas, 120)
             empty_rss = operator.rss_mib()
             binder.start()
             runners.start()
             phases.start()
             pids = {**plane.pids(), "operator": operator.proc.pid, "kwok": nodes.pid()}
+            pids.update({f"operator-{i}": each.proc.pid for i, each in enumerate(operators[1:], start=1)})
             meter = lifecycle.CpuMeter(pids)
             meter.start()
             writes_before, events_before = lifecycle._api_writes(plane), _watch_events(plane)
-            own_before = _operator_requests(operator)
-            created = await lifecycle.operator_creates(kube, NS, n, None)
+            own_before = sum((_operator_requests(each) for each in operators), Counter[str]())
+            labels = (lambda name: {LABEL_SHARD: shard_label(NS, name)}) if replicas > 1 else None
+            created = await lifecycle.operator_creates(kube, NS, n, None, labels)
             running_s = await phases.wait("Running", n, timeout)
             parked_s = await _wait_for(lambda: len(runners.tally.parked) >= n, timeout)
             await asyncio.sleep(2)  # the last progress writes settle
+            per_replica = [await asyncio.to_thread(_tracked, each) for each in operators]
             rss_parked = operator.rss_mib()
             server_rss = {name: _rss_mib(pid) for name, pid in plane.pids().items()}
             parked_bytes = await _object_bytes(kube, NS)
@@ -254,6 +326,10 @@ async def one_size(n: int) -> dict[str, Any]:
                 started = time.monotonic()
                 await client.resume(lifecycle.BATCH)
                 resume_call = time.monotonic() - started
+                took_over_s = None
+                if kill:
+                    operators[-1].kill()
+                    took_over_s = await _all_shards_on(operator, shards, 120)
                 await _wait_for(lambda: len(runners.tally.resume) >= n, timeout)
                 held_resume = max(runners.tally.resume.values()) - started if runners.tally.resume else None
                 succeeded_s = await phases.wait("Succeeded", n, timeout)
@@ -261,16 +337,22 @@ async def one_size(n: int) -> dict[str, Any]:
             cpu = meter.per_rollout_ms(n)
             writes = lifecycle._api_writes(plane) - writes_before
             events = _watch_events(plane) - events_before
-            own = _operator_requests(operator) - own_before
+            alive = [each for each in operators if each.proc.poll() is None]
+            own = sum((_operator_requests(each) for each in alive), Counter[str]()) - own_before
+            ingest_latency = _ingest_latency(operator)
             peak_rss = operator.peak_rss_mib()
             done_bytes = (await _object_bytes(kube, NS))["swerollout"]
             done_db = await asyncio.to_thread(_etcd_db_bytes, plane)
             phase_counts = Counter(phases.phase.values())
+            attempts = Counter(
+                int((o.get("status") or {}).get("attempts") or 0) for o in (await kube.list(SWEROLLOUTS, NS))["items"]
+            )
         finally:
             await phases.stop()
             await runners.stop()
             await binder.stop()
-            operator.stop()
+            for each in operators:
+                each.stop()
             nodes.stop()
     others = Counter(
         {
@@ -287,6 +369,15 @@ async def one_size(n: int) -> dict[str, Any]:
     tally = runners.tally
     return {
         "rollouts": n,
+        "replicas": replicas,
+        "shards": shards if replicas > 1 else 0,
+        "rollouts_per_replica": per_replica,
+        "killed_replica": kill,
+        "shards_taken_over_s": took_over_s,
+        "attempts": {str(k): v for k, v in sorted(attempts.items())},
+        "applied_twice": sorted(f"{name} {kind}" for (name, kind), c in tally.applied.items() if c > 1),
+        "pods_created_per_rollout": sum(len(u) for u in runners.pod_uids.values()) / n,
+        "pods_made_twice": sorted(name for name, uids in runners.pod_uids.items() if len(uids) > 1),
         "succeeded": phase_counts.get("Succeeded", 0),
         "stuck": n - phase_counts.get("Succeeded", 0),
         "phases_at_end": dict(phase_counts),
@@ -332,15 +423,16 @@ async def one_size(n: int) -> dict[str, Any]:
         "trajectory_tokens_mean": sum(tally.tokens) / max(1, len(tally.tokens)),
         "runner_errors": tally.errors[:20],
         "runner_retries": dict(runners.retries.problems),
+        "ingest_latency": ingest_latency,
         "load_average": {"start": load_start, "end": os.getloadavg()[0]},
     }
 
 
-def run(sizes: tuple[int, ...] = SIZES) -> dict[str, Any]:
+def run(sizes: tuple[int, ...] = SIZES, replicas: int = 1) -> dict[str, Any]:
     results = []
     for n in sizes:
-        print(f"scale: {n} rollouts ...", file=sys.stderr, flush=True)
-        results.append(asyncio.run(one_size(n)))
+        print(f"scale: {n} rollouts, {replicas} operator replica(s) ...", file=sys.stderr, flush=True)
+        results.append(asyncio.run(one_size(n, replicas=replicas)))
     return {"sizes": results, "cores": os.cpu_count()}
 
 
@@ -394,6 +486,14 @@ def report(result: dict[str, Any], plot: Path | None = None) -> str:
             f"{r['load_average']['end']:.1f}"
             + (f"; phases at the end {r['phases_at_end']}" if r["stuck"] else "")
             + (f"; runner errors: {r['runner_errors'][:3]}" if r["runner_errors"] else "")
+            + (f"; runner retries: {r['runner_retries']}" if r["runner_retries"] else "")
+            + (
+                f"; {r['replicas']} replicas, {r['shards']} shards, rollouts per replica {r['rollouts_per_replica']}"
+                if r.get("replicas", 1) > 1
+                else ""
+            )
+            + "; ingest answers (p50/p99, histogram bucket bounds): "
+            + ", ".join(f"{route} {v['p50_s']:g}/{v['p99_s']:g} s" for route, v in sorted(r["ingest_latency"].items()))
         )
     if plot is not None:
         lines.append(f"  plot: {plot}")
@@ -443,6 +543,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--sizes", default=",".join(str(s) for s in SIZES), help="comma-separated rollout counts")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument(
+        "--replicas", type=int, default=1, help="operator replicas (more than 1: sharded, 4 shards per replica)"
+    )
     parser.add_argument("--plot", type=Path, default=DEFAULT_PLOT, help="where the PNG goes")
     args = parser.parse_args(argv)
     try:
@@ -451,7 +554,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--sizes {args.sizes!r}: give comma-separated whole numbers, e.g. --sizes 1000,5000")
     if not sizes or min(sizes) < 1:
         parser.error(f"--sizes {args.sizes!r}: give at least one size of 1 or more")
-    result = run(sizes)
+    if args.replicas < 1:
+        parser.error(f"--replicas {args.replicas}: give 1 or more")
+    result = run(sizes, args.replicas)
     plot = write_plot(result, args.plot)
     print(json.dumps(result, indent=2) if args.json else report(result, plot))
     return 0

@@ -198,6 +198,9 @@ class Tally:
     trajectory_bytes: list[int] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    applied: Counter[tuple[str, str]] = field(default_factory=Counter)
+    """(rollout, event kind) -> answers that said the event was applied (not a duplicate):
+    more than one means some replica applied a report twice."""
 
 
 class SimulatedRunners:
@@ -224,6 +227,8 @@ class SimulatedRunners:
         self.retries = RetryCount()
         self._tasks: dict[str, asyncio.Task[None]] = {}
         """pod uid -> its runner."""
+        self.pod_uids: dict[str, set[str]] = {}
+        """pod name -> the uids seen under it: more than one is a pod made twice."""
         self._watch: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -270,6 +275,7 @@ class SimulatedRunners:
     def _saw(self, pod: dict[str, Any], *, deleted: bool) -> None:
         meta = pod["metadata"]
         uid = meta["uid"]
+        self.pod_uids.setdefault(meta["name"], set()).add(uid)
         if deleted or meta.get("deletionTimestamp"):
             task = self._tasks.get(uid)
             if task is not None and not task.done():
@@ -332,7 +338,7 @@ class SimulatedRunners:
         resumed = isinstance(assignment, wire.Resume)
         if isinstance(assignment, wire.Resume):
             done = snapshot_turns(await ingest.download(assignment.snapshot))
-        await ingest.event(wire.Started(assignment_id=assignment.id))
+        await self._report(ingest, env.name, wire.Started(assignment_id=assignment.id))
         self.tally.started.setdefault(env.name, time.monotonic())
         aborted = asyncio.Event()
         watcher = asyncio.create_task(self._watch_for_abort(ingest, env.name, assignment.id, aborted))
@@ -359,7 +365,9 @@ class SimulatedRunners:
             blob = snapshot_blob(env.name, shape, done)
             ref = await ingest.upload(wire.ObjectKind.SNAPSHOT, blob)
             self.tally.snapshot_bytes.append(len(blob))
-            await ingest.event(
+            await self._report(
+                ingest,
+                env.name,
                 wire.Aborted(
                     assignment_id=assignment.id,
                     reason="Suspended",
@@ -367,7 +375,7 @@ class SimulatedRunners:
                     turns=done,
                     context_tokens=shape.tokens_after(done),
                     weight_version=VERSION,
-                )
+                ),
             )
             return
         if done < shape.turns:
@@ -381,7 +389,9 @@ class SimulatedRunners:
         patch_ref = await ingest.upload(wire.ObjectKind.PATCH, trajectory.submission.encode())
         self.tally.trajectory_bytes.append(len(blob))
         self.tally.tokens.append(len(trajectory.prompt_ids) + len(trajectory.response_ids))
-        await ingest.event(
+        await self._report(
+            ingest,
+            env.name,
             wire.Finished(
                 assignment_id=assignment.id,
                 exit_status="submitted",
@@ -392,9 +402,15 @@ class SimulatedRunners:
                 response_tokens=len(trajectory.response_ids),
                 sampled_tokens=trajectory.sampled_tokens,
                 context_tokens=shape.tokens_after(shape.turns),
-            )
+            ),
         )
         self.tally.finished.setdefault(env.name, time.monotonic())
+
+    async def _report(self, ingest: IngestClient, name: str, event: wire.RunnerEvent) -> wire.Ack:
+        ack = await ingest.event(event)
+        if not ack.duplicate:
+            self.tally.applied[(name, event.kind.value)] += 1
+        return ack
 
     async def _watch_for_abort(self, ingest: IngestClient, name: str, after: str, aborted: asyncio.Event) -> None:
         while True:
@@ -420,7 +436,9 @@ class SimulatedRunners:
             "patch_applied": bool(patch),
         }
         report_ref = await ingest.upload(wire.ObjectKind.REPORT, json.dumps(report).encode())
-        await ingest.event(
+        await self._report(
+            ingest,
+            env.name,
             wire.Evaluated(
                 assignment_id=assignment.id,
                 report=report_ref,
@@ -431,7 +449,7 @@ class SimulatedRunners:
                     fail_to_pass_total=1,
                     message="simulated grading",
                 ),
-            )
+            ),
         )
         self.tally.evaluated.setdefault(env.name, time.monotonic())
 

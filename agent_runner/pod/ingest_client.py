@@ -59,6 +59,8 @@ class IngestClient:
             transport=transport,
         )
         self._owns_transport = transport is None
+        self._owner = ""
+        """The replica of a sharded operator that owns this rollout (its base URL; empty: base_url)."""
         # The operator restarting (upgrade, crash) must not kill runners: keep trying for minutes.
         self._backoff = Backoff(first_seconds=0.5, max_seconds=15.0, budget_seconds=give_up_after)
 
@@ -81,13 +83,22 @@ class IngestClient:
             ) from None
         raise AssertionError("unreachable: the retry loop returns or raises")
 
-    async def _once(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    async def _once(self, method: str, path: str, *, followed: bool = False, **kwargs: Any) -> httpx.Response:
         try:
-            response = await self._http.request(method, self._prefix + path, **kwargs)
+            response = await self._http.request(method, self._owner + self._prefix + path, **kwargs)
         except httpx.TransportError as exc:
+            self._owner = ""  # the replica we were sent to is gone (its shard moves on): ask the Service again
             raise _Unanswered(f"{type(exc).__name__}: {exc}") from exc
         if response.status_code < 400:
             return response
+        owner = response.headers.get(wire.OWNER_HEADER, "")
+        if response.status_code == 421 and owner.startswith(("http://", "https://")):
+            # A sharded operator: another replica owns this rollout. Go there, at once the
+            # first time (a report repeated across the move is idempotent), else retry later.
+            self._owner = owner.rstrip("/")
+            if not followed:
+                return await self._once(method, path, followed=True, **kwargs)
+            raise _Unanswered(f"HTTP 421 (sent to {self._owner})")
         if response.status_code != 429 and response.status_code < 500:
             raise IngestError(f"{method} {path}: {response.status_code} {response.text[:500]}")
         raise _Unanswered(f"HTTP {response.status_code}")

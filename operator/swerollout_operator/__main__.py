@@ -41,19 +41,47 @@ def parse_args(argv: list[str] | None = None) -> tuple[OperatorSettings, Path | 
     return settings_from_args(p, args), args.kubeconfig, args.log_level
 
 
+async def _restart_on_new_shards(runtime: OperatorRuntime, started_with: str | None, stop: asyncio.Event) -> None:
+    while True:
+        await runtime.watches_changed.wait()
+        runtime.watches_changed.clear()
+        if runtime.watch_selector() != started_with:
+            stop.set()
+            return
+
+
 async def run(settings: OperatorSettings, kubeconfig: Path | None) -> None:
     if kubeconfig is not None:
         # kopf's own login reads KUBECONFIG.
         os.environ["KUBECONFIG"] = str(kubeconfig)
-    memo = kopf.Memo(runtime=OperatorRuntime(settings, kubeconfig=kubeconfig))
-    # kopf handles SIGTERM/SIGINT itself: it stops the watches, runs the cleanup
-    # handlers (which stop our servers) and returns.
-    await kopf.operator(
-        standalone=True,
-        clusterwide=settings.cluster_wide,
-        namespaces=settings.namespaces,
-        memo=memo,
-    )
+    runtime = OperatorRuntime(settings, kubeconfig=kubeconfig)
+    memo = kopf.Memo(runtime=runtime)
+    await runtime.start()
+    sweeper = asyncio.create_task(handlers.sweep(runtime))
+    try:
+        while True:
+            # kopf handles SIGTERM/SIGINT itself: it stops the watches and returns. It is
+            # also stopped here when this replica's shards change, and started again with
+            # watches for the new ones (their listing gives every new rollout a pass).
+            stop = asyncio.Event()
+            runtime.watches_changed.clear()
+            restart = asyncio.create_task(_restart_on_new_shards(runtime, runtime.watch_selector(), stop))
+            try:
+                await kopf.operator(
+                    standalone=True,
+                    clusterwide=settings.cluster_wide,
+                    namespaces=settings.namespaces,
+                    memo=memo,
+                    stop_flag=stop,
+                )
+            finally:
+                restart.cancel()
+            if not stop.is_set():
+                return
+    finally:
+        sweeper.cancel()
+        await asyncio.gather(sweeper, return_exceptions=True)
+        await runtime.stop()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,6 @@ workers (runtime.py), which read the caches that these handlers keep fresh.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any
 
@@ -19,6 +18,7 @@ from .runtime import OperatorRuntime
 
 log = logging.getLogger(__name__)
 ROLLOUTS = (api.GROUP, api.VERSION, api.PLURAL)
+PODS = ("", "v1", "pods")
 BATCHES = (api.GROUP, api.VERSION, api.BATCH_PLURAL)
 
 
@@ -48,6 +48,8 @@ def _runtime(memo: Any) -> OperatorRuntime:
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
+    """kopf's settings, at each start of kopf's watches (once, or after each change of the
+    owned shards: __main__). The runtime itself is started before and stopped after kopf."""
     # kopf's handler bookkeeping goes to annotations: our status schema has no
     # place for it, and the API server would silently prune it.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="swerollout.io")
@@ -63,18 +65,12 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     settings.networking.error_backoffs = (1, 1, 2, 3, 5, 8, 13, 21, 30, 30, 30, 30, 30, 30)
     # Our handlers only note what changed; coalescing is the work queue's job.
     settings.batching.batch_window = 0.01
-    await _runtime(memo).start()
-    memo.sweeper = asyncio.create_task(_sweep(memo))
-
-
-@kopf.on.cleanup()
-async def shutdown(memo: Any, **_: Any) -> None:
-    task = getattr(memo, "sweeper", None)
-    if task is not None:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-    await _runtime(memo).stop()
+    runtime = _runtime(memo)
+    selector = runtime.watch_selector()
+    if selector is not None:
+        # A sharded replica watches its own shards' rollouts and pods only (server-side).
+        settings.watching.label_selectors[ROLLOUTS] = selector
+        settings.watching.label_selectors[PODS] = selector
 
 
 @kopf.on.login()
@@ -91,10 +87,9 @@ def login(memo: Any, **kwargs: Any) -> kopf.ConnectionInfo | None:
     return kopf.login_with_kubeconfig(**kwargs)
 
 
-async def _sweep(memo: Any) -> None:
+async def sweep(runtime: OperatorRuntime) -> None:
     """One task for all rollouts (not a kopf timer per object, which costs a task each):
     deadlines and coalesced progress writes."""
-    runtime = _runtime(memo)
     while True:
         await asyncio.sleep(1)
         try:
@@ -113,6 +108,12 @@ async def rollout_event(event: kopf.RawEvent, memo: Any, **_: Any) -> None:
     uid = str(body["metadata"]["uid"])
     if event["type"] == "DELETED":
         runtime.forget(uid)
+        return
+    if not runtime.owns(body["metadata"]["namespace"], body["metadata"]["name"]):
+        # Another replica's shard: seen during a watch restart, or labelled for a shard its
+        # name does not hash to (relabelled here, so that its owner's watch sees it).
+        runtime.forget(uid)
+        await runtime.relabel(body)
         return
     if await runtime.reconciler.observe(body):
         runtime.queue.add(uid)
@@ -143,11 +144,16 @@ async def batch_event(event: kopf.RawEvent, memo: Any, **_: Any) -> None:
         runtime.queue.add_after(uid, runtime.settings.runner_report_grace_seconds)
 
 
-@kopf.on.event("", "v1", "pods", labels={api.LABEL_ROLLOUT: kopf.PRESENT})
+@kopf.on.event(*PODS, labels={api.LABEL_ROLLOUT: kopf.PRESENT})
 async def pod_changed(event: kopf.RawEvent, memo: Any, **_: Any) -> None:
     runtime = _runtime(memo)
     deleted = event["type"] == "DELETED"
-    uid = runtime.reconciler.observe_pod(dict(event["object"]), deleted=deleted)
+    pod: dict[str, Any] = dict(event["object"])
+    owners: list[dict[str, Any]] = pod["metadata"].get("ownerReferences") or []
+    owner = next((o for o in owners if o.get("kind") == api.KIND), None)
+    if owner is not None and not runtime.owns(str(pod["metadata"]["namespace"]), str(owner.get("name"))):
+        return  # another replica's (seen while its watch restarts)
+    uid = runtime.reconciler.observe_pod(pod, deleted=deleted)
     if uid is not None:
         runtime.queue.add(uid)
     if deleted:

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 from swerollout.api import v1alpha1 as api
 from swerollout.api.labels import rollout_label
+from swerollout.api.shards import LABEL_SHARD
 from swerollout.wire.runner_env import RunnerEnv, RunnerRole
 
 from .settings import OperatorSettings
@@ -92,7 +93,8 @@ def _labels(meta: dict[str, Any], component: str) -> dict[str, str]:
         api.LABEL_ROLLOUT: rollout_label(meta["name"]),
         api.LABEL_COMPONENT: component,
     }
-    for key in (api.LABEL_BATCH, api.LABEL_MEMBER):
+    # The shard label too: a sharded replica's pod watch selects by it.
+    for key in (api.LABEL_BATCH, api.LABEL_MEMBER, LABEL_SHARD):
         value = (meta.get("labels") or {}).get(key)
         if value:
             labels[key] = value

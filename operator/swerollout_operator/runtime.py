@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import socket
 from pathlib import Path
+from typing import Any
 
-from swerollout.kube import AsyncKubeClient, KubeConfig, load_incluster, load_kubeconfig
+from swerollout.api.shards import LABEL_SHARD, selector, shard_label
+from swerollout.kube import (
+    SWEROLLOUTS,
+    AsyncKubeClient,
+    Conflict,
+    KubeConfig,
+    KubeError,
+    NotFound,
+    load_incluster,
+    load_kubeconfig,
+)
 from swerollout.kube._base import RequestSpec
 from swerollout.store import Owner, ResultStore, open_store
 
@@ -14,10 +28,12 @@ from .ingest import IngestServer
 from .metrics import OperatorMetrics
 from .reconciler import Reconciler
 from .settings import OperatorSettings
+from .shards import ShardLeases
 from .tokens import TokenKey
 from .workqueue import KeyedBackoff, KeyedQueue
 
 log = logging.getLogger(__name__)
+LABEL_POLL_SECONDS = 2.0
 
 
 class CountingKubeClient(AsyncKubeClient):
@@ -45,6 +61,10 @@ class OperatorRuntime:
         self._reconciler: Reconciler | None = None
         self._health: HealthServer | None = None
         self._ingest: IngestServer | None = None
+        self.shards: ShardLeases | None = None
+        self.watches_changed = asyncio.Event()
+        """Set when the owned shards changed: the watches restart with the new selector (__main__)."""
+        self._labeller: asyncio.Task[None] | None = None
 
     @property
     def reconciler(self) -> Reconciler:
@@ -75,8 +95,76 @@ class OperatorRuntime:
 
     def forget(self, uid: str) -> None:
         self.reconciler.rollouts.forget(uid)
+        self.reconciler.pods.forget_owner(uid)
+        self.reconciler.deadlines.forget(uid)
         self.queue.forget(uid)
         self.backoff.succeeded(uid)
+
+    # -- shards ------------------------------------------------------------------------
+
+    def owns(self, namespace: str, name: str) -> bool:
+        """Whether this replica handles the rollout now (always, without --shards)."""
+        return self.shards is None or self.shards.owns(namespace, name)
+
+    def owner_url(self, namespace: str, name: str) -> str | None:
+        return self.shards.owner_url(namespace, name) if self.shards is not None else None
+
+    def watch_selector(self) -> str | None:
+        """The label selector of this replica's rollout and pod watches (None: everything)."""
+        if self.shards is None:
+            return None
+        return selector(self.shards.owned, self.settings.shards)
+
+    def mislabelled(self, body: dict[str, Any]) -> str | None:
+        """The shard label a rollout should carry, when it carries another (None: it is right)."""
+        if self.shards is None:
+            return None
+        meta = body["metadata"]
+        want = shard_label(meta["namespace"], meta["name"])
+        return want if (meta.get("labels") or {}).get(LABEL_SHARD) != want else None
+
+    async def relabel(self, body: dict[str, Any]) -> None:
+        """Give a rollout the shard label its name hashes to (one metadata write): the
+        client sets it at submission; this is for rollouts made without it (kubectl) or
+        with a wrong one. Only the holder of shard 0 labels, so it is written once."""
+        want = self.mislabelled(body)
+        if want is None or self.shards is None or 0 not in self.shards.owned:
+            return
+        meta = body["metadata"]
+        patch = {"metadata": {"labels": {LABEL_SHARD: want}, "resourceVersion": meta["resourceVersion"]}}
+        try:
+            await self.reconciler.kube.patch(SWEROLLOUTS, meta["name"], patch, meta["namespace"])
+        except (Conflict, NotFound):
+            pass  # changed meanwhile: the next look sees it again
+        except KubeError as exc:
+            log.warning("labelling %s/%s with its shard failed: %s", meta["namespace"], meta["name"], exc)
+
+    async def _label_unlabelled(self) -> None:
+        """Rollouts without a shard label are in no replica's watch: the holder of shard 0
+        looks for them every LABEL_POLL_SECONDS and labels them."""
+        every: list[str | None] = list(self.settings.namespaces) if self.settings.namespaces else [None]
+        while True:
+            await asyncio.sleep(LABEL_POLL_SECONDS)
+            if self.shards is None or 0 not in self.shards.owned:
+                continue
+            for namespace in every:
+                try:
+                    async for body in self.reconciler.kube.iter_items(
+                        SWEROLLOUTS, namespace, label_selector=f"!{LABEL_SHARD}"
+                    ):
+                        await self.relabel(body)
+                except KubeError as exc:
+                    log.warning("looking for rollouts without a shard label failed: %s", exc)
+
+    def _shards_changed(self, owned: frozenset[int]) -> None:
+        """Stop handling what is no longer ours at once (the ingest answers 421 for it from
+        now on, no pass starts for it); new shards come with the restarted watches' listing."""
+        if self._reconciler is not None:
+            for uid, entry in list(self._reconciler.tracked.items()):
+                if not self.owns(entry.namespace, entry.name):
+                    self.forget(uid)
+        self.metrics.shards_owned.set(len(owned))
+        self.watches_changed.set()
 
     def kube_config(self) -> KubeConfig:
         """Who the operator is: the --kubeconfig (read by the `kubernetes` package's loader,
@@ -122,10 +210,29 @@ class OperatorRuntime:
             self._kube,
             host=self.settings.bind_host,
             port=self.settings.ingest_port,
+            owner=self,
         )
         await self._ingest.start()
+        if self.settings.shards:
+            identity = self.settings.replica_id or f"{socket.gethostname().lower()}-{os.getpid()}"
+            self.shards = ShardLeases(
+                self._kube,
+                self.settings.lease_namespace or config.namespace,
+                self.settings.shards,
+                identity,
+                self.settings.advertise_url or self.settings.ingest_url,
+                self._shards_changed,
+            )
+            await self.shards.step()  # the first shards before the first watch
+            self.shards.start()
+            self._labeller = asyncio.create_task(self._label_unlabelled(), name="swerollout-shard-labeller")
 
     async def stop(self) -> None:
+        if self._labeller is not None:
+            self._labeller.cancel()
+            await asyncio.gather(self._labeller, return_exceptions=True)
+        if self.shards is not None:
+            await self.shards.stop()
         for server in (self._ingest, self._health):
             if server:
                 await server.stop()

@@ -95,3 +95,17 @@ class OperatorSettings(BaseModel):
     unset: such pods do not use Kueue."""
     keep_failed_pods: bool = False
     """Keep the pods of Failed rollouts for debugging instead of deleting them."""
+
+    shards: int = Field(default=0, ge=0, le=64)
+    """Split the rollouts into this many shards, each owned by one replica at a time through
+    a Lease (shards.py): run several replicas, each watching and answering only its own
+    shards. 0: no Leases; this process handles every rollout (one replica)."""
+    replica_id: str = Field(default="", max_length=200)
+    """This replica's name in the shard Leases (the chart passes the pod name); empty: the
+    host name and process id."""
+    advertise_url: str | None = None
+    """Where runners reach this replica itself (the chart: http://<pod IP>:<ingest port>): a
+    replica asked for a shard it does not own answers 421 with the owner's address.
+    Unset: ingest_url."""
+    lease_namespace: str | None = None
+    """Namespace of the shard Leases; unset: the operator's own (its ServiceAccount's)."""

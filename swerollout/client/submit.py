@@ -12,6 +12,7 @@ import httpx
 from pydantic import ValidationError
 
 from swerollout.api.base import one_line
+from swerollout.api.shards import LABEL_SHARD, shard_label
 from swerollout.api.v1alpha1 import (
     API_VERSION,
     BATCH_PLURAL,
@@ -48,7 +49,7 @@ from swerollout.issue_images import spec_problem
 from swerollout.kube import SWEROLLOUTS, Invalid, KubeError, NotFound
 from swerollout.tokenizer_check import ordinary_text_problem
 
-RESERVED_LABELS = (LABEL_BATCH, LABEL_MEMBER, LABEL_SAMPLE, LABEL_GROUP_SIZE)
+RESERVED_LABELS = (LABEL_BATCH, LABEL_MEMBER, LABEL_SAMPLE, LABEL_GROUP_SIZE, LABEL_SHARD)
 InstanceLike = Instance | SWEBenchInstance | Mapping[str, Any]
 TrainerLabel = str | int | float | bool | None
 
@@ -419,7 +420,13 @@ class Submitting(ClientCore):
         annotations = {ANNOTATION_INSTANCE_ID: instance_id}
         if trainer_annotation is not None:
             annotations[ANNOTATION_TRAINER_LABELS] = trainer_annotation
-        identity = {LABEL_BATCH: batch, LABEL_SAMPLE: str(sample), LABEL_MEMBER: str(member)}
+        identity = {
+            LABEL_BATCH: batch,
+            LABEL_SAMPLE: str(sample),
+            LABEL_MEMBER: str(member),
+            # Its operator shard (swerollout.api.shards): a sharded operator's replicas watch by it.
+            LABEL_SHARD: shard_label(self.namespace, name),
+        }
         if group_size is not None:
             # The whole group is known here (submit_batch): under Kueue its pods are one pod group.
             identity[LABEL_GROUP_SIZE] = str(group_size)

@@ -28,6 +28,9 @@ from swerollout.store.models import ObjectKind as ObjectKind
 API_PREFIX = "/v1/rollouts"
 TOKEN_HEADER = "Authorization"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+OWNER_HEADER = "X-Swerollout-Owner"
+"""On a 421 (Misdirected Request) answer: the base URL of the operator replica that owns
+the rollout's shard now (a sharded operator); the runner sends this and later requests there."""
 SHA256_HEADER = "X-Content-SHA256"
 MAX_OBJECT_BYTES = 512 * 1024 * 1024
 """Largest object a runner may upload (trajectories at 1M tokens are ~10 MiB)."""

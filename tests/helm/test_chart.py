@@ -197,6 +197,9 @@ def test_non_default_values(helm_bin: Callable[..., Any]) -> None:
         (["--set", "operator.logLevel=LOUD"], "/operator/logLevel"),
         (["--set", "store.type=s3"], "store.s3.bucket is required"),
         (["--set", "unknownKey=1"], "unknownKey"),
+        (["--set", "operator.replicas=2"], "operator.replicas > 1 needs operator.shards"),
+        (["--set", "operator.replicas=2", "--set", "operator.shards=2"], "needs store.type s3"),
+        (["--set", "operator.shards=65"], "/operator/shards"),
     ],
 )
 def test_bad_values_are_rejected_with_the_key(helm_bin: Callable[..., Any], values: list[str], message: str) -> None:
@@ -251,3 +254,42 @@ def test_documented_crd_upgrade_command_works(control_plane: ControlPlane, helm_
     assert result.returncode == 0, result.stderr
     # Both CRDs: helm prints the files back to back, each starts its own document.
     assert "swerollouts.swerollout.io" in result.stdout and "swerolloutbatches.swerollout.io" in result.stdout
+
+
+def test_sharded_replicas_get_leases_in_their_namespace_only(helm_bin: Callable[..., Any]) -> None:
+    """operator.replicas and operator.shards: the replicas, the flags that name each pod to the
+    Leases (parsed by the operator's own parser), and RBAC for Leases: its own namespace, no
+    delete or watch. Without shards, no Lease rule at all."""
+    from swerollout_operator.__main__ import parse_args
+
+    sharded = ["--set", "operator.replicas=3", "--set", "operator.shards=8"]
+    docs = render(helm_bin, *sharded, "--set", "store.type=s3", "--set", "store.s3.bucket=b")
+    (deploy,) = by_kind(docs, "Deployment")
+    assert deploy["spec"]["replicas"] == 3 and deploy["spec"]["strategy"]["type"] == "RollingUpdate"
+    container = deploy["spec"]["template"]["spec"]["containers"][0]
+    settings, _, _ = parse_args(container["args"])
+    assert settings.shards == 8 and settings.replica_id == "$(POD_NAME)"
+    assert settings.advertise_url == "http://$(POD_IP):8081"
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"] if "valueFrom" in e}
+    assert env["POD_NAME"] == "metadata.name" and env["POD_IP"] == "status.podIP"
+    lease_rules = [
+        (role["metadata"]["namespace"], rule)
+        for role in by_kind(docs, "Role") + by_kind(docs, "ClusterRole")
+        for rule in role["rules"]
+        if "leases" in rule["resources"]
+    ]
+    assert lease_rules == [
+        (
+            "swer-system",
+            {
+                "apiGroups": ["coordination.k8s.io"],
+                "resources": ["leases"],
+                "verbs": ["get", "list", "create", "update"],
+            },
+        )
+    ]
+    plain = render(helm_bin)
+    assert not any("leases" in rule["resources"] for role in by_kind(plain, "Role") for rule in role["rules"])
+    (single,) = by_kind(plain, "Deployment")
+    assert single["spec"]["replicas"] == 1 and single["spec"]["strategy"]["type"] == "Recreate"
+    assert parse_args(single["spec"]["template"]["spec"]["containers"][0]["args"])[0].shards == 0

@@ -38,6 +38,10 @@ NON_DEFAULT: dict[str, tuple[list[str], object]] = {
     "runner_report_grace_seconds": (["--runner-report-grace-seconds", "30"], 30.0),
     "default_queue_name": (["--default-queue-name", "team-a"], "team-a"),
     "keep_failed_pods": (["--keep-failed-pods"], True),
+    "shards": (["--shards", "8"], 8),
+    "replica_id": (["--replica-id", "swerollout-7c9-x2"], "swerollout-7c9-x2"),
+    "advertise_url": (["--advertise-url", "http://10.1.2.3:8081"], "http://10.1.2.3:8081"),
+    "lease_namespace": (["--lease-namespace", "swerollout-system"], "swerollout-system"),
 }
 
 
