@@ -31,8 +31,11 @@ def test_a_whole_step_on_simulated_nodes() -> None:
     expected = sum(Shape.of(f"r{i:04d}").tokens_after(Shape.of(f"r{i:04d}").turns) for i in range(n)) / n
     assert abs(r["trajectory_tokens_mean"] - expected) < 1e-6
     assert r["snapshot_bytes_mean"] > 1000 and r["trajectory_bytes_mean"] > r["snapshot_bytes_mean"]
-    # Big data stays out of etcd: a Succeeded rollout holds references, not its trajectory.
-    assert 0 < r["swerollout_bytes_succeeded"] < r["trajectory_bytes_mean"] / 2
+    # Big data stays out of etcd: a Succeeded rollout holds references, not its trajectory
+    # (a trajectory inlined would make the object larger than the trajectory itself; the
+    # object as listed, managedFields included, is about half the size of this shape's
+    # trajectory, so a bound at half failed on 97 bytes once the reward gained gradedAt).
+    assert 0 < r["swerollout_bytes_succeeded"] < r["trajectory_bytes_mean"]
 
 
 def test_the_report_and_the_plot(tmp_path: Path) -> None:
