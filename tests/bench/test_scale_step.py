@@ -75,6 +75,8 @@ def test_the_report_and_the_plot(tmp_path: Path) -> None:
         "etcd_db_bytes_parked": 5e7,
         "etcd_db_bytes_end": 9e7,
         "runner_errors": [],
+        "runner_retries": {},
+        "ingest_latency": {"events": {"p50_s": 0.01, "p99_s": 0.25}},
         "load_average": {"start": 1.0, "end": 2.0},
     }
     result = {"sizes": [row, {**row, "rollouts": 5000}], "cores": 2}
@@ -82,5 +84,6 @@ def test_the_report_and_the_plot(tmp_path: Path) -> None:
     header, first = text.splitlines()[1:3]
     assert header.split()[:2] == ["rollouts", "ok"] and first.split()[:2] == ["1000", "1000/0"]
     assert " - " in first  # a step that timed out reads "-", not a number
+    assert "ingest answers (p50/p99, histogram bucket bounds): events 0.01/0.25 s" in text
     path = scale.write_plot(result, tmp_path / "scale.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
