@@ -31,6 +31,7 @@ from swerollout.store import ObjectKind as StoreKind
 from swerollout.store.models import sibling_ref
 from swerollout.wire import ingest as wire
 
+from . import retries
 from .cache import Tracked
 from .metrics import OperatorMetrics
 from .reconciler import Reconciler
@@ -277,7 +278,12 @@ class IngestServer:
     async def _event(self, request: web.Request, entry: Tracked) -> web.StreamResponse:
         event: wire.RunnerEvent = await self._json(request, wire.RUNNER_EVENT)
         key = (entry.uid, request.headers.get(wire.IDEMPOTENCY_HEADER, ""))
+        sender = _sender_attempt(request)
         try:
+            if sender is not None and retries.superseded(entry.rollout_status, sender):
+                # A replaced attempt's runner (its pod still in its grace period, told to
+                # stop): nothing it reports applies to the attempt that replaced it.
+                return web.json_response(wire.Ack(ok=True, duplicate=True, phase=entry.phase.value).model_dump())
             if not key[1]:
                 ack = await self.reconciler.on_runner_event(entry, event)
             else:
@@ -352,3 +358,14 @@ class IngestServer:
         except StoreError as exc:
             return _store_error(exc)
         return web.Response(body=data, content_type="application/octet-stream")
+
+
+def _sender_attempt(request: web.Request) -> int | None:
+    """The rollout attempt a rollout pod's runner reports for (None: an eval pod, which
+    counts its own attempts, or a caller that does not say)."""
+    if request.headers.get("X-Swerollout-Role", "rollout") != "rollout":
+        return None
+    try:
+        return int(request.headers["X-Swerollout-Attempt"])
+    except (KeyError, ValueError):
+        return None

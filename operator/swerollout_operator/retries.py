@@ -43,6 +43,18 @@ def eval_attempts_left(entry: Tracked, attempt: int) -> bool:
     return attempt < entry.rollout_spec.sandbox.max_attempts
 
 
+EVAL_RETRY = "EvalPodFailed"
+"""The reason of an eval pod re-run's record (its attempt counts eval pods, not rollout pods)."""
+
+
+def superseded(status: api.SWERolloutStatus, attempt: int) -> bool:
+    """Whether rollout attempt ``attempt`` was replaced by a retry: a later pod was started,
+    or the retry that will start one is written (its record names the attempt it ended)."""
+    if attempt < max(1, status.attempts):
+        return True
+    return any(r.attempt >= attempt for r in status.retries if r.reason != EVAL_RETRY)
+
+
 def next_evaluation(status: api.SWERolloutStatus) -> api.EvaluationState:
     """The evaluation a finished run starts: eval attempt 1, or one past the eval pods an
     earlier attempt used (its autosubmission could not be graded and it was replayed), so

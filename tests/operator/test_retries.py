@@ -71,6 +71,17 @@ def test_a_lost_pod_and_infrastructure_exits_replay_from_the_checkpoint_until_ma
     assert status["sandbox"]["podName"] == f"{name}-a2"
     # The old attempt's runner is told to stop; the new pod's resumes from the checkpoint.
     assert httpx.get(url, headers=first, params={"wait": "0"}).json()["kind"] == "stop"
+    # Still alive in its grace period, the old runner aborts on that stop and reports its
+    # snapshot: a report of a replaced attempt, which must not touch the replay.
+    snapshots = ingest_url(operator, namespace, name, uid, "/objects/snapshot")
+    stale = wire.StoredObjectRef.model_validate(httpx.put(snapshots, content=b"stale", headers=first).json())
+    aborted = wire.Aborted(assignment_id="run:1", snapshot=stale, turns=3)
+    answer = httpx.post(
+        ingest_url(operator, namespace, name, uid, "/events"), content=aborted.model_dump_json(), headers=first
+    ).json()
+    assert answer["duplicate"] is True, answer
+    status = _status(kubectl, namespace, name)
+    assert status["phase"] == "Resuming" and status["partial"]["snapshot"]["sha256"] == segments[1].sha256, status
     second = _auth(token, 2)
     mark_ready(kubectl, namespace, f"{name}-a2")
     resume = _assignment(url, second, "resume")
