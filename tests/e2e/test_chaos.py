@@ -28,6 +28,7 @@ import pytest
 from swerollout.kube import PODS
 from swerollout.wire.trajectory import Trajectory
 from swerollout_dev.policy_server.launch import SubprocessServer, launch
+from tests.support.checkpoints import ledger_runs
 from tests.support.devstack import DevStack, dump
 
 TERMINAL = {"Succeeded", "Failed"}
@@ -189,15 +190,6 @@ def _run_of(rid: str) -> str:
     return found.group(1)
 
 
-def _ledger_runs(patch: str) -> list[str]:
-    """The lines the submitted patch adds to the oracle's ledger file: one per command run."""
-    from swerollout_dev.policy_server.policies.scripted import LEDGER_FILE
-
-    files = re.split(r"^diff --git ", patch, flags=re.M)
-    [ledger] = [f for f in files if f.startswith(f"a/{LEDGER_FILE} ")] or [""]
-    return [line[1:] for line in ledger.splitlines() if line.startswith("+") and not line.startswith("+++")]
-
-
 def _all_rewarded(
     stack: DevStack, names: list[str], timeout: float = 600, *, allow_partial: bool = False
 ) -> dict[str, Trajectory]:
@@ -216,7 +208,7 @@ def _all_rewarded(
         assert len(set(rids)) == len(rids), f"{name}: a request id was used twice: {rids}"
         assert len(kept) == status["result"]["turns"] == trajectory.turns, (name, dump(status))
         patch = stack.read_object(status["result"]["patch"]).decode()
-        assert _ledger_runs(patch) == [f"step {i}" for i in range(LEDGER)], f"{name}: commands ran\n{patch}"
+        assert ledger_runs(patch) == [f"step {i}" for i in range(LEDGER)], f"{name}: commands ran\n{patch}"
         trajectories[name] = trajectory
     return trajectories
 
@@ -403,7 +395,7 @@ def test_a_pod_killed_mid_turn_resumes_from_its_checkpoint(dev_stack: DevStack, 
     rids = [t["rid"] for t in trajectory.info["turn_log"]]
     assert len(set(rids)) == len(rids), rids
     patch = dev_stack.read_object(final["result"]["patch"]).decode()
-    assert _ledger_runs(patch) == [f"step {i}" for i in range(LEDGER)], f"commands ran\n{patch}"
+    assert ledger_runs(patch) == [f"step {i}" for i in range(LEDGER)], f"commands ran\n{patch}"
 
 
 def test_an_eval_pod_killed_is_run_again_and_the_rollout_gets_its_reward(dev_stack: DevStack, policy: Policy) -> None:
@@ -466,4 +458,4 @@ def test_a_sandbox_oom_killed_past_its_memory_limit_resumes_from_its_checkpoint(
     prefix = _chain(dev_stack, final["partial"]["snapshot"]).buffer.input_ids
     assert [*trajectory.prompt_ids, *trajectory.response_ids][: len(prefix)] == prefix
     patch = dev_stack.read_object(final["result"]["patch"]).decode()
-    assert _ledger_runs(patch) == [f"step {i}" for i in range(LEDGER)], f"commands ran\n{patch}"
+    assert ledger_runs(patch) == [f"step {i}" for i in range(LEDGER)], f"commands ran\n{patch}"
