@@ -75,6 +75,9 @@ Template = Annotated[str, StringConstraints(max_length=16 * KiB)]
 MESSAGE_LIMIT = 32 * KiB
 """Characters in status.message and a condition's message (metav1.Condition's bound)."""
 Message = Annotated[str, StringConstraints(max_length=MESSAGE_LIMIT)]
+REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+"""A condition's reason, as Kubernetes' metav1.Condition has it (CamelCase, no spaces)."""
+Reason = Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=REASON_PATTERN)]
 
 WeightVersion = Annotated[str, StringConstraints(max_length=128)]
 
@@ -847,9 +850,7 @@ class Condition(ApiModel):
     status: ConditionStatus
     observed_generation: int | None = Field(default=None, ge=0)
     last_transition_time: datetime
-    reason: Annotated[
-        str, StringConstraints(min_length=1, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
-    ]
+    reason: Reason
     message: Message = ""
 
 

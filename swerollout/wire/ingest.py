@@ -20,7 +20,9 @@ from __future__ import annotations
 from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter
+
+from swerollout.api.v1alpha1 import REASON_PATTERN
 
 # Stored objects have one kind taxonomy; the ingest contract names it too.
 from swerollout.store.models import ObjectKind as ObjectKind
@@ -32,6 +34,10 @@ OWNER_HEADER = "X-Swerollout-Owner"
 """On a 421 (Misdirected Request) answer: the base URL of the operator replica that owns
 the rollout's shard now (a sharded operator); the runner sends this and later requests there."""
 SHA256_HEADER = "X-Content-SHA256"
+# A reason the runner sends becomes a status condition's reason: held to the condition's
+# rule here, so a bad one is the runner's 400 naming the field, not a failed status write.
+RunnerReason = Annotated[str, StringConstraints(max_length=1024, pattern=f"^$|{REASON_PATTERN}")]
+"""Empty (the operator's default reason) or a condition reason."""
 MAX_OBJECT_BYTES = 512 * 1024 * 1024
 """Largest object a runner may upload (trajectories at 1M tokens are ~10 MiB)."""
 MAX_LOG_BYTES = 1024 * 1024
@@ -201,7 +207,7 @@ class _Report(WireModel):
 
 class Started(_Report):
     kind: Literal[EventKind.STARTED] = EventKind.STARTED
-    reason: str = ""
+    reason: RunnerReason = ""
     """With a `message`: the CamelCase reason of the runner's notice (RunnerNotice when empty)."""
 
 
@@ -214,7 +220,7 @@ class Prepared(_Report):
 class Aborted(_Report):
     kind: Literal[EventKind.ABORTED] = EventKind.ABORTED
     snapshot: StoredObjectRef
-    reason: str = "Suspended"
+    reason: RunnerReason = "Suspended"
     """`Suspended` or `InferenceAborted`."""
     turns: int = Field(default=0, ge=0)
     context_tokens: int = Field(default=0, ge=0)
@@ -245,7 +251,7 @@ class Evaluated(_Report):
 
 class Failed(_Report):
     kind: Literal[EventKind.FAILED] = EventKind.FAILED
-    reason: str = ""
+    reason: RunnerReason = ""
     """A CamelCase reason (RunnerFailed when empty)."""
 
 

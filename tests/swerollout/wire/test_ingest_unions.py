@@ -50,6 +50,20 @@ def test_a_field_of_another_kind_is_refused() -> None:
         wire.RUNNER_EVENT.validate_python({"kind": "exploded", "assignment_id": "a"})
 
 
+@pytest.mark.parametrize("kind", ["started", "failed", "aborted"])
+def test_a_reason_that_cannot_be_a_condition_reason_is_refused_at_the_wire(kind: str) -> None:
+    """The reason becomes a status condition's reason: a bad one is the runner's 400 naming
+    the field, not a status the operator cannot write."""
+    body: dict[str, object] = {"kind": kind, "assignment_id": "a", "reason": "no spaces allowed"}
+    if kind == "aborted":
+        body["snapshot"] = REF.model_dump()
+    with pytest.raises(ValidationError) as caught:
+        wire.RUNNER_EVENT.validate_python(body)
+    assert caught.value.errors()[0]["loc"] == (kind, "reason")
+    body["reason"] = ""
+    assert wire.RUNNER_EVENT.validate_python(body).kind == kind
+
+
 def test_assignments_carry_what_their_kind_needs() -> None:
     spec = {"instance": {"instanceId": "i"}}
     told: list[wire.Assignment] = [
