@@ -220,6 +220,7 @@ def down_command(args: argparse.Namespace) -> int:
                 time.sleep(0.5)
         teardown.stop_recorded(state)
         problems = teardown.clean_node(ClusterConfig(), paths)
+        teardown.forget_control_plane(paths)
     paths.state.unlink(missing_ok=True)
     if problems:
         print("error: could not remove: " + "; ".join(problems), file=sys.stderr)

@@ -136,6 +136,8 @@ class Supervisor:
         leftovers = teardown.clean_node(self.config, self.paths)
         if leftovers:
             log.warning("an earlier cluster left things that could not be removed: %s", leftovers)
+        if teardown.forget_control_plane(self.paths):
+            log.warning("an earlier cluster in %s did not stop cleanly; its etcd data was removed", self.paths.root)
         find_binaries()  # the control plane's binaries: fail here, before the node is touched
         node_bins = find_node_binaries()
         self.paths.logs.mkdir(parents=True, exist_ok=True)

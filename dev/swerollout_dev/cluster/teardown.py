@@ -13,6 +13,7 @@ import shutil
 import signal
 import time
 
+from swerollout_dev.controlplane import discard_data
 from swerollout_dev.controlplane.processes import is_alive
 
 from . import cgroups, containerd, network
@@ -46,6 +47,19 @@ def stop_recorded(state: ClusterState | None, grace: float = 10.0) -> None:
             time.sleep(0.1)
         if is_alive(comp.pid):
             os.kill(comp.pid, signal.SIGKILL)
+
+
+def forget_control_plane(paths: ClusterPaths) -> bool:
+    """Remove the etcd data a cluster in ``paths`` kept; True when a crashed one had left some.
+
+    A supervisor that stops removes it itself, so data found here outlived a killed
+    cluster. It must not seed the next one: clean_node has just removed every pod's
+    containers, and a control plane that still lists that cluster's Deployments, pods
+    and Endpoints starts with objects no node runs (the chart's upgrade then waits on
+    an operator pod that cannot reach the API Service). `cluster up` always starts a
+    fresh cluster, after a crash as after `cluster down`.
+    """
+    return discard_data(paths.controlplane)
 
 
 def clean_node(config: ClusterConfig, paths: ClusterPaths) -> list[str]:

@@ -9,7 +9,16 @@ from swerollout_dev.controlplane.manager import (
     ControlPlaneError,
     StartupFailed,
     WorkdirBusy,
+    discard_data,
     free_port,
 )
 
-__all__ = ["ControlPlane", "ControlPlaneConfig", "ControlPlaneError", "StartupFailed", "WorkdirBusy", "free_port"]
+__all__ = [
+    "ControlPlane",
+    "ControlPlaneConfig",
+    "ControlPlaneError",
+    "StartupFailed",
+    "WorkdirBusy",
+    "discard_data",
+    "free_port",
+]

@@ -62,6 +62,18 @@ from swerollout_dev.controlplane.processes import PidFile, PidFileStore, Process
 DEFAULT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
 
+def etcd_data_dir(workdir: Path) -> Path:
+    return workdir / "etcd-data"
+
+
+def discard_data(workdir: Path) -> bool:
+    """Remove the etcd data a control plane in ``workdir`` kept; True when there was some."""
+    data = etcd_data_dir(workdir)
+    existed = data.exists()
+    shutil.rmtree(data, ignore_errors=True)
+    return existed
+
+
 class ControlPlaneError(RuntimeError):
     """Root error of the control-plane manager."""
 
@@ -280,7 +292,7 @@ class ControlPlane:
             with _running_lock:
                 _running.discard(self)
             if delete_data:
-                shutil.rmtree(self.workdir / "etcd-data", ignore_errors=True)
+                discard_data(self.workdir)
 
     def __enter__(self) -> ControlPlane:
         return self.start()
@@ -356,7 +368,7 @@ class ControlPlane:
         etcd_args = [
             str(binaries.etcd),
             f"--name={self._etcd_member_name}",
-            f"--data-dir={self.workdir / 'etcd-data'}",
+            f"--data-dir={etcd_data_dir(self.workdir)}",
             f"--listen-client-urls={self.etcd_url}",
             f"--advertise-client-urls={self.etcd_url}",
             f"--listen-peer-urls={peer_url}",
