@@ -19,6 +19,7 @@ import asyncio
 import logging
 import os
 import shlex
+import signal
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -67,6 +68,11 @@ ABORT_BACKOFF = Backoff(first_seconds=0.5, max_seconds=2.0, budget_seconds=30.0)
 # pauses (0.2 s on average once capped): swerex answers a few seconds after the pod
 # starts, and each pause is on the path of the rollout's start.
 SANDBOX_CONNECT_BACKOFF = Backoff(first_seconds=0.1, max_seconds=0.4, budget_seconds=300.0)
+# At SIGTERM the in-flight request's abort gets this long; the pod's grace period is 30 s
+# by default and the checkpoint being written must land in it too.
+ABANDON_ABORT_SECONDS = 5.0
+# The exit status of a runner ended by SIGTERM (128 + 15, as a shell reports it).
+EXIT_TERMINATED = 128 + signal.SIGTERM
 
 
 class _AbortNotLanded(Exception):
@@ -114,6 +120,8 @@ class AbortableModel:
         """Wall time of each generate call, drained by the progress reporter."""
         self.on_send: Callable[[], None] | None = None
         """Called as each request goes out (the startup timeline notes the first)."""
+        self.closing = False
+        """The process is going (abandon): no request goes out any more."""
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -174,6 +182,10 @@ class AbortableModel:
     async def _generate_once(self, max_new_tokens: int | None) -> ModelTurn:
         if self.requested.is_set():
             return ModelTurn(text="", finish_reason=FinishReason.ABORT)
+        if self.closing:
+            # The cancellation that ends this process is on its way; until it lands, the
+            # loop (which took the abandoned request's abort for the server's) waits here.
+            await asyncio.Event().wait()
         if self.on_send is not None:
             self.on_send()
         self._task = asyncio.create_task(self.inner.generate(max_new_tokens=max_new_tokens))
@@ -203,6 +215,21 @@ class AbortableModel:
                 pass  # spent: cancelling below is the fallback
         if not task.done():
             task.cancel()
+
+    async def abandon(self) -> None:
+        """This process is going (SIGTERM: the pod is deleted, evicted or drained): end the
+        in-flight request on the server at once, so the engine stops sampling for a pod
+        that is gone, and send no other. One bounded try and no report: the operator
+        replays the run from its last checkpoint, and SGLang ends a request whose
+        connection closes anyway, only later."""
+        self.closing = True
+        task, abort_remote = self._task, self._abort_remote
+        if task is None or task.done() or abort_remote is None:
+            return
+        try:
+            await asyncio.wait_for(abort_remote(), timeout=ABANDON_ABORT_SECONDS)
+        except Exception as exc:  # noqa: BLE001 - exiting either way
+            log.warning("could not abort the in-flight request at SIGTERM: %s", exc)
 
     async def _abort_once(self, task: asyncio.Task[ModelTurn], abort_remote: Callable[[], Awaitable[object]]) -> None:
         """Send the abort once; _AbortNotLanded when it could not be sent, or the request
@@ -248,8 +275,27 @@ class Runner:
         self.sandbox: Sandbox | None = None
         self._prepared: _Run | None = None
         """The run a `prepare` set up, held for its go."""
+        self._active: AbortableModel | None = None
+        """The model of the run in progress (what a SIGTERM abandons)."""
+        self._terminating: asyncio.Task[None] | None = None
+
+    def _on_sigterm(self, main: asyncio.Task[int]) -> None:
+        # The runner is PID 1 of its container, where SIGTERM has no default action: without
+        # this it would keep sampling through the pod's whole grace period.
+        if self._terminating is not None:
+            return
+        log.info("SIGTERM: the pod is going; ending the in-flight request and exiting")
+        self._terminating = asyncio.create_task(self._terminate(main))
+
+    async def _terminate(self, main: asyncio.Task[int]) -> None:
+        if self._active is not None:
+            await self._active.abandon()
+        main.cancel()
 
     async def serve(self) -> int:
+        main = asyncio.current_task()
+        assert main is not None
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, self._on_sigterm, main)
         # The first assignment is asked for while swerex starts: neither waits for the other.
         connecting = asyncio.create_task(self._connect_sandbox())
         try:
@@ -271,6 +317,10 @@ class Runner:
                         await self._execute(assignment)
                     case wire.Eval() if self.env.role is RunnerRole.EVAL:
                         await self._evaluate(assignment)
+        except asyncio.CancelledError:
+            if self._terminating is None:
+                raise
+            return EXIT_TERMINATED
         finally:
             if not connecting.done():
                 connecting.cancel()
@@ -449,9 +499,11 @@ class Runner:
         instance, kind, abortable, loop = run.spec.instance, run.kind, run.abortable, run.loop
         watcher = asyncio.create_task(self._watch_for_abort(assignment.id, abortable))
         started = time.monotonic()
+        self._active = abortable
         try:
             result = await loop.resume(run.state, fresh_sandbox=run.fresh_sandbox)
         finally:
+            self._active = None
             watcher.cancel()
             if run.checkpoints is not None:
                 await run.checkpoints.drain()

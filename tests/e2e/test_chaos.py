@@ -377,8 +377,15 @@ def test_a_pod_killed_mid_turn_resumes_from_its_checkpoint(dev_stack: DevStack, 
 
     dev_stack.wait("a checkpoint and a turn in flight", checkpointed_and_generating, timeout=600)
     pod = dev_stack.status(name)["sandbox"]["podName"]
+    log = policy.log_of(policy.serving)
+    before = len(log.read_text())
     dev_stack.kube.delete(PODS, pod, "default")
     final = dev_stack.wait_phase(name, TERMINAL, timeout=600)
+    # The runner's SIGTERM (the graceful delete) ended its in-flight request on the server
+    # by its exact rid, rather than leaving it to sample for a pod that is gone.
+    since = log.read_text()[before:]
+    exact = rf"abort rid='{re.escape(uid)}-t\d{{4}}-a\d{{2}}-[0-9a-f]{{8}}\.' all=False matched=1"
+    assert re.search(exact, since), since[-3000:]
     assert final["phase"] == "Succeeded" and final["reward"]["value"] == 1.0, dump(final)
     assert final["attempts"] == 2 and final["sandbox"]["podName"] == f"{name}-a2", dump(final)
     [retry] = final["retries"]
