@@ -91,6 +91,7 @@ format: venv ## apply ruff's layout and its safe fixes to the whole tree
 # The loop of an engineer at work: no root, no real node, no dev stack; the tests that need
 # the loopback control plane are left out too (marked `cluster` by tests/conftest.py).
 test-unit: venv ## (no root) the fast tests: no control plane, no dev stack, no real node
+	@hack/bytecode.sh $(BIN)/python
 	$(BIN)/python -m pytest -p no:cacheprovider -q -m "not cluster" $(UNIT_IGNORE) $(PYTEST_ARGS)
 
 # The demo installs only what it runs: the project and dev/ with their extras (the local one),
