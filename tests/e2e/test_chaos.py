@@ -20,7 +20,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -28,7 +27,7 @@ import pytest
 from swerollout.kube import PODS
 from swerollout.wire.trajectory import Trajectory
 from swerollout_dev.policy_server.launch import SubprocessServer, launch
-from tests.support.checkpoints import ledger_runs
+from tests.support.checkpoints import ledger_runs, restored_snapshot
 from tests.support.devstack import DevStack, dump
 
 TERMINAL = {"Succeeded", "Failed"}
@@ -354,10 +353,6 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _chain(stack: DevStack, head: dict[str, Any]) -> Any:
-    return stack.checkpoint_snapshot(head)
-
-
 def test_a_pod_killed_mid_turn_resumes_from_its_checkpoint(dev_stack: DevStack, policy: Policy) -> None:
     """The rollout pod is deleted while a /generate is in flight, after some turns were
     checkpointed: a fresh pod continues from the last checkpoint, the token list before the
@@ -390,7 +385,7 @@ def test_a_pod_killed_mid_turn_resumes_from_its_checkpoint(dev_stack: DevStack, 
     assert final["attempts"] == 2 and final["sandbox"]["podName"] == f"{name}-a2", dump(final)
     [retry] = final["retries"]
     assert retry["reason"] == "PodLost" and retry["attempt"] == 1 and retry["turns"] >= 2, dump(final)
-    resumed = _chain(dev_stack, final["partial"]["snapshot"])
+    resumed = restored_snapshot(dev_stack.stored(final["partial"]["snapshot"]))
     assert len(resumed.state.turns) >= 2
     trajectory = Trajectory.from_bytes(dev_stack.read_object(final["result"]["trajectory"]))
     tokens = [*trajectory.prompt_ids, *trajectory.response_ids]
@@ -462,7 +457,7 @@ def test_a_sandbox_oom_killed_past_its_memory_limit_resumes_from_its_checkpoint(
     ).stdout  # fmt: skip
     assert "OOMKilled" in events, events
     trajectory = Trajectory.from_bytes(dev_stack.read_object(final["result"]["trajectory"]))
-    prefix = _chain(dev_stack, final["partial"]["snapshot"]).buffer.input_ids
+    prefix = restored_snapshot(dev_stack.stored(final["partial"]["snapshot"])).buffer.input_ids
     assert [*trajectory.prompt_ids, *trajectory.response_ids][: len(prefix)] == prefix
     patch = dev_stack.read_object(final["result"]["patch"]).decode()
     assert ledger_runs(patch) == [f"step {i}" for i in range(LEDGER)], f"commands ran\n{patch}"

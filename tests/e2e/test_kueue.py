@@ -25,6 +25,7 @@ from swerollout.wire.trajectory import Trajectory
 from swerollout_dev.policy_server.launch import SubprocessServer, launch
 from swerollout_operator.podspec import KUEUE_GROUP_LABEL, KUEUE_QUEUE_LABEL, rollout_label
 from swerollout_operator.podstatus import KUEUE_GATE
+from tests.support.checkpoints import restored_snapshot
 from tests.support.controllermanager import controller_manager
 from tests.support.devstack import DevStack, dump
 from tests.support.kueue import LABEL as KUEUE_TEST_LABEL
@@ -358,7 +359,7 @@ def test_a_rollout_preempted_by_kueue_resumes_from_its_checkpoint(
     [retry] = final["retries"]
     assert retry["reason"] == "PodLost" and retry["attempt"] == 1 and retry["turns"] >= 2, dump(final)
     assert kube.get(PODS, "urgent", KUEUE_NS)["status"]["phase"] == "Succeeded"
-    resumed = dev_stack.checkpoint_snapshot(final["partial"]["snapshot"])
+    resumed = restored_snapshot(dev_stack.stored(final["partial"]["snapshot"]))
     trajectory = Trajectory.from_bytes(dev_stack.read_object(final["result"]["trajectory"]))
     prefix = resumed.buffer.input_ids
     assert [*trajectory.prompt_ids, *trajectory.response_ids][: len(prefix)] == prefix, "the checkpoint's tokens"

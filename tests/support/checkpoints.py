@@ -11,7 +11,9 @@ from typing import Any
 
 def restored_snapshot(head: Path) -> Any:
     """The snapshot the checkpoint chain whose head segment is the file ``head`` restores
-    (agent_runner.pod.checkpoint; a chain's segments sit side by side, named by sha256)."""
+    (agent_runner.pod.checkpoint; a chain's segments sit side by side, named by sha256):
+    the one chain restore of the tests, for a dev stack's store (`DevStack.stored`) and a real
+    node's."""
     from agent_runner.pod.checkpoint import restore_chain
 
     async def fetch(sha256: str, size: int) -> bytes:

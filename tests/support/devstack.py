@@ -141,24 +141,15 @@ class DevStack:
             timeout=120,
         )
 
-    def read_object(self, ref: dict[str, Any]) -> bytes:
+    def stored(self, ref: dict[str, Any]) -> Path:
+        """The file of an object the operator's filesystem store holds (a status ``ref``);
+        a checkpoint chain's head: tests.support.checkpoints.restored_snapshot."""
         uri = ref["ref"]
         assert uri.startswith("file://"), uri
-        return Path(uri[len("file://") :]).read_bytes()
+        return Path(uri[len("file://") :])
 
-    def checkpoint_snapshot(self, head: dict[str, Any]) -> Any:
-        """The snapshot a checkpoint chain in the store restores (agent_runner.pod.checkpoint)."""
-        import asyncio
-
-        from agent_runner.pod.checkpoint import restore_chain
-
-        folder = Path(head["ref"][len("file://") :]).parent
-
-        async def fetch(sha256: str, size: int) -> bytes:
-            return (folder / sha256).read_bytes()
-
-        snapshot, _ = asyncio.run(restore_chain(self.read_object(head), fetch))
-        return snapshot
+    def read_object(self, ref: dict[str, Any]) -> bytes:
+        return self.stored(ref).read_bytes()
 
 
 def post_json(url: str, body: dict[str, Any]) -> Any:
