@@ -17,8 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from swerollout.api import v1alpha1 as api
-from swerollout.api.suspension import is_suspended, weight_version
-from swerollout.api.v1alpha1 import Phase, SWERolloutBatchSpec
+from swerollout.api.v1alpha1 import Phase, SWERolloutBatchSpec, is_suspended, weight_version
 from swerollout.wire.ingest import (
     Abort,
     Assignment,

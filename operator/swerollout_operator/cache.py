@@ -22,8 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from swerollout.api import v1alpha1 as api
-from swerollout.api.suspension import batch_name
-from swerollout.api.v1alpha1 import Phase
+from swerollout.api.v1alpha1 import Phase, batch_name
 from swerollout.wire.ingest import Assignment, ProgressReport
 
 PodKey = tuple[str, str]

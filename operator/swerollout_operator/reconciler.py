@@ -22,8 +22,7 @@ from pydantic import ValidationError
 
 from swerollout.api import v1alpha1 as api
 from swerollout.api.base import one_line
-from swerollout.api.suspension import is_suspended
-from swerollout.api.v1alpha1 import Phase
+from swerollout.api.v1alpha1 import Phase, is_suspended
 from swerollout.exit_status import metric_label
 from swerollout.issue_images import spec_problem
 from swerollout.kube import SWEROLLOUTBATCHES, SWEROLLOUTS, AsyncKubeClient, KubeError, NotFound, urgent
@@ -195,7 +194,7 @@ class Reconciler:
         return self.batches.get(entry.batch_key)
 
     def suspended(self, entry: Tracked) -> bool:
-        """The one suspend rule (swerollout.api.suspension): the rollout's own flag or its batch's."""
+        """The one suspend rule (swerollout.api.v1alpha1.is_suspended): the rollout's own flag or its batch's."""
         batch = self.batch_of(entry)
         return is_suspended(entry.rollout_spec.suspend, batch.spec if batch else None)
 

@@ -22,8 +22,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from swerollout.api.suspension import batch_name
-from swerollout.api.v1alpha1 import LABEL_BATCH, SWERolloutBatchSpec
+from swerollout.api.v1alpha1 import LABEL_BATCH, SWERolloutBatchSpec, batch_name
 from swerollout.client import (
     ClientConfigError,
     ClientError,

@@ -7,8 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from swerollout.api.suspension import batch_name, is_suspended, suspended_by
-from swerollout.api.v1alpha1 import LABEL_SAMPLE, Phase, SWERolloutBatchSpec
+from swerollout.api.v1alpha1 import LABEL_SAMPLE, Phase, SWERolloutBatchSpec, batch_name, is_suspended, suspended_by
 from swerollout.client.records import TrainerStatus, parse_status, trainer_status
 
 
@@ -23,7 +22,7 @@ class MemberState:
     exit_status: str | None
     suspend: bool
     """Whether the member is suspended: its own ``spec.suspend`` or its batch's
-    (``swerollout.api.suspension``, the operator's rule), as far as the batch objects
+    (``swerollout.api.v1alpha1.is_suspended``, the operator's rule), as far as the batch objects
     given to :func:`member_state` tell."""
     suspended_by: str = ""
     """Who suspends it, e.g. ``batch step-7`` or ``spec.suspend``; '' when nobody does."""

@@ -10,8 +10,7 @@ from typing import TypeVar
 import httpx
 
 from swerollout import fleet
-from swerollout.api.suspension import batch_name
-from swerollout.api.v1alpha1 import BATCH_PLURAL, GROUP
+from swerollout.api.v1alpha1 import BATCH_PLURAL, GROUP, batch_name
 from swerollout.backoff import Backoff
 from swerollout.client.core import (
     FIELD_MANAGER,

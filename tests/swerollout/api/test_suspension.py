@@ -1,4 +1,4 @@
-"""The suspend rule (swerollout.api.suspension) and the SWERolloutBatch model and CRD."""
+"""The suspend rule (is_suspended and its helpers in swerollout.api.v1alpha1) and the SWERolloutBatch model and CRD."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pydantic import ValidationError
 
 from swerollout.api import crdgen
 from swerollout.api import v1alpha1 as api
-from swerollout.api.suspension import batch_name, is_suspended, suspended_by, weight_version
+from swerollout.api.v1alpha1 import batch_name, is_suspended, suspended_by, weight_version
 
 
 def batch(**spec: object) -> api.SWERolloutBatchSpec:

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from swerollout.api.suspension import is_suspended
-from swerollout.api.v1alpha1 import SWERolloutBatchSpec
+from swerollout.api.v1alpha1 import SWERolloutBatchSpec, is_suspended
 from swerollout.client import AsyncRolloutClient, ClientConfigError
 from swerollout.kube import SWEROLLOUTBATCHES, SWEROLLOUTS, AsyncKubeClient, NotFound
 from swerollout.store import ResultStore
