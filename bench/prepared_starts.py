@@ -12,6 +12,12 @@ when each rollout's first /generate arrives (bench.realnode_steps.GenerateRecord
 From the runner's finish to the reward, per rollout: status.reward.gradedAt minus
 status.result.finishedAt (the operator's receipts, milliseconds kept), printed beside
 status.reward.testsSeconds, the eval script's own time: what prewarming can save is the rest.
+Broken down by the eval runner's timeline (wall-clock marks logged into its stored log,
+status.logs.eval; agent_runner/pod/eval_timeline.py), step by step from the finish: the
+operator's Evaluating write and the eval runner's wake-up (finish -> assignment), the patch's
+download, both patches' apply, the tests, the grading, the harness's cleanup, the report's
+upload, and the reward report's receipt (gradedAt); and when the eval pod was ready, against
+the finish (negative: it was waiting before the rollout finished).
 
 Where a cold start's seconds go: each cold rollout's runner logs a startup timeline (seconds
 since its process began: imports, tokenizer, swerex, assignment, setup, first /generate;
@@ -35,6 +41,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from agent_runner.pod import eval_timeline
 from agent_runner.pod.startup import STEPS as STARTUP_STEPS
 from agent_runner.pod.startup import parse_line
 from bench.realnode_steps import GenerateRecorder, dev_stack_behind_recorder
@@ -101,7 +108,36 @@ def _until_done(
         "finish_to_reward": [_stamp(s["reward"]["gradedAt"]) - _stamp(s["result"]["finishedAt"]) for s in statuses],
         "tests": [float(s["reward"]["testsSeconds"]) for s in statuses],
         "startup": [_timeline(s, read) for s in statuses],
+        "reward_steps": [_reward_steps(s, read) for s in statuses],
     }
+
+
+# Finish -> reward, step by step: (key, from, to); "finish" is result.finishedAt and
+# "reward" reward.gradedAt (the operator's receipts), the rest the eval runner's marks.
+REWARD_STEPS = (
+    ("evaluating", "finish", "assignment"),
+    ("patch", "assignment", "patch"),
+    ("apply", "patch", "applied"),
+    ("tests", "applied", "tests"),
+    ("grade", "tests", "graded"),
+    ("cleanup", "graded", "evaluated"),
+    ("upload", "evaluated", "uploaded"),
+    ("report", "uploaded", "reward"),
+)
+
+
+def _reward_steps(status: dict[str, Any], read: ReadObject) -> dict[str, float]:
+    """Seconds of each step from the finish to the reward (REWARD_STEPS), and when the eval
+    pod's runner started and was ready, against the finish."""
+    ref = ((status.get("logs") or {}).get("eval") or {}).get("ref")
+    marks = eval_timeline.parse_line(read(ref).decode(errors="replace")) if ref else {}
+    marks["finish"] = _stamp(status["result"]["finishedAt"])
+    marks["reward"] = _stamp(status["reward"]["gradedAt"])
+    steps = {key: marks[end] - marks[begin] for key, begin, end in REWARD_STEPS if begin in marks and end in marks}
+    for mark in ("started", "ready", "grader"):
+        if mark in marks:
+            steps[f"eval_{mark}_after_finish"] = marks[mark] - marks["finish"]
+    return steps
 
 
 def _timeline(status: dict[str, Any], read: ReadObject) -> dict[str, float]:
@@ -182,7 +218,29 @@ def figures(out: dict[str, Any]) -> dict[str, float]:
         "cold_batch_wall_s": out["cold"]["wall"],
         "prepared_batch_wall_s": out["prepared"]["wall"],
         **startup,
+        **_step_medians("cold", out["cold"]["reward_steps"]),
+        **_step_medians("prewarmed", out["prepared"]["reward_steps"]),
     }
+
+
+def _step_medians(which: str, rows: list[dict[str, float]]) -> dict[str, float]:
+    """`<which>_reward_<step>_p50_s` for each step of finish -> reward the timelines have."""
+    keys = [key for key, _, _ in REWARD_STEPS] + [f"eval_{m}_after_finish" for m in ("started", "ready", "grader")]
+    return {
+        f"{which}_reward_{key}_p50_s": statistics.median(values)
+        for key in keys
+        if (values := [row[key] for row in rows if key in row])
+    }
+
+
+def reward_breakdown(f: dict[str, float], which: str) -> str:
+    """One line: finish -> reward's steps (p50 s), and the eval pod's runner ready against the finish."""
+    steps = ", ".join(
+        f"{key} {f[name]:.2f}" for key, _, _ in REWARD_STEPS if (name := f"{which}_reward_{key}_p50_s") in f
+    )
+    ready = f.get(f"{which}_reward_eval_ready_after_finish_p50_s")
+    when = f"; eval pod ready {ready:+.2f} s from the finish" if ready is not None else ""
+    return f"  {which} finish -> reward, steps p50 s: {steps or 'no eval timeline in the eval logs'}{when}"
 
 
 def run(tasks: int | None = None, group: int = GROUP) -> dict[str, float]:
@@ -209,6 +267,8 @@ def report(f: dict[str, float], where: str = "on the node agent") -> str:
             f"  runner finish -> reward p50: cold eval pod {f['cold_finish_to_reward_p50_s']:.2f} s "
             f"(tests {f['cold_tests_p50_s']:.2f} s), prewarmed {f['prewarmed_finish_to_reward_p50_s']:.2f} s "
             f"(tests {f['prewarmed_tests_p50_s']:.2f} s)",
+            reward_breakdown(f, "cold"),
+            reward_breakdown(f, "prewarmed"),
             f"  preparing took {f['prepare_seconds']:.1f} s (off the step's critical path); batch wall time "
             f"go -> last reward: cold {f['cold_batch_wall_s']:.1f} s, prepared {f['prepared_batch_wall_s']:.1f} s",
             f"  cold runner's start p50, s since its process began: {timeline or 'no timeline in the runner logs'}",

@@ -24,7 +24,7 @@ import enum
 import shlex
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -230,9 +230,10 @@ def _tail(text: str, limit: int) -> str:
 class _Evaluation:
     """One evaluation's steps against one sandbox; `run` is the only entry point."""
 
-    def __init__(self, sandbox: EvalSandbox, request: EvalRequest) -> None:
+    def __init__(self, sandbox: EvalSandbox, request: EvalRequest, on_step: Callable[[str], None]) -> None:
         self.sandbox = sandbox
         self.request = request
+        self.on_step = on_step
         self.instance = request.instance
         self.workdir = request.workdir or request.instance.workdir
         self.scratch = ""
@@ -283,9 +284,11 @@ class _Evaluation:
         test_patch_error = await self._apply_test_patch()
         if test_patch_error is not None:
             return self.unresolved(EvalFailure.TEST_PATCH_APPLY_FAILED, test_patch_error, **applied_fields)
+        self.on_step("applied")
         started = time.monotonic()
         log, exit_code, timed_out = await self._run_eval_script()
         applied_fields["tests_seconds"] = round(time.monotonic() - started, 3)
+        self.on_step("tests")
         if timed_out:
             return self.unresolved(
                 EvalFailure.EVAL_TIMEOUT,
@@ -305,6 +308,7 @@ class _Evaluation:
             eval_type=evaluation.eval_type.value,
             backend=self.request.grader,
         )
+        self.on_step("graded")
         graded_fields = {
             **applied_fields,
             "backend": grade.backend,
@@ -413,9 +417,18 @@ class _Evaluation:
         return log, result.exit_code, timed_out
 
 
-async def evaluate(sandbox: EvalSandbox, request: EvalRequest) -> EvalReport:
-    """Apply the candidate and test patches in `sandbox` (a fresh checkout), run the eval script, grade it."""
-    return await _Evaluation(sandbox, request).run()
+def _no_step(step: str) -> None:
+    pass
+
+
+async def evaluate(
+    sandbox: EvalSandbox, request: EvalRequest, *, on_step: Callable[[str], None] = _no_step
+) -> EvalReport:
+    """Apply the candidate and test patches in `sandbox` (a fresh checkout), run the eval script, grade it.
+
+    `on_step(name)` is called as each step is done: ``applied`` (both patches), ``tests``
+    (the eval script ended), ``graded`` (the eval pod's timeline, agent_runner.pod.eval_timeline)."""
+    return await _Evaluation(sandbox, request, on_step).run()
 
 
 async def _evaluate_at(url: str, token: str, request: EvalRequest) -> EvalReport:

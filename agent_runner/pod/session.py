@@ -41,6 +41,7 @@ from swerollout.wire.runner_env import RunnerEnv, RunnerEnvError, RunnerRole
 
 from . import kinds, turn_checkpoints
 from .checkpoint import CheckpointWriter, Head
+from .eval_timeline import EvalTimeline
 from .ingest_client import IngestClient
 from .log_tail import LogTail
 from .startup import StartupTimeline, TokenizerPrefetch
@@ -275,6 +276,7 @@ class Runner:
         self.sandbox: Sandbox | None = None
         self._prepared: _Run | None = None
         """The run a `prepare` set up, held for its go."""
+        self.eval_timeline = EvalTimeline()
         self._active: AbortableModel | None = None
         """The model of the run in progress (what a SIGTERM abandons)."""
         self._terminating: asyncio.Task[None] | None = None
@@ -305,6 +307,7 @@ class Runner:
                 self.timeline.mark("assignment")
                 if self.sandbox is None:
                     self.sandbox = await connecting
+                    self.eval_timeline.mark("ready")
                 after = assignment.id
                 rollout = self.env.role is RunnerRole.ROLLOUT
                 match assignment:
@@ -623,14 +626,20 @@ class Runner:
 
     async def _evaluate(self, assignment: wire.Eval) -> None:
         assert self.sandbox is not None
+        timeline = self.eval_timeline
+        timeline.mark("assignment")
         spec = api.SWERolloutSpec.model_validate(assignment.spec)
         patch = (await self.ingest.download(assignment.patch)).decode()
         workdir = await self._workdir(spec.instance.workdir)
+        timeline.mark("patch")
         request = EvalRequest(
             instance=spec.instance, patch=patch, workdir=workdir, timeout_seconds=float(spec.reward.timeout_seconds)
         )
-        report = await evaluate(self.sandbox, request)
+        report = await evaluate(self.sandbox, request, on_step=timeline.mark)
+        timeline.mark("evaluated")
         report_ref = await self.ingest.upload(wire.ObjectKind.REPORT, report.model_dump_json().encode())
+        timeline.mark("uploaded")
+        log.info("%s", timeline.line())
         reward = report.to_reward_status()
         await self.ingest.event(
             wire.Evaluated(

@@ -31,7 +31,7 @@ STEPS = ("imports", "tokenizer", "swerex", "assignment", "setup", "first /genera
 LINE_PREFIX = "startup timeline (s since the process began): "
 
 
-def _process_age() -> float:
+def process_age() -> float:
     """Seconds since the kernel started this process; 0 when /proc does not say."""
     try:
         with open("/proc/self/stat") as f:
@@ -45,7 +45,7 @@ def _process_age() -> float:
 
 class StartupTimeline:
     def __init__(self) -> None:
-        self._origin = time.monotonic() - _process_age()
+        self._origin = time.monotonic() - process_age()
         self.marks: dict[str, float] = {}
         self._lock = threading.Lock()
 

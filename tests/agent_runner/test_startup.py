@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import time
 
-from agent_runner.pod.startup import StartupTimeline, TokenizerPrefetch, _process_age, parse_line
+from agent_runner.pod.startup import StartupTimeline, TokenizerPrefetch, parse_line, process_age
 from swerollout.tokenizers import load_tokenizer
 
 
 def test_marks_count_from_the_process_start_keep_the_first_time_and_read_back_from_a_log() -> None:
-    age = _process_age()
+    age = process_age()
     timeline = StartupTimeline()
     timeline.mark("imports")
     # The marks count from the kernel's start of this process (the interpreter's and pytest's

@@ -1,0 +1,77 @@
+"""Where an evaluation's seconds go, from the runner's finish to the reward.
+
+The eval runner notes when each step of its pod's life and of the grading is done, as
+wall-clock (Unix) seconds, because the steps are compared with the operator's own
+receipts in the status (`result.finishedAt`, `reward.gradedAt`) and both sides run on
+one machine's clock. It logs one line just before the reward report: that log is
+uploaded with the report (status.logs.eval), which is where the bench reads it.
+
+The steps, in the order a prewarmed eval pod meets them (a cold one meets `started`
+and `ready` after the finish):
+
+- ``started``: the runner process began (the kernel's start time of the process);
+- ``ready``: its sandbox answered and the operator gave its first assignment;
+- ``grader``: the grading code is imported (swebench's harness takes seconds);
+- ``assignment``: the ``eval`` assignment arrived (the rollout is Evaluating);
+- ``patch``: the candidate patch is downloaded and the working directory found;
+- ``applied``: the candidate and test patches are applied;
+- ``tests``: the eval script ended (``tests`` minus ``applied`` is about testsSeconds);
+- ``graded``: the output is graded;
+- ``evaluated``: the scratch directory is removed (the harness is done);
+- ``uploaded``: the full report is in the result store.
+
+The reward report (with the log) goes out next; the operator's receipt is gradedAt.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from .startup import process_age
+
+STEPS = (
+    "started",
+    "ready",
+    "grader",
+    "assignment",
+    "patch",
+    "applied",
+    "tests",
+    "graded",
+    "evaluated",
+    "uploaded",
+)
+LINE_PREFIX = "eval timeline (unix s): "
+
+
+class EvalTimeline:
+    def __init__(self) -> None:
+        self.marks: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self.mark("started", at=time.time() - process_age())
+
+    def mark(self, step: str, *, at: float | None = None) -> None:
+        """Note `step` done now (the first time only: the harness runs once per pod)."""
+        with self._lock:
+            self.marks.setdefault(step, round(time.time() if at is None else at, 3))
+
+    def line(self) -> str:
+        with self._lock:
+            return LINE_PREFIX + ", ".join(f"{step} {at:.3f}" for step, at in self.marks.items())
+
+
+def parse_line(text: str) -> dict[str, float]:
+    """The marks of the last eval timeline line in a log (empty when there is none)."""
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        if LINE_PREFIX not in line:
+            continue
+        found = {}
+        for part in line.split(LINE_PREFIX, 1)[1].split(", "):
+            step, _, at = part.rpartition(" ")
+            try:
+                found[step] = float(at)
+            except ValueError:
+                continue
+    return found

@@ -1,0 +1,29 @@
+"""The eval pod's timeline and its grader prefetch (agent_runner/pod/eval_timeline.py)."""
+
+from __future__ import annotations
+
+import time
+
+from agent_runner.pod.eval_timeline import STEPS, EvalTimeline, parse_line
+from agent_runner.pod.startup import process_age
+
+
+def test_marks_are_wall_clock_keep_the_first_time_and_read_back_from_a_log() -> None:
+    before = time.time()
+    timeline = EvalTimeline()
+    # `started` is when this process began (the operator's receipts are compared with these
+    # marks, so they are Unix seconds, not seconds since the process began).
+    assert timeline.marks["started"] <= round(before - process_age() + 1, 3)
+    assert timeline.marks["started"] < before
+    timeline.mark("ready")
+    first = timeline.marks["ready"]
+    assert before <= first <= time.time() + 0.001
+    time.sleep(0.01)
+    timeline.mark("ready")
+    timeline.mark("assignment")
+    assert timeline.marks["ready"] == first and timeline.marks["assignment"] > first
+    log = f"2026-12-02 00:00:00 INFO x: other\n2026-12-02 00:00:01 INFO agent_runner.pod.session: {timeline.line()}\n"
+    assert parse_line(log) == timeline.marks
+    assert list(parse_line(log)) == ["started", "ready", "assignment"]
+    assert set(parse_line(log)) <= set(STEPS)
+    assert parse_line("no timeline here") == {}
