@@ -21,14 +21,26 @@ and `ready` after the finish):
 - ``uploaded``: the full report is in the result store.
 
 The reward report (with the log) goes out next; the operator's receipt is gradedAt.
+
+`prefetch_grader` takes the grading code's import off that path: swebench's harness imports
+docker, datasets and modal eagerly, seconds of CPU (many more with a batch of eval pods
+sharing the cores) that used to come after the tests, in the reward's critical path. An eval
+runner starts it in a thread as it starts serving, so it runs while the pod waits for its
+patch (prewarmed) or for its sandbox and assignment (cold); the grading finds it imported,
+or waits on the import lock for the rest.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
+from agent_runner.eval.grading import swebench_harness_problem
+
 from .startup import process_age
+
+log = logging.getLogger(__name__)
 
 STEPS = (
     "started",
@@ -59,6 +71,20 @@ class EvalTimeline:
     def line(self) -> str:
         with self._lock:
             return LINE_PREFIX + ", ".join(f"{step} {at:.3f}" for step, at in self.marks.items())
+
+
+def prefetch_grader(timeline: EvalTimeline) -> threading.Thread:
+    """Import the grading code in a daemon thread (marks ``grader`` when done)."""
+
+    def load() -> None:
+        problem = swebench_harness_problem()  # cached per process: grading's own call finds it
+        if problem is not None:
+            log.info("grading with the builtin parsers: %s", problem)
+        timeline.mark("grader")
+
+    thread = threading.Thread(target=load, name="grader-prefetch", daemon=True)
+    thread.start()
+    return thread
 
 
 def parse_line(text: str) -> dict[str, float]:

@@ -41,7 +41,7 @@ from swerollout.wire.runner_env import RunnerEnv, RunnerEnvError, RunnerRole
 
 from . import kinds, turn_checkpoints
 from .checkpoint import CheckpointWriter, Head
-from .eval_timeline import EvalTimeline
+from .eval_timeline import EvalTimeline, prefetch_grader
 from .ingest_client import IngestClient
 from .log_tail import LogTail
 from .startup import StartupTimeline, TokenizerPrefetch
@@ -300,6 +300,8 @@ class Runner:
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, self._on_sigterm, main)
         # The first assignment is asked for while swerex starts: neither waits for the other.
         connecting = asyncio.create_task(self._connect_sandbox())
+        if self.env.role is RunnerRole.EVAL:
+            prefetch_grader(self.eval_timeline)
         try:
             after: str | None = None
             while True:

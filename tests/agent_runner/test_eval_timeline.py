@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import time
 
 from agent_runner.pod.eval_timeline import STEPS, EvalTimeline, parse_line
@@ -27,3 +30,27 @@ def test_marks_are_wall_clock_keep_the_first_time_and_read_back_from_a_log() -> 
     assert list(parse_line(log)) == ["started", "ready", "assignment"]
     assert set(parse_line(log)) <= set(STEPS)
     assert parse_line("no timeline here") == {}
+
+
+def test_the_grader_is_imported_in_a_thread_before_anything_is_graded() -> None:
+    # A fresh interpreter: this one may have imported swebench already.
+    code = textwrap.dedent(
+        """
+        import sys
+        from agent_runner.pod.eval_timeline import EvalTimeline, prefetch_grader
+        timeline = EvalTimeline()
+        assert "swebench.harness.grading" not in sys.modules
+        thread = prefetch_grader(timeline)
+        assert thread.daemon
+        thread.join(timeout=600)
+        assert "swebench.harness.grading" in sys.modules, sorted(m for m in sys.modules if "swebench" in m)
+        assert timeline.marks["grader"] >= timeline.marks["started"]
+        from agent_runner.eval.grading import swebench_harness_problem
+        assert swebench_harness_problem.cache_info().hits == 0
+        assert swebench_harness_problem() is None
+        assert swebench_harness_problem.cache_info().hits == 1, "grading finds the prefetched answer"
+        print("ok")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
