@@ -108,7 +108,7 @@ def _until_done(
         "finish_to_reward": [_stamp(s["reward"]["gradedAt"]) - _stamp(s["result"]["finishedAt"]) for s in statuses],
         "tests": [float(s["reward"]["testsSeconds"]) for s in statuses],
         "startup": [_timeline(s, read) for s in statuses],
-        "reward_steps": [_reward_steps(s, read) for s in statuses],
+        "reward_steps": [reward_steps_of(s, read) for s in statuses],
     }
 
 
@@ -126,7 +126,7 @@ REWARD_STEPS = (
 )
 
 
-def _reward_steps(status: dict[str, Any], read: ReadObject) -> dict[str, float]:
+def reward_steps_of(status: dict[str, Any], read: ReadObject) -> dict[str, float]:
     """Seconds of each step from the finish to the reward (REWARD_STEPS), and when the eval
     pod's runner started and was ready, against the finish."""
     ref = ((status.get("logs") or {}).get("eval") or {}).get("ref")
@@ -218,12 +218,12 @@ def figures(out: dict[str, Any]) -> dict[str, float]:
         "cold_batch_wall_s": out["cold"]["wall"],
         "prepared_batch_wall_s": out["prepared"]["wall"],
         **startup,
-        **_step_medians("cold", out["cold"]["reward_steps"]),
-        **_step_medians("prewarmed", out["prepared"]["reward_steps"]),
+        **step_medians("cold", out["cold"]["reward_steps"]),
+        **step_medians("prewarmed", out["prepared"]["reward_steps"]),
     }
 
 
-def _step_medians(which: str, rows: list[dict[str, float]]) -> dict[str, float]:
+def step_medians(which: str, rows: list[dict[str, float]]) -> dict[str, float]:
     """`<which>_reward_<step>_p50_s` for each step of finish -> reward the timelines have."""
     keys = [key for key, _, _ in REWARD_STEPS] + [f"eval_{m}_after_finish" for m in ("started", "ready", "grader")]
     return {

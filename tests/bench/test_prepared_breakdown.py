@@ -1,0 +1,64 @@
+"""bench prepared's finish -> reward breakdown, read from a status and its stored eval log
+(the pure part; the bench itself runs a dev stack)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from agent_runner.pod.eval_timeline import EvalTimeline
+from bench.prepared_starts import REWARD_STEPS, figures, report, reward_steps_of, step_medians
+
+
+def _iso(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _status(finish: float, graded: float, log_ref: str | None) -> dict[str, object]:
+    status: dict[str, object] = {
+        "result": {"finishedAt": _iso(finish)},
+        "reward": {"gradedAt": _iso(graded), "testsSeconds": 1.0},
+    }
+    if log_ref:
+        status["logs"] = {"eval": {"ref": log_ref}}
+    return status
+
+
+def test_the_steps_from_the_finish_add_up_to_finish_to_reward() -> None:
+    finish = 1_800_000_000.0
+    timeline = EvalTimeline()
+    marks = {"ready": -30.0, "grader": -25.0, "assignment": 0.4, "patch": 0.5, "applied": 0.7}
+    marks |= {"tests": 2.7, "graded": 2.8, "evaluated": 2.9, "uploaded": 3.0}
+    timeline.marks = {"started": finish - 31.0} | {step: finish + at for step, at in marks.items()}
+    logs = {"file:///eval.log": f"INFO x: {timeline.line()}\n".encode()}
+    steps = reward_steps_of(_status(finish, finish + 3.25, "file:///eval.log"), logs.__getitem__)
+
+    assert [key for key in steps if key in {k for k, _, _ in REWARD_STEPS}] == [k for k, _, _ in REWARD_STEPS]
+    assert sum(steps[key] for key, _, _ in REWARD_STEPS) == pytest.approx(3.25, abs=0.002)
+    assert steps["evaluating"] == pytest.approx(0.4, abs=0.002) and steps["tests"] == pytest.approx(2.0, abs=0.002)
+    assert steps["report"] == pytest.approx(0.25, abs=0.002)
+    assert steps["eval_ready_after_finish"] == pytest.approx(-30.0, abs=0.002)
+    assert steps["eval_started_after_finish"] == pytest.approx(-31.0, abs=0.002)
+
+    # An eval log without a timeline (an older runner) gives only what the status says: no step.
+    assert reward_steps_of(_status(finish, finish + 3.25, None), logs.__getitem__) == {}
+    medians = step_medians("prewarmed", [steps, {**steps, "tests": 4.0}, {}])
+    assert medians["prewarmed_reward_tests_p50_s"] == pytest.approx(3.0, abs=0.002)
+
+
+def test_the_report_prints_the_breakdown_beside_the_existing_figures() -> None:
+    batch = {
+        "first": {"a": 1.0, "b": 2.0},
+        "wall": 10.0,
+        "finish_to_reward": [3.0, 4.0],
+        "tests": [1.0, 1.5],
+        "startup": [{}, {}],
+        "reward_steps": [{"evaluating": 0.2, "tests": 1.0, "eval_ready_after_finish": -5.0}, {}],
+    }
+    f = figures({"cold": {**batch, "reward_steps": [{}, {}]}, "prepared": batch, "prepare_seconds": 5.0})
+    assert f["prewarmed_finish_to_reward_p50_s"] == 3.5 and f["prewarmed_reward_evaluating_p50_s"] == 0.2
+    assert not any(key.startswith("cold_reward_") for key in f)
+    text = report(f)
+    assert "prewarmed finish -> reward, steps p50 s: evaluating 0.20, tests 1.00; eval pod ready -5.00 s" in text
+    assert "cold finish -> reward, steps p50 s: no eval timeline in the eval logs" in text
