@@ -151,6 +151,13 @@ def resolve_tokenizer_dir(name_or_path: str) -> Path:
     )
 
 
+def source_dir(name_or_path: str) -> Path:
+    """The directory a tokenizer's files come from: a bundled name's package data (where a
+    zipped tokenizer.json lies unextracted), or the directory itself."""
+    sources = _bundled_sources()
+    return sources[name_or_path] if name_or_path in sources else resolve_tokenizer_dir(name_or_path)
+
+
 @functools.lru_cache(maxsize=32)
 def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
     """Load a fast tokenizer by bundled name or directory path, offline, cached per name.
