@@ -27,9 +27,8 @@ from swerollout.api.data_urls import IssueImageError as IssueImageError
 from swerollout.api.data_urls import data_url_payload as data_url_payload
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
-
     from swerollout.api.v1alpha1 import SWERolloutSpec
+    from swerollout.runner_tokenizer import AnyTokenizer
 
 VISION_TOKENIZER_EXAMPLES = ("glm-4.5v", "qwen2.5-vl-3b-instruct-awq")
 """Bundled tokenizers whose templates show images, named in errors (a test keeps this true)."""
@@ -60,17 +59,17 @@ class ImagePlaceholder:
     """The token the server's multimodal processor expands into the image's tokens."""
 
 
-def image_placeholder(tokenizer: PreTrainedTokenizerBase) -> ImagePlaceholder | None:
+def image_placeholder(tokenizer: AnyTokenizer) -> ImagePlaceholder | None:
     """The template's rendering of an image part, or None when the template cannot show images."""
     # Cached on the tokenizer object as a one-item tuple (None is a valid answer).
     cached: tuple[ImagePlaceholder | None] | None = getattr(tokenizer, "_swerollout_image_placeholder", None)
     if cached is None:
         cached = (_probe_placeholder(tokenizer),)
-        tokenizer._swerollout_image_placeholder = cached
+        vars(tokenizer)["_swerollout_image_placeholder"] = cached
     return cached[0]
 
 
-def _probe_placeholder(tokenizer: PreTrainedTokenizerBase) -> ImagePlaceholder | None:
+def _probe_placeholder(tokenizer: AnyTokenizer) -> ImagePlaceholder | None:
     if not getattr(tokenizer, "chat_template", None):
         return None
     before, after = (f"SWRXIMG{secrets.token_hex(6).upper()}{k}" for k in "AB")

@@ -27,8 +27,8 @@ from agent_runner.policy.rl_model import RLTokenModel
 from agent_runner.policy.sglang import SamplingParams, SGLangClient
 from swerollout.api import v1alpha1 as api
 from swerollout.issue_images import IssueImageError, image_placeholder, text_only_message
+from swerollout.runner_tokenizer import load_runner_tokenizer
 from swerollout.tokenizer_check import require_ordinary_text
-from swerollout.tokenizers import load_tokenizer
 from swerollout.wire.codec import decode, encode
 from swerollout.wire.runner_env import InferenceKeys
 
@@ -124,7 +124,7 @@ class TokenRun:
         routing_key: str,
     ) -> tuple[TokenRun, dict[str, Any]]:
         inference = spec.inference
-        tokenizer = load_tokenizer(inference.tokenizer or "")
+        tokenizer = load_runner_tokenizer(inference.tokenizer or "")
         # Before any token is sent: a vocabulary that cannot spell a newline would record
         # <unk> where the agent saw text (the client refuses it at submit too, when it can tell).
         require_ordinary_text(tokenizer.backend_tokenizer, inference.tokenizer or "")

@@ -91,11 +91,11 @@ class TokenizerPrefetch:
         threading.Thread(target=self._load, args=(name, timeline), name="tokenizer-prefetch", daemon=True).start()
 
     def _load(self, name: str, timeline: StartupTimeline) -> None:
-        # Imported here: transformers is the slow import this thread exists to take off the path.
-        from swerollout.tokenizers import load_tokenizer
+        # Imported here: the tokenizer's parse is the slow step this thread takes off the path.
+        from swerollout.runner_tokenizer import load_runner_tokenizer
 
         try:
-            load_tokenizer(name)  # cached per name: the setup's own call finds it
+            load_runner_tokenizer(name)  # cached per name: the setup's own call finds it
             timeline.mark("tokenizer")
         except Exception as exc:  # noqa: BLE001 - the setup loads it again and reports the error
             log.info("tokenizer prefetch of %r failed (%s); the setup loads it", name, exc)

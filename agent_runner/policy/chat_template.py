@@ -74,7 +74,8 @@ from agent_runner.policy.images import map_text_parts, template_content
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
-    from transformers import PreTrainedTokenizerBase
+
+    from swerollout.runner_tokenizer import AnyTokenizer
 
 Message = Mapping[str, Any]
 Piece = tuple[str, bool]
@@ -95,7 +96,7 @@ class ChatTemplate:
 
     def __init__(
         self,
-        tokenizer: PreTrainedTokenizerBase,
+        tokenizer: AnyTokenizer,
         *,
         tools: Sequence[Mapping[str, Any]] | None = None,
         template_kwargs: Mapping[str, Any] | None = None,
@@ -520,7 +521,7 @@ class ChatTemplate:
         return self.encode_pieces(self.delta_pieces(history, new_messages, last_sampled_id, sampled_text))
 
 
-def _text_only(tokenizer: PreTrainedTokenizerBase) -> Tokenizer:
+def _text_only(tokenizer: AnyTokenizer) -> Tokenizer:
     """The tokenizer's normalizer, pre-tokenizer and model with no added tokens at all.
 
     Cached on the tokenizer object (cheap to build, but built once per conversation otherwise)."""
@@ -528,11 +529,11 @@ def _text_only(tokenizer: PreTrainedTokenizerBase) -> Tokenizer:
     if cached is not None:
         return cached  # type: ignore[no-any-return]
     model = _build_text_only(tokenizer)
-    tokenizer._swerollout_text_only = model
+    vars(tokenizer)["_swerollout_text_only"] = model  # a cache on a shared object of another library
     return model
 
 
-def _build_text_only(tokenizer: PreTrainedTokenizerBase) -> Tokenizer:
+def _build_text_only(tokenizer: AnyTokenizer) -> Tokenizer:
     from tokenizers import Tokenizer
 
     backend = getattr(tokenizer, "backend_tokenizer", None)
@@ -555,7 +556,7 @@ def _build_text_only(tokenizer: PreTrainedTokenizerBase) -> Tokenizer:
     return text_only
 
 
-def _unigram_without_added(tokenizer: PreTrainedTokenizerBase, backend: Tokenizer) -> Any:
+def _unigram_without_added(tokenizer: AnyTokenizer, backend: Tokenizer) -> Any:
     """The backend's Unigram model with its added tokens' pieces scored below every other piece.
 
     A Unigram vocabulary may hold ``<s>`` as a piece scored 0.0 (the most likely): the

@@ -67,7 +67,7 @@ from swerollout.issue_images import image_placeholder, text_only_message
 from swerollout.wire.trajectory import Trajectory
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
+    from swerollout.runner_tokenizer import AnyTokenizer
 
 _FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": FinishReason.ABORT}
 
@@ -75,7 +75,7 @@ _FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": Fi
 class RLTokenModel:
     def __init__(
         self,
-        tokenizer: PreTrainedTokenizerBase,
+        tokenizer: AnyTokenizer,
         client: SGLangClient,
         *,
         sampling: SamplingParams,
@@ -438,7 +438,7 @@ class RLTokenModel:
 
     @classmethod
     def restore(
-        cls, blob: bytes, tokenizer: PreTrainedTokenizerBase, client: SGLangClient, **kwargs: Any
+        cls, blob: bytes, tokenizer: AnyTokenizer, client: SGLangClient, **kwargs: Any
     ) -> tuple[RLTokenModel, dict[str, Any]]:
         """A model continuing the snapshot's conversation, and the agent state it carried."""
         snap = Snapshot.from_bytes(blob)

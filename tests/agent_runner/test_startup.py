@@ -6,7 +6,7 @@ import asyncio
 import time
 
 from agent_runner.pod.startup import StartupTimeline, TokenizerPrefetch, parse_line, process_age
-from swerollout.tokenizers import load_tokenizer
+from swerollout.runner_tokenizer import load_runner_tokenizer
 
 
 def test_marks_count_from_the_process_start_keep_the_first_time_and_read_back_from_a_log() -> None:
@@ -32,7 +32,7 @@ def test_marks_count_from_the_process_start_keep_the_first_time_and_read_back_fr
 
 
 def test_the_pod_specs_tokenizer_loads_in_a_thread_and_the_setup_finds_it_loaded() -> None:
-    load_tokenizer.cache_clear()
+    load_runner_tokenizer.cache_clear()
     timeline = StartupTimeline()
     prefetch = TokenizerPrefetch("qwen-2.5", timeline)
 
@@ -43,9 +43,9 @@ def test_the_pod_specs_tokenizer_loads_in_a_thread_and_the_setup_finds_it_loaded
 
     asyncio.run(setup())
     assert "tokenizer" in timeline.marks
-    misses = load_tokenizer.cache_info().misses
-    load_tokenizer("qwen-2.5")
-    assert load_tokenizer.cache_info().misses == misses, "the setup's own load is a cache hit"
+    misses = load_runner_tokenizer.cache_info().misses
+    load_runner_tokenizer("qwen-2.5")
+    assert load_runner_tokenizer.cache_info().misses == misses, "the setup's own load is a cache hit"
 
 
 def test_no_tokenizer_named_means_nothing_to_wait_for() -> None:
