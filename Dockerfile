@@ -79,8 +79,9 @@ RUN /opt/swerollout/bin/uv pip install --python /opt/swerollout/bin/python --no-
 # The runner's tokenizers, compiled (swerollout/runner_tokenizer.py): a runner then loads its
 # tokenizer with `tokenizers` alone instead of importing transformers (about 2 CPU-s a cold
 # start). About 9 MB each; a tokenizer not listed loads with transformers at run time.
-ARG RUNNER_TOKENIZERS="qwen-2.5 qwen-3 qwen3-tc glm-4 deepseek-v3"
-RUN SWEROLLOUT_CACHE=/tmp/tokenizer-cache /opt/swerollout/bin/python -m swerollout.runner_tokenizer \
+ARG RUNNER_TOKENIZERS="qwen-2.5 qwen-3 glm-4 deepseek-v3"
+# From / : the installed package, not this stage's /src copy of it.
+RUN cd / && SWEROLLOUT_CACHE=/tmp/tokenizer-cache /opt/swerollout/bin/python -m swerollout.runner_tokenizer \
       /opt/swerollout/share/swerollout/tokenizers ${RUNNER_TOKENIZERS} \
  && rm -rf /tmp/tokenizer-cache
 

@@ -186,11 +186,29 @@ class RunnerTokenizer:
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         return list(self.backend_tokenizer.encode(text, add_special_tokens=add_special_tokens).ids)
 
-    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
-        return str(self.backend_tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens))
+    def decode(self, ids: int | Sequence[int], skip_special_tokens: bool = False) -> str:
+        listed = [ids] if isinstance(ids, int) else list(ids)
+        return str(self.backend_tokenizer.decode(listed, skip_special_tokens=skip_special_tokens))
 
-    def convert_ids_to_tokens(self, ids: Sequence[int]) -> list[str]:
+    def convert_ids_to_tokens(self, ids: int | Sequence[int]) -> Any:
+        """A token per id; one token for one id."""
+        if isinstance(ids, int):
+            return self.backend_tokenizer.id_to_token(ids)
         return [str(self.backend_tokenizer.id_to_token(int(i))) for i in ids]
+
+    def convert_tokens_to_ids(self, tokens: str | Sequence[str]) -> Any:
+        """An id per token (None for one not in the vocabulary); one id for one token."""
+        if isinstance(tokens, str):
+            return self.backend_tokenizer.token_to_id(tokens)
+        return [self.backend_tokenizer.token_to_id(t) for t in tokens]
+
+    @property
+    def eos_token(self) -> str | None:
+        return self.special_tokens_map.get("eos_token")
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return self.backend_tokenizer.token_to_id(self.eos_token) if self.eos_token is not None else None
 
     def convert_tokens_to_string(self, tokens: Sequence[str]) -> str:
         decoder = self.backend_tokenizer.decoder
