@@ -1,9 +1,9 @@
 """A blocking facade over :class:`AsyncRolloutClient` for trainers that are not asyncio.
 
-The async client lives on its own event loop in a portal thread (anyio's blocking
-portal); every call hands one coroutine to that thread and waits for the result. So the
-blocking client also works where an event loop is already running in the caller's thread:
-a Jupyter cell, or sync code called by an async rollout worker. Such a call blocks that
+The async client lives on its own event loop in a portal thread (`swerollout.portal`);
+every call hands one coroutine to that thread and waits for the result. So the blocking
+client also works where an event loop is already running in the caller's thread: a
+Jupyter cell, or sync code called by an async rollout worker. Such a call blocks that
 loop while it waits, as any blocking call does; await AsyncRolloutClient there to keep
 the loop free. Progress callbacks of ``wait`` run in the portal thread.
 """
@@ -11,64 +11,33 @@ the loop free. Progress callbacks of ``wait`` run in the portal thread.
 from __future__ import annotations
 
 import os
-import threading
-import weakref
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any, TypeVar
-
-from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from swerollout.api.v1alpha1 import Agent, Inference, Mode, Reward, SandboxSpec, SWERolloutBatchSpec
 from swerollout.client.aclient import AsyncRolloutClient, InstanceLike, Object, ProgressCallback, TrainerLabel
 from swerollout.client.progress import BatchProgress
 from swerollout.client.records import RolloutRecord
+from swerollout.portal import Portal
 
 T = TypeVar("T")
 
 
-async def _await(awaitable: Awaitable[T]) -> T:
-    return await awaitable
-
-
-def _closer(ref: weakref.ReferenceType[RolloutClient]) -> Callable[[], None]:
-    def close() -> None:
-        client = ref()
-        if client is not None:
-            client.close()
-
-    return close
+async def _aclose(client: AsyncRolloutClient) -> None:
+    await client.aclose()
 
 
 class RolloutClient:
     """Same operations as :class:`AsyncRolloutClient`, blocking."""
 
-    def __init__(
-        self, inner: AsyncRolloutClient, portal: BlockingPortal, portal_cm: AbstractContextManager[BlockingPortal]
-    ) -> None:
-        self._inner = inner
+    def __init__(self, portal: Portal[AsyncRolloutClient]) -> None:
         self._portal = portal
-        self._portal_cm = portal_cm
-        self._closed = False
+        self._inner = portal.inner
 
     @classmethod
     def _start(cls, build: Callable[[], Awaitable[AsyncRolloutClient]]) -> RolloutClient:
-        portal_cm = start_blocking_portal(backend="asyncio")
-        portal = portal_cm.__enter__()
-        try:
-            # The HTTP clients bind to the loop they are created in: build them in the portal.
-            inner = portal.call(build)
-        except BaseException as exc:
-            portal_cm.__exit__(type(exc), exc, exc.__traceback__)
-            raise
-        client = cls(inner, portal, portal_cm)
-        # A script that ends without close() would never exit: the portal's thread is not a
-        # daemon, and the interpreter waits for it before any atexit hook runs. threading's
-        # own pre-join hooks run first (concurrent.futures stops its workers there), so
-        # close what is still open there. Weak: an exit hook must not keep a client alive.
-        threading._register_atexit(_closer(weakref.ref(client)))  # type: ignore[attr-defined]
-        return client
+        return cls(Portal(build, _aclose))
 
     @classmethod
     def connect(
@@ -98,28 +67,10 @@ class RolloutClient:
         return self._inner
 
     def _run(self, coro: Awaitable[T]) -> T:
-        if self._closed:
-            close = getattr(coro, "close", None)
-            if close is not None:
-                close()  # never awaited: say so quietly instead of a RuntimeWarning
-            raise RuntimeError("this RolloutClient is closed")
-        future = self._portal.start_task_soon(_await, coro)
-        try:
-            return future.result()
-        except BaseException:
-            # Interrupted here (Ctrl-C in `watch`): cancel the call in the portal too, or
-            # closing would wait for it forever and the loop would be torn down under it.
-            future.cancel()
-            raise
+        return self._portal.run(coro, what="RolloutClient")
 
     def close(self) -> None:
-        if self._closed:
-            return
-        try:
-            self._run(self._inner.aclose())
-        finally:
-            self._closed = True
-            self._portal_cm.__exit__(None, None, None)
+        self._portal.close()
 
     def __enter__(self) -> RolloutClient:
         return self
@@ -247,15 +198,7 @@ class RolloutClient:
         return self._run(self._inner.record(obj, report=report))
 
     def stream_results(self, batch: str) -> Iterator[RolloutRecord]:
-        stream = self._inner.stream_results(batch)
-        try:
-            while True:
-                try:
-                    yield self._run(stream.__anext__())
-                except StopAsyncIteration:
-                    return
-        finally:
-            self._run(stream.aclose())
+        return self._portal.iterate(self._inner.stream_results(batch), what="RolloutClient")
 
     def list_rollouts(self, batch: str | None = None) -> list[Object]:
         return self._run(self._inner.list_rollouts(batch))
