@@ -112,7 +112,9 @@ def run(pods: int = PODS_COUNT) -> dict[str, Any]:
                 rv = kube.list(PODS, NAMESPACE)["metadata"]["resourceVersion"]
                 seen: dict[str, dict[str, float]] = {}
                 done = threading.Event()
-                watcher = threading.Thread(target=_watch, args=(plane.admin_client(), rv, seen, done), daemon=True)
+                # One client for both threads (it is thread-safe): closing it at the end also
+                # ends a watch that is still open.
+                watcher = threading.Thread(target=_watch, args=(kube, rv, seen, done), daemon=True)
                 watcher.start()
                 created: dict[str, float] = {}
                 began = time.perf_counter()

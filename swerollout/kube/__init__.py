@@ -7,7 +7,9 @@
 Objects are plain dicts as the API server sends them. A type is addressed by
 ``ResourceType(apiVersion, plural, namespaced)``; constants cover the usual ones.
 
-Operations (same names on :class:`AsyncKubeClient`, awaited): get, list (one page;
+One implementation, :class:`AsyncKubeClient`; :class:`KubeClient` is the same client
+behind a portal thread (blocking, thread-safe), so every operation has the same name,
+arguments and errors on both, awaited on one. Operations: get, list (one page;
 ``continue_token``), iter_items (all pages), create, replace, patch (``patch_type``
 merge | strategic | json | apply), apply (server-side apply, ``field_manager``,
 ``force``), delete (``propagation_policy``, ``grace_period_seconds``, ``uid`` /
@@ -38,7 +40,7 @@ Errors are one family rooted at :class:`KubeError` with ``.status``, ``.reason``
 """
 
 from swerollout.kube._base import PatchType, PropagationPolicy, TokenRequestResult, WatchEvent
-from swerollout.kube.client import AsyncKubeClient, KubeClient, urgent
+from swerollout.kube.client import AsyncKubeClient, urgent
 from swerollout.kube.config import (
     KubeConfig,
     kubeconfig_document,
@@ -88,6 +90,7 @@ from swerollout.kube.resources import (
     ResourceType,
 )
 from swerollout.kube.retry import aretry, retry
+from swerollout.kube.sync import KubeClient
 
 __all__ = [
     "AlreadyExists",

@@ -1,5 +1,6 @@
-"""What the sync and async clients share: turning an operation into an HTTP request
-and an HTTP answer into a result or a :class:`KubeError`. No I/O happens here.
+"""Turning an operation into an HTTP request and an HTTP answer into a result or a
+:class:`KubeError`: the client's logic apart from its I/O (none happens here), so it can be
+read and unit-tested without a server.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from swerollout.kube.config import KubeConfig
+from swerollout.kube.config import ConfiguredClient
 from swerollout.kube.errors import KubeError, TransportError, error_from_response, error_from_status
 from swerollout.kube.resources import PODS, SERVICEACCOUNTS, SUBJECTACCESSREVIEWS, TOKENREVIEWS, ResourceType
 
@@ -87,12 +88,8 @@ def _name_of(body: Object) -> str:
     return str(name)
 
 
-class BaseKubeClient:
-    """Request building and answer parsing shared by KubeClient and AsyncKubeClient."""
-
-    def __init__(self, config: KubeConfig, *, timeout: float = 30.0) -> None:
-        self.config = config
-        self.timeout = timeout
+class BaseKubeClient(ConfiguredClient):
+    """Request building and answer parsing of AsyncKubeClient (which does the I/O)."""
 
     # --- headers and answers -------------------------------------------------------
 

@@ -1,8 +1,10 @@
-"""The Kubernetes REST client, sync (:class:`KubeClient`) and async (:class:`AsyncKubeClient`).
+"""The Kubernetes REST client (:class:`AsyncKubeClient`): the one implementation of every
+request. The blocking :class:`~swerollout.kube.sync.KubeClient` runs this one on a portal
+thread and waits; it has no requests of its own.
 
-Both take the same arguments and return plain dicts (the objects exactly as the API
-server sends them). All request building and answer parsing lives in
-:class:`~swerollout.kube._base.BaseKubeClient`; these two classes only do I/O.
+It returns plain dicts (the objects exactly as the API server sends them). All request
+building and answer parsing lives in :class:`~swerollout.kube._base.BaseKubeClient`;
+this class only does I/O.
 
 Watch yields :class:`WatchEvent`; an ``ERROR`` line is raised as the matching
 :class:`KubeError` (typically :class:`Gone` when the resourceVersion expired).
@@ -14,7 +16,6 @@ import asyncio
 import builtins
 import contextlib
 import contextvars
-import os
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
 from types import TracebackType
@@ -31,7 +32,7 @@ from swerollout.kube._base import (
     TokenRequestResult,
     WatchEvent,
 )
-from swerollout.kube.config import KubeConfig, load_incluster, load_kubeconfig
+from swerollout.kube.config import KubeConfig
 from swerollout.kube.errors import TransportError, error_from_response
 from swerollout.kube.resources import ResourceType
 
@@ -53,305 +54,6 @@ cost nothing. Below the pool's size, so the pool never queues."""
 
 def _transport_error(spec: RequestSpec, exc: Exception) -> TransportError:
     return TransportError(f"{spec.method} {spec.path} failed: {type(exc).__name__}: {exc}")
-
-
-class KubeClient(BaseKubeClient):
-    """Blocking client. Use as a context manager or call :meth:`close`."""
-
-    def __init__(self, config: KubeConfig, *, timeout: float = 30.0) -> None:
-        super().__init__(config, timeout=timeout)
-        self._http = httpx.Client(base_url=config.server, timeout=timeout, **config.http_options())
-
-    @classmethod
-    def from_kubeconfig(cls, path: str | os.PathLike[str], context: str | None = None) -> KubeClient:
-        return cls(load_kubeconfig(path, context))
-
-    @classmethod
-    def in_cluster(cls, token_dir: str | os.PathLike[str] | None = None) -> KubeClient:
-        return cls(load_incluster(token_dir) if token_dir is not None else load_incluster())
-
-    def close(self) -> None:
-        self._http.close()
-
-    def __enter__(self) -> KubeClient:
-        return self
-
-    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
-        self.close()
-
-    def _send(self, spec: RequestSpec) -> Object:
-        try:
-            resp = self._http.request(
-                spec.method,
-                spec.path,
-                params=spec.params,
-                content=spec.body,
-                headers=self._headers(spec),
-                extensions=self.config.request_extensions(),
-            )
-        except httpx.TransportError as exc:
-            raise _transport_error(spec, exc) from exc
-        return self._decode(resp.status_code, resp.content)
-
-    def request(self, method: str, path: str, *, params: dict[str, str] | None = None, body: Any = None) -> Object:
-        """Any other endpoint (``/version``, ``/apis``); JSON in, JSON out."""
-        return self._send(self._req_raw(method, path, params, body))
-
-    def get(
-        self, rt: ResourceType, name: str, namespace: str | None = None, *, subresource: str | None = None
-    ) -> Object:
-        return self._send(self._req_get(rt, name, namespace, subresource))
-
-    def list(
-        self,
-        rt: ResourceType,
-        namespace: str | None = None,
-        *,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        limit: int | None = None,
-        continue_token: str | None = None,
-        resource_version: str | None = None,
-    ) -> Object:
-        """One page (the List object); ``metadata.continue`` asks for the next."""
-        return self._send(
-            self._req_list(rt, namespace, label_selector, field_selector, limit, continue_token, resource_version)
-        )
-
-    def iter_items(
-        self,
-        rt: ResourceType,
-        namespace: str | None = None,
-        *,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        page_size: int = 500,
-    ) -> Iterator[Object]:
-        """Every item, following ``continue`` tokens page by page."""
-        token: str | None = None
-        while True:
-            page = self.list(
-                rt,
-                namespace,
-                label_selector=label_selector,
-                field_selector=field_selector,
-                limit=page_size,
-                continue_token=token,
-            )
-            yield from page.get("items") or []
-            token = (page.get("metadata") or {}).get("continue") or None
-            if not token:
-                return
-
-    def create(
-        self,
-        rt: ResourceType,
-        body: Object,
-        namespace: str | None = None,
-        *,
-        field_manager: str | None = None,
-        dry_run: bool = False,
-    ) -> Object:
-        return self._send(self._req_create(rt, body, namespace, None, None, field_manager, dry_run))
-
-    def replace(
-        self,
-        rt: ResourceType,
-        body: Object,
-        namespace: str | None = None,
-        *,
-        subresource: str | None = None,
-        field_manager: str | None = None,
-        dry_run: bool = False,
-    ) -> Object:
-        """PUT the whole object; carries metadata.resourceVersion, so a stale copy raises Conflict."""
-        return self._send(self._req_replace(rt, body, namespace, subresource, field_manager, dry_run))
-
-    def patch(
-        self,
-        rt: ResourceType,
-        name: str,
-        patch: Object | builtins.list[Object],
-        namespace: str | None = None,
-        *,
-        patch_type: PatchType = "merge",
-        subresource: str | None = None,
-        field_manager: str | None = None,
-        force: bool = False,
-        dry_run: bool = False,
-    ) -> Object:
-        return self._send(
-            self._req_patch(rt, name, patch, namespace, patch_type, subresource, field_manager, force, dry_run)
-        )
-
-    def apply(
-        self,
-        rt: ResourceType,
-        body: Object,
-        namespace: str | None = None,
-        *,
-        field_manager: str,
-        force: bool = True,
-        subresource: str | None = None,
-        dry_run: bool = False,
-    ) -> Object:
-        """Server-side apply of ``body`` (must carry apiVersion, kind, metadata.name)."""
-        ns = namespace or (body.get("metadata") or {}).get("namespace") if rt.namespaced else None
-        name = (body.get("metadata") or {}).get("name") or ""
-        return self.patch(
-            rt,
-            name,
-            body,
-            ns,
-            patch_type="apply",
-            subresource=subresource,
-            field_manager=field_manager,
-            force=force,
-            dry_run=dry_run,
-        )
-
-    def delete(
-        self,
-        rt: ResourceType,
-        name: str,
-        namespace: str | None = None,
-        *,
-        propagation_policy: PropagationPolicy | None = None,
-        grace_period_seconds: int | None = None,
-        uid: str | None = None,
-        resource_version: str | None = None,
-        dry_run: bool = False,
-    ) -> Object:
-        """Delete; ``uid``/``resource_version`` are preconditions (Conflict if they differ)."""
-        return self._send(
-            self._req_delete(
-                rt, name, namespace, propagation_policy, grace_period_seconds, uid, resource_version, dry_run
-            )
-        )
-
-    def delete_collection(
-        self,
-        rt: ResourceType,
-        namespace: str | None = None,
-        *,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        grace_period_seconds: int | None = None,
-        propagation_policy: PropagationPolicy | None = None,
-    ) -> Object:
-        """Delete every matching object of one type (one request)."""
-        return self._send(
-            self._req_delete_collection(
-                rt, namespace, label_selector, field_selector, grace_period_seconds, propagation_policy
-            )
-        )
-
-    def watch(
-        self,
-        rt: ResourceType,
-        namespace: str | None = None,
-        *,
-        resource_version: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        allow_bookmarks: bool = True,
-        timeout_seconds: int | None = None,
-        send_initial_events: bool = False,
-    ) -> Iterator[WatchEvent]:
-        spec = self._req_watch(
-            rt,
-            namespace,
-            resource_version,
-            label_selector,
-            field_selector,
-            allow_bookmarks,
-            timeout_seconds,
-            send_initial_events,
-        )
-        try:
-            with self._http.stream(
-                spec.method,
-                spec.path,
-                params=spec.params,
-                headers=self._headers(spec),
-                timeout=_WATCH_TIMEOUT,
-                extensions=self.config.request_extensions(),
-            ) as resp:
-                if resp.status_code >= 400:
-                    raise error_from_response(resp.status_code, resp.read())
-                for line in resp.iter_lines():
-                    event = self._decode_watch_line(line)
-                    if event is not None:
-                        yield event
-        except httpx.TransportError as exc:
-            raise _transport_error(spec, exc) from exc
-
-    # --- status, binding and the auth APIs ---------------------------------------
-
-    def get_status(self, rt: ResourceType, name: str, namespace: str | None = None) -> Object:
-        return self.get(rt, name, namespace, subresource="status")
-
-    def patch_status(
-        self,
-        rt: ResourceType,
-        name: str,
-        patch: Object | builtins.list[Object],
-        namespace: str | None = None,
-        *,
-        patch_type: PatchType = "merge",
-        field_manager: str | None = None,
-        force: bool = False,
-    ) -> Object:
-        return self.patch(
-            rt,
-            name,
-            patch,
-            namespace,
-            patch_type=patch_type,
-            subresource="status",
-            field_manager=field_manager,
-            force=force,
-        )
-
-    def replace_status(self, rt: ResourceType, body: Object, namespace: str | None = None) -> Object:
-        return self.replace(rt, body, namespace, subresource="status")
-
-    def bind_pod(self, namespace: str, pod: str, node: str, *, pod_uid: str | None = None) -> Object:
-        """Assign a pending pod to a node (what a scheduler does)."""
-        return self._send(self._req_bind(namespace, pod, node, pod_uid))
-
-    def request_token(
-        self,
-        namespace: str,
-        service_account: str,
-        *,
-        audiences: builtins.list[str] | None = None,
-        expiration_seconds: int = 3600,
-    ) -> TokenRequestResult:
-        """A bound ServiceAccount token from the TokenRequest API."""
-        return self._token_result(
-            self._send(self._req_token(namespace, service_account, audiences, expiration_seconds))
-        )
-
-    def token_review(self, token: str, *, audiences: builtins.list[str] | None = None) -> Object:
-        """The ``status`` of a TokenReview: authenticated, user{username, groups, uid}, audiences."""
-        return self._send(self._req_token_review(token, audiences)).get("status") or {}
-
-    def subject_access_review(
-        self,
-        user: str,
-        verb: str,
-        resource: str,
-        *,
-        namespace: str | None = None,
-        group: str = "",
-        groups: builtins.list[str] | None = None,
-        subresource: str | None = None,
-        name: str | None = None,
-    ) -> Object:
-        """The ``status`` of a SubjectAccessReview: allowed, denied, reason."""
-        spec = self._req_access_review(user, groups, verb, resource, namespace, group, subresource, name)
-        return self._send(spec).get("status") or {}
 
 
 _URGENT: contextvars.ContextVar[bool] = contextvars.ContextVar("swerollout_kube_urgent", default=False)
@@ -405,7 +107,7 @@ def urgent() -> Iterator[None]:
 
 
 class AsyncKubeClient(BaseKubeClient):
-    """asyncio client; same operations as :class:`KubeClient`. Use ``async with`` or :meth:`aclose`."""
+    """asyncio client. Use ``async with`` or :meth:`aclose`."""
 
     def __init__(
         self, config: KubeConfig, *, timeout: float = 30.0, max_in_flight: int = MAX_IN_FLIGHT, http2: bool = False
@@ -417,14 +119,6 @@ class AsyncKubeClient(BaseKubeClient):
             base_url=config.server, timeout=timeout, limits=_ASYNC_LIMITS, http2=http2, **config.http_options()
         )
         self._slots = _Slots(max_in_flight)
-
-    @classmethod
-    def from_kubeconfig(cls, path: str | os.PathLike[str], context: str | None = None) -> AsyncKubeClient:
-        return cls(load_kubeconfig(path, context))
-
-    @classmethod
-    def in_cluster(cls, token_dir: str | os.PathLike[str] | None = None) -> AsyncKubeClient:
-        return cls(load_incluster(token_dir) if token_dir is not None else load_incluster())
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -455,6 +149,7 @@ class AsyncKubeClient(BaseKubeClient):
     async def request(
         self, method: str, path: str, *, params: dict[str, str] | None = None, body: Any = None
     ) -> Object:
+        """Any other endpoint (``/version``, ``/apis``); JSON in, JSON out."""
         return await self._send(self._req_raw(method, path, params, body))
 
     async def get(
@@ -473,6 +168,7 @@ class AsyncKubeClient(BaseKubeClient):
         continue_token: str | None = None,
         resource_version: str | None = None,
     ) -> Object:
+        """One page (the List object); ``metadata.continue`` asks for the next."""
         return await self._send(
             self._req_list(rt, namespace, label_selector, field_selector, limit, continue_token, resource_version)
         )
@@ -486,6 +182,7 @@ class AsyncKubeClient(BaseKubeClient):
         field_selector: str | None = None,
         page_size: int = 500,
     ) -> AsyncIterator[Object]:
+        """Every item, following ``continue`` tokens page by page."""
         token: str | None = None
         while True:
             page = await self.list(
@@ -523,6 +220,7 @@ class AsyncKubeClient(BaseKubeClient):
         field_manager: str | None = None,
         dry_run: bool = False,
     ) -> Object:
+        """PUT the whole object; carries metadata.resourceVersion, so a stale copy raises Conflict."""
         return await self._send(self._req_replace(rt, body, namespace, subresource, field_manager, dry_run))
 
     async def patch(
@@ -553,6 +251,7 @@ class AsyncKubeClient(BaseKubeClient):
         subresource: str | None = None,
         dry_run: bool = False,
     ) -> Object:
+        """Server-side apply of ``body`` (must carry apiVersion, kind, metadata.name)."""
         ns = namespace or (body.get("metadata") or {}).get("namespace") if rt.namespaced else None
         name = (body.get("metadata") or {}).get("name") or ""
         return await self.patch(
@@ -579,6 +278,7 @@ class AsyncKubeClient(BaseKubeClient):
         resource_version: str | None = None,
         dry_run: bool = False,
     ) -> Object:
+        """Delete; ``uid``/``resource_version`` are preconditions (Conflict if they differ)."""
         return await self._send(
             self._req_delete(
                 rt, name, namespace, propagation_policy, grace_period_seconds, uid, resource_version, dry_run
@@ -595,6 +295,7 @@ class AsyncKubeClient(BaseKubeClient):
         grace_period_seconds: int | None = None,
         propagation_policy: PropagationPolicy | None = None,
     ) -> Object:
+        """Delete every matching object of one type (one request)."""
         return await self._send(
             self._req_delete_collection(
                 rt, namespace, label_selector, field_selector, grace_period_seconds, propagation_policy
@@ -670,6 +371,7 @@ class AsyncKubeClient(BaseKubeClient):
         return await self.replace(rt, body, namespace, subresource="status")
 
     async def bind_pod(self, namespace: str, pod: str, node: str, *, pod_uid: str | None = None) -> Object:
+        """Assign a pending pod to a node (what a scheduler does)."""
         return await self._send(self._req_bind(namespace, pod, node, pod_uid))
 
     async def request_token(
@@ -680,11 +382,13 @@ class AsyncKubeClient(BaseKubeClient):
         audiences: builtins.list[str] | None = None,
         expiration_seconds: int = 3600,
     ) -> TokenRequestResult:
+        """A bound ServiceAccount token from the TokenRequest API."""
         return self._token_result(
             await self._send(self._req_token(namespace, service_account, audiences, expiration_seconds))
         )
 
     async def token_review(self, token: str, *, audiences: builtins.list[str] | None = None) -> Object:
+        """The ``status`` of a TokenReview: authenticated, user{username, groups, uid}, audiences."""
         return (await self._send(self._req_token_review(token, audiences))).get("status") or {}
 
     async def subject_access_review(
@@ -699,5 +403,6 @@ class AsyncKubeClient(BaseKubeClient):
         subresource: str | None = None,
         name: str | None = None,
     ) -> Object:
+        """The ``status`` of a SubjectAccessReview: allowed, denied, reason."""
         spec = self._req_access_review(user, groups, verb, resource, namespace, group, subresource, name)
         return (await self._send(spec)).get("status") or {}

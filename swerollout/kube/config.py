@@ -19,7 +19,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
@@ -386,3 +386,20 @@ def write_kubeconfig(path: str | os.PathLike[str], document: dict[str, Any]) -> 
         yaml.safe_dump(document, fh, sort_keys=False)
     os.replace(tmp, path)
     return path
+
+
+class ConfiguredClient:
+    """What both clients are built from: one :class:`KubeConfig` and a request timeout,
+    with the two usual ways of finding the config."""
+
+    def __init__(self, config: KubeConfig, *, timeout: float = 30.0) -> None:
+        self.config = config
+        self.timeout = timeout
+
+    @classmethod
+    def from_kubeconfig(cls, path: str | os.PathLike[str], context: str | None = None) -> Self:
+        return cls(load_kubeconfig(path, context))
+
+    @classmethod
+    def in_cluster(cls, token_dir: str | os.PathLike[str] | None = None) -> Self:
+        return cls(load_incluster(token_dir) if token_dir is not None else load_incluster())

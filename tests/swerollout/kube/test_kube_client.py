@@ -344,12 +344,12 @@ def test_watch_error_line_becomes_gone() -> None:
         }
     )
     with pytest.raises(Gone) as caught:
-        KubeClient._decode_watch_line(line)
+        AsyncKubeClient._decode_watch_line(line)
     assert (caught.value.status, caught.value.reason) == (410, "Expired")
     assert "too old" in caught.value.message
-    assert KubeClient._decode_watch_line("") is None
+    assert AsyncKubeClient._decode_watch_line("") is None
     with pytest.raises(TransportError) as broken:
-        KubeClient._decode_watch_line('{"type":"ADDED","obj')
+        AsyncKubeClient._decode_watch_line('{"type":"ADDED","obj')
     assert broken.value.retryable
 
 
