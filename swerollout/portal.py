@@ -3,6 +3,13 @@ its own (anyio's blocking portal). The one home of the rule behind every blockin
 (the sync `RolloutClient`, the sync `KubeClient`): the async code is the only
 implementation, and a blocking call hands one coroutine to the portal and waits.
 
+A facade is a `Blocking` whose operations are the async methods made blocking, one line
+each, so the two cannot drift (same parameters, docstring, result and exceptions)::
+
+    class KubeClient(Blocking[AsyncKubeClient]):
+        get = blocking(AsyncKubeClient.get)
+        watch = blocking_stream(AsyncKubeClient.watch)
+
 So a blocking facade also works where an event loop already runs in the caller's thread
 (a Jupyter cell, sync code called by an async worker): the call blocks that loop while it
 waits, as any blocking call does, but never runs on it. Many threads may call at once;
@@ -11,18 +18,23 @@ their calls run concurrently on the portal's loop.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Self, TypeVar
 
 if TYPE_CHECKING:
     from anyio.from_thread import BlockingPortal
 
-__all__ = ["Portal"]
+__all__ = ["Blocking", "Portal", "blocking", "blocking_stream"]
 
 T = TypeVar("T")
 A = TypeVar("A")
+# Covariant: a facade over AsyncRolloutClient serves the methods of the mixins it is made of.
+A_co = TypeVar("A_co", covariant=True)
+P = ParamSpec("P")
 
 _OPEN: set[Portal[Any]] = set()
 _OPEN_LOCK = threading.Lock()
@@ -55,14 +67,14 @@ async def _await(awaitable: Awaitable[T]) -> T:
     return await awaitable
 
 
-class Portal(Generic[A]):
+class Portal(Generic[A_co]):
     """An asyncio object (``inner``) on its own loop thread, and the blocking calls into it.
 
     ``build`` makes the object inside the portal's loop (HTTP clients bind to the loop they
     are created in); ``aclose`` is awaited there by :meth:`close`.
     """
 
-    def __init__(self, build: Callable[[], Awaitable[A]], aclose: Callable[[A], Awaitable[None]]) -> None:
+    def __init__(self, build: Callable[[], Awaitable[A_co]], aclose: Callable[[A_co], Awaitable[None]]) -> None:
         # Here, not at the top: everything that imports swerollout.kube (the operator, the
         # runner) would otherwise load anyio's thread machinery without ever blocking.
         from anyio.from_thread import start_blocking_portal
@@ -71,14 +83,19 @@ class Portal(Generic[A]):
         self._portal = self._cm.__enter__()
         try:
             self._loop_thread = self._portal.call(threading.get_ident)
-            self.inner: A = self._portal.call(build)
+            inner = self._portal.call(build)
         except BaseException as exc:
             self._cm.__exit__(type(exc), exc, exc.__traceback__)
             raise
-        self._aclose = aclose
+        self._inner = inner
+        self._aclose: Callable[[], Awaitable[None]] = lambda: aclose(inner)
         self._closed = False
         self._close_lock = threading.Lock()
         _hold_until_closed(self)
+
+    @property
+    def inner(self) -> A_co:
+        return self._inner
 
     @property
     def closed(self) -> bool:
@@ -129,7 +146,7 @@ class Portal(Generic[A]):
             if self._closed:
                 return
             try:
-                self.run(self._aclose(self.inner))
+                self.run(self._aclose())
             finally:
                 self._closed = True
                 with _OPEN_LOCK:
@@ -139,3 +156,42 @@ class Portal(Generic[A]):
                 except RuntimeError:
                     pass  # the loop already ended
                 self._cm.__exit__(None, None, None)
+
+
+class Blocking(Generic[A_co]):
+    """Base of a blocking facade over the asyncio object behind ``_portal``: close it, or
+    use ``with``. Safe to share between threads."""
+
+    _portal: Portal[A_co]
+
+    def close(self) -> None:
+        self._portal.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.close()
+
+
+def blocking(method: Callable[Concatenate[A, P], Awaitable[T]]) -> Callable[Concatenate[Blocking[A], P], T]:
+    """The async ``method`` as a blocking method of a facade (help() and inspect show its
+    parameters and docstring)."""
+
+    def call(self: Blocking[A], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._portal.run(method(self._portal.inner, *args, **kwargs), what=type(self).__name__)
+
+    functools.update_wrapper(call, method)
+    return call
+
+
+def blocking_stream(
+    method: Callable[Concatenate[A, P], AsyncIterator[T]],
+) -> Callable[Concatenate[Blocking[A], P], Iterator[T]]:
+    """The async iterator ``method`` as a blocking one (see `Portal.iterate`)."""
+
+    def call(self: Blocking[A], /, *args: P.args, **kwargs: P.kwargs) -> Iterator[T]:
+        return self._portal.iterate(method(self._portal.inner, *args, **kwargs), what=type(self).__name__)
+
+    functools.update_wrapper(call, method)
+    return call

@@ -22,6 +22,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from swerollout.client import AsyncRolloutClient, RolloutClient
 from swerollout.kube import CONFIGMAPS, AsyncKubeClient, KubeClient, KubeConfig, NotFound
 
 CONFIGMAPS_PATH = "/api/v1/namespaces/ns/configmaps"
@@ -108,8 +109,16 @@ def test_every_async_operation_has_its_blocking_twin_with_the_same_parameters() 
     assert {"get", "list", "watch", "iter_items", "patch_status", "request_token"} <= operations
     for name in operations:
         blocking = getattr(KubeClient, name, None)
-        assert blocking is not None, f"KubeClient has no {name}: add `{name} = _blocking(AsyncKubeClient.{name})`"
+        assert blocking is not None, f"KubeClient has no {name}: add `{name} = blocking(AsyncKubeClient.{name})`"
         assert inspect.signature(blocking) == inspect.signature(getattr(AsyncKubeClient, name)), name
+
+
+def test_the_blocking_rollout_client_is_the_async_one_method_for_method() -> None:
+    # The trainer's facade on the same portal: each operation wraps the async method itself.
+    operations = [n for n, member in vars(RolloutClient).items() if inspect.isfunction(member) and n[0] != "_"]
+    assert {"submit_batch", "result", "abort", "resume", "stream_results"} <= set(operations)
+    for name in operations:
+        assert getattr(RolloutClient, name).__wrapped__ is getattr(AsyncRolloutClient, name), name
 
 
 def test_answers_errors_and_pages_come_back_as_the_async_client_makes_them(kube: KubeClient) -> None:
