@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 
 from agent_runner.pod.startup import StartupTimeline, TokenizerPrefetch, parse_line, process_age
@@ -53,3 +56,21 @@ def test_no_tokenizer_named_means_nothing_to_wait_for() -> None:
     prefetch = TokenizerPrefetch(None, timeline)
     asyncio.run(asyncio.wait_for(prefetch.wait("qwen-2.5"), timeout=0.1))
     assert "tokenizer" not in timeline.marks
+
+
+def test_the_runner_entry_imports_no_cli_libraries_torch_or_transformers() -> None:
+    # The imports of `python -m agent_runner` up to reading its environment (an empty one
+    # here: it exits there): httpx's command line (rich, click) is kept out, as torch is, and
+    # transformers is not on the path at all (the compiled tokenizer replaced it).
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "agent_runner"],
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 1 and "SWEROLLOUT_INGEST_URL" in done.stderr
+    imported = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "agent_runner.pod.session" in imported and "httpx" in imported
+    assert not {m for m in imported if m.split(".")[0] in ("rich", "click", "torch", "transformers")}
