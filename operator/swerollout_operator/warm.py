@@ -9,8 +9,11 @@ rollout holds its pod for `spec.sandbox.preparedTimeoutSeconds`; then the pod is
 (nothing of the run is lost: none has happened) and a go starts a fresh pod, cold.
 
 A prewarmed eval pod (`spec.reward.prewarm`) is the eval pod of attempt 1, made while the
-rollout runs; its runner waits (assignments.py) until Evaluating, and the pass that makes
-the eval pod (reconciler._ensure_eval_pod) adopts it by its deterministic name.
+rollout is prepared or runs; its runner waits (assignments.py) until Evaluating, and the
+pass that makes the eval pod (reconciler._ensure_eval_pod) adopts it by its deterministic
+name. A prepared rollout makes it too: a prepared batch's runs start together at the go and
+a short run may finish within seconds, before an eval pod made at the go has started its
+sandbox (measured: bench prepared, docs/architecture.md); released with the prepared pod.
 """
 
 from __future__ import annotations
@@ -95,6 +98,7 @@ async def reconcile_prepared(r: Reconciler, entry: Tracked) -> None:
         keep = entry.rollout_spec.sandbox.prepared_timeout_seconds
         if sandbox.pod_name:
             await r.objects.delete_pod(entry.namespace, sandbox.pod_name)
+        await release_prewarmed_eval(r, entry)
         await _release(
             r,
             entry,
@@ -104,7 +108,10 @@ async def reconcile_prepared(r: Reconciler, entry: Tracked) -> None:
         return
     _, _, gone = await r.sandbox_pod(entry)
     if gone:
+        await release_prewarmed_eval(r, entry)
         await _release(r, entry, f"pod {sandbox.pod_name} is gone; a resume starts a fresh pod")
+        return
+    await ensure_prewarmed_eval(r, entry)
 
 
 async def _release(r: Reconciler, entry: Tracked, message: str) -> None:
@@ -168,13 +175,14 @@ def _prewarm(entry: Tracked) -> bool:
 
 
 async def ensure_prewarmed_eval(r: Reconciler, entry: Tracked) -> None:
-    """While the rollout runs, its eval pod (attempt 1) exists and waits for the patch."""
+    """While the rollout is prepared or runs, its eval pod (attempt 1) exists and waits for the patch."""
     if _prewarm(entry) and entry.rollout_status.evaluation is None:
         await r.objects.ensure_pod(entry, 1, role="eval")
 
 
 async def release_prewarmed_eval(r: Reconciler, entry: Tracked) -> None:
-    """An Aborted rollout's pod is reclaimed: its waiting eval pod goes too (made again on resume)."""
+    """An Aborted rollout's pod is reclaimed, or a Prepared one's released: its waiting eval pod
+    goes too (made again on resume, or when the fresh pod runs)."""
     for pod in r.pods.owned_by(entry.uid):
         labels = pod["metadata"].get("labels") or {}
         if labels.get(api.LABEL_COMPONENT) == "eval" and not pod["metadata"].get("deletionTimestamp"):

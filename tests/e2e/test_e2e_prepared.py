@@ -9,11 +9,13 @@ tokenizers and the file:// result store.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import httpx
 import pytest
 
+from agent_runner.pod import eval_timeline
 from swerollout.api import v1alpha1 as api
 from swerollout.client import RolloutClient
 from swerollout.kube import PODS
@@ -48,9 +50,21 @@ def _pods(stack: DevStack, name: str) -> list[dict[str, Any]]:
     return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
 
 
+def _ready(pod: dict[str, Any]) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions") or [])
+
+
+def _by_role(stack: DevStack, name: str) -> dict[str, dict[str, Any]]:
+    return {p["metadata"]["labels"][api.LABEL_COMPONENT]: p for p in _pods(stack, name)}
+
+
 def _graded(status: dict[str, Any]) -> dict[str, Any]:
     """The reward as graded: without where its report is stored, when it came, how long the tests took."""
     return {k: v for k, v in status["reward"].items() if k not in ("report", "gradedAt", "testsSeconds")}
+
+
+def _stamp(value: str) -> float:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
 def _tokens(stack: DevStack, status: dict[str, Any]) -> list[int]:
@@ -70,7 +84,7 @@ def test_a_prepared_batch_parks_then_runs_to_the_tokens_and_rewards_of_a_cold_on
     with RolloutClient.connect(dev_stack.paths.kubeconfig, namespace="default") as client:
         client.prepare("warm")
         for task in TASKS:
-            dev_stack.rollout(f"warm-{task}", endpoint=oracle, task=task, batch="warm")
+            dev_stack.rollout(f"warm-{task}", endpoint=oracle, task=task, batch="warm", reward={"prewarm": True})
         served = _served(oracle)
         assert client.wait_prepared("warm", timeout=300) == sorted(f"warm-{task}" for task in TASKS)
         for task in TASKS:
@@ -79,8 +93,17 @@ def test_a_prepared_batch_parks_then_runs_to_the_tokens_and_rewards_of_a_cold_on
             assert _condition(status, "Prepared") == ("True", "Prepared")
             assert _condition(status, "SandboxReady") == ("True", "Preparing")
             assert status["prepared"]["promptTokens"] > 0 and not status.get("progress"), dump(status)
-            (pod,) = _pods(dev_stack, f"warm-{task}")
-            assert pod["status"]["phase"] == "Running"
+            # Its eval pod is prepared too (the run after the go may be short), and is ready
+            # before the go.
+            pods = dev_stack.wait(
+                f"warm-{task}'s eval pod ready while Prepared",
+                lambda t=task: (
+                    (pods := _by_role(dev_stack, f"warm-{t}")) and "eval" in pods and _ready(pods["eval"]) and pods
+                ),
+                timeout=300,
+            )
+            assert set(pods) == {"rollout", "eval"} and pods["rollout"]["status"]["phase"] == "Running"
+            assert dev_stack.status(f"warm-{task}")["phase"] == "Prepared"
         assert _served(oracle) == served, "a prepared rollout sends no /generate before its go"
 
         assert client.resume("warm") == sorted(f"warm-{task}" for task in TASKS)
@@ -89,6 +112,14 @@ def test_a_prepared_batch_parks_then_runs_to_the_tokens_and_rewards_of_a_cold_on
         warm, baseline = done[task], cold_done[task]
         assert warm["phase"] == "Succeeded" and warm["attempts"] == 1, dump(warm)
         assert _graded(warm) == _graded(baseline)
+        # The eval pod that waited through the prepared phase graded the patch (ready before
+        # the finish, told to grade after it: agent_runner/pod/eval_timeline.py).
+        assert warm["evaluation"]["podName"] == f"warm-{task}-e1", dump(warm)
+        marks = eval_timeline.parse_line(dev_stack.read_object(warm["logs"]["eval"]).decode())
+        assert marks["ready"] < _stamp(warm["result"]["finishedAt"]) <= marks["assignment"], marks
+        graded = ("assignment", "patch", "applied", "tests", "graded", "evaluated", "uploaded")
+        assert [marks[step] for step in graded] == sorted(marks[step] for step in graded), marks
+        assert "grader" in marks, "the eval runner imported its grading code while it waited"
         tokens = _tokens(dev_stack, warm)
         assert tokens == _tokens(dev_stack, baseline), f"task {task}: the same tokens as the cold run"
         prompt = Trajectory.from_bytes(dev_stack.read_object(warm["result"]["trajectory"])).prompt_ids
@@ -99,10 +130,17 @@ def test_a_prepared_rollout_past_its_timeout_releases_its_pod_and_still_starts(
     dev_stack: DevStack, oracle: str
 ) -> None:
     dev_stack.rollout(
-        "held", endpoint=oracle, task=0, batch="held", suspend=True, sandbox={"preparedTimeoutSeconds": 5}
+        "held",
+        endpoint=oracle,
+        task=0,
+        batch="held",
+        suspend=True,
+        sandbox={"preparedTimeoutSeconds": 10},
+        reward={"prewarm": True},
     )
-    # Released whether or not its runner was done preparing within the 5 s.
+    # Released whether or not its runner was done preparing within the 10 s.
     first_pod = dev_stack.wait_phase("held", {"Prepared"})["sandbox"]["podName"]
+    dev_stack.wait("the prepared rollout's eval pod", lambda: "eval" in _by_role(dev_stack, "held"), timeout=120)
     released = dev_stack.wait(
         "held released",
         lambda: (s := dev_stack.status("held")) and _condition(s, "Prepared") == ("False", "Released") and s,
@@ -110,7 +148,8 @@ def test_a_prepared_rollout_past_its_timeout_releases_its_pod_and_still_starts(
     )
     assert released["phase"] == "Prepared" and released["sandbox"]["reclaimedAt"], dump(released)
     assert released["prepared"]["releasedAt"]
-    dev_stack.wait("the prepared pod deleted", lambda: not _pods(dev_stack, "held"), timeout=120)
+    # Both pods go: the prepared one and its waiting eval pod.
+    dev_stack.wait("the prepared pods deleted", lambda: not _pods(dev_stack, "held"), timeout=120)
 
     dev_stack.set_suspend("held", False)
     done = dev_stack.wait_phase("held", TERMINAL, timeout=300)
@@ -137,10 +176,7 @@ def test_a_prewarmed_eval_pod_waits_for_the_patch_grades_it_and_goes(dev_stack: 
             for pod in _pods(dev_stack, "prewarm"):
                 if pod["metadata"]["labels"][api.LABEL_COMPONENT] != "eval":
                     continue
-                ready = any(
-                    c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions") or []
-                )
-                seen.setdefault(pod["metadata"]["uid"], set()).add(f"{status.get('phase')}{'' if ready else '?'}")
+                seen.setdefault(pod["metadata"]["uid"], set()).add(f"{status.get('phase')}{'' if _ready(pod) else '?'}")
             return status if status.get("phase") in TERMINAL else None
 
         done = dev_stack.wait("prewarm finished", finished, timeout=300)

@@ -99,7 +99,7 @@ def test_a_prepared_runner_is_told_prepare_then_run_with_the_id_running_answers(
 
 def test_a_prewarmed_eval_pod_waits_until_evaluating_and_stops_at_the_end() -> None:
     prewarm = {"reward": {"prewarm": True}}
-    for phase in (Phase.RUNNING, Phase.RESUMING, Phase.ABORTED):
+    for phase in (Phase.PREPARED, Phase.RUNNING, Phase.RESUMING, Phase.ABORTED):
         assert told(_body(phase, **prewarm), role="eval", attempt=1).kind == AssignmentKind.WAIT
         assert told(_body(phase), role="eval", attempt=1).kind == AssignmentKind.STOP
     for phase in (Phase.SUCCEEDED, Phase.FAILED):
