@@ -758,7 +758,7 @@ class Reward(ApiModel):
     resources: Resources | None = None
     """Resources of the eval sandbox; defaults to the rollout sandbox's."""
     prewarm: bool = False
-    """Start the eval pod while the rollout runs, so it waits ready for the patch (fresh, used for nothing else) and the reward follows the runner's finish by the tests' own time; costs a second pod per running rollout. Default false: see docs/architecture.md, "Warm starts", for the measured trade."""
+    """Start the eval pod while the rollout is prepared or runs, so it waits ready for the patch (fresh, used for nothing else, its grading code already loaded) and the reward follows the runner's finish by the tests' own time; costs a second pod per prepared or running rollout. Default false: see docs/architecture.md, "Warm starts", for the measured trade."""
 
 
 _GRADABLE = (

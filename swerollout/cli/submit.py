@@ -185,7 +185,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--prewarm-eval",
         action="store_true",
-        help="start each eval pod while its rollout runs (spec.reward.prewarm), so the reward follows the finish",
+        help="start each eval pod while its rollout is prepared or runs (spec.reward.prewarm), so the reward follows the finish",
     )
     parser.add_argument("--check-endpoint", action="store_true", help="fail unless GET <endpoint>/health answers first")
     add_connection_args(parser)
