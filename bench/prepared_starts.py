@@ -6,8 +6,8 @@ when each rollout's first /generate arrives (bench.realnode_steps.GenerateRecord
 
 - cold:     submit the batch; seconds from the submit to each rollout's first /generate;
 - prepared: submit it with `prepared=True` and `reward.prewarm`, wait until every member
-            is Prepared, then `resume(batch)`; seconds from the resume call to each first
-            /generate.
+            is Prepared and its eval pod (made while Prepared) is Ready, then
+            `resume(batch)`; seconds from the resume call to each first /generate.
 
 From the runner's finish to the reward, per rollout: status.reward.gradedAt minus
 status.result.finishedAt (the operator's receipts, milliseconds kept), printed beside
@@ -45,9 +45,10 @@ from agent_runner.pod import eval_timeline
 from agent_runner.pod.startup import STEPS as STARTUP_STEPS
 from agent_runner.pod.startup import parse_line
 from bench.realnode_steps import GenerateRecorder, dev_stack_behind_recorder
+from swerollout.api import v1alpha1 as api
 from swerollout.client import RolloutClient
 from swerollout.instances import SWEBenchInstance
-from swerollout.kube import SWEROLLOUTS, KubeClient
+from swerollout.kube import PODS, SWEROLLOUTS, KubeClient
 
 NAMESPACE = "default"
 GROUP = 4
@@ -73,6 +74,27 @@ def _quantile(values: list[float], q: float) -> float:
 def _statuses(kube: KubeClient, batch: str) -> dict[str, dict[str, Any]]:
     items = kube.list(SWEROLLOUTS, NAMESPACE, label_selector=f"swerollout.io/batch={batch}")["items"]
     return {o["metadata"]["name"]: o for o in items}
+
+
+def _eval_pods_ready(kube: KubeClient, batch: str, members: int) -> None:
+    """Until each member's prewarmed eval pod is Ready: preparing a batch includes them (a
+    trainer's go comes a training step later; the bench's at once)."""
+    deadline = time.monotonic() + TIMEOUT
+    selector = f"{api.LABEL_BATCH}={batch},{api.LABEL_COMPONENT}=eval"
+    while True:
+        pods = kube.list(PODS, NAMESPACE, label_selector=selector)["items"]
+        ready = [
+            p
+            for p in pods
+            if any(
+                c["type"] == "Ready" and c["status"] == "True" for c in (p.get("status") or {}).get("conditions", [])
+            )
+        ]
+        if len(ready) >= members:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"batch {batch}: {len(ready)} of {members} eval pods ready after {TIMEOUT:.0f}s")
+        time.sleep(POLL)
 
 
 def _until_done(
@@ -182,9 +204,10 @@ def run_batches(
             prepared=True,
         )
         prepared = client.wait_prepared("bench-warm", timeout=TIMEOUT)
-        out["prepare_seconds"] = time.monotonic() - started
         if len(prepared) != len(tasks) * group:
             raise RuntimeError(f"only {len(prepared)} of {len(tasks) * group} members prepared")
+        _eval_pods_ready(kube, "bench-warm", len(prepared))
+        out["prepare_seconds"] = time.monotonic() - started
         go = time.monotonic()
         client.resume("bench-warm")
         out["prepared"] = _until_done(kube, recorder, "bench-warm", go, read)
