@@ -26,8 +26,10 @@ The reward report (with the log) goes out next; the operator's receipt is graded
 docker, datasets and modal eagerly, seconds of CPU (many more with a batch of eval pods
 sharing the cores) that used to come after the tests, in the reward's critical path. An eval
 runner starts it in a thread as it starts serving, so it runs while the pod waits for its
-patch (prewarmed) or for its sandbox and assignment (cold); the grading finds it imported,
-or waits on the import lock for the rest.
+patch (prewarmed) or for its sandbox and assignment (cold). The grading imports only the
+modules it reads, and Python's per-module import locks make it wait for any of them the
+thread is still importing; the rest of the package (docker, modal) may still be loading then,
+so ``grader`` can come after ``graded``.
 """
 
 from __future__ import annotations

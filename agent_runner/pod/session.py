@@ -631,8 +631,11 @@ class Runner:
         timeline = self.eval_timeline
         timeline.mark("assignment")
         spec = api.SWERolloutSpec.model_validate(assignment.spec)
-        patch = (await self.ingest.download(assignment.patch)).decode()
-        workdir = await self._workdir(spec.instance.workdir)
+        # Neither waits for the other: the patch comes from the operator, the directory from the sandbox.
+        data, workdir = await asyncio.gather(
+            self.ingest.download(assignment.patch), self._workdir(spec.instance.workdir)
+        )
+        patch = data.decode()
         timeline.mark("patch")
         request = EvalRequest(
             instance=spec.instance, patch=patch, workdir=workdir, timeout_seconds=float(spec.reward.timeout_seconds)
