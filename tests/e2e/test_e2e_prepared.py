@@ -8,6 +8,7 @@ tokenizers and the file:// result store.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
@@ -106,17 +107,18 @@ def test_a_prepared_batch_parks_then_runs_to_the_tokens_and_rewards_of_a_cold_on
             assert dev_stack.status(f"warm-{task}")["phase"] == "Prepared"
         assert _served(oracle) == served, "a prepared rollout sends no /generate before its go"
 
+        go = time.time()
         assert client.resume("warm") == sorted(f"warm-{task}" for task in TASKS)
         done = {task: dev_stack.wait_phase(f"warm-{task}", TERMINAL, timeout=300) for task in TASKS}
     for task in TASKS:
         warm, baseline = done[task], cold_done[task]
         assert warm["phase"] == "Succeeded" and warm["attempts"] == 1, dump(warm)
         assert _graded(warm) == _graded(baseline)
-        # The eval pod that waited through the prepared phase graded the patch (ready before
-        # the finish, told to grade after it: agent_runner/pod/eval_timeline.py).
+        # The eval pod that waited through the prepared phase graded the patch (its runner
+        # started before the go, and was told to grade after the finish: agent_runner/pod/eval_timeline.py).
         assert warm["evaluation"]["podName"] == f"warm-{task}-eval1", dump(warm)
         marks = eval_timeline.parse_line(dev_stack.read_object(warm["logs"]["eval"]).decode())
-        assert marks["ready"] < _stamp(warm["result"]["finishedAt"]) <= marks["assignment"], marks
+        assert marks["started"] < go and _stamp(warm["result"]["finishedAt"]) <= marks["assignment"], marks
         graded = ("assignment", "patch", "applied", "tests", "graded", "evaluated", "uploaded")
         assert [marks[step] for step in graded] == sorted(marks[step] for step in graded), marks
         tokens = _tokens(dev_stack, warm)
