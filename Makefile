@@ -89,8 +89,10 @@ format: venv ## apply ruff's layout and its safe fixes to the whole tree
 	$(BIN)/ruff check --fix .
 
 # The loop of an engineer at work: no root, no real node, no dev stack; the tests that need
-# the loopback control plane are left out too (marked `cluster` by tests/conftest.py).
-test-unit: venv ## (no root) the fast tests: no control plane, no dev stack, no real node
+# the loopback control plane are left out too (marked `cluster` by tests/conftest.py). The
+# chart's tests still run helm and promtool: their cached builds come first (no-ops when
+# cached), not inside a test's timeout.
+test-unit: venv bins prometheus-bins ## (no root) the fast tests: no control plane, no dev stack, no real node
 	@hack/bytecode.sh $(BIN)/python
 	$(BIN)/python -m pytest -p no:cacheprovider -q -m "not cluster" $(UNIT_IGNORE) $(PYTEST_ARGS)
 
