@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,6 +81,9 @@ class MemoryLimits:
         pods = layout.base / "swerollout-pods"
         try:
             pods.mkdir(exist_ok=True)
+            # Left by an agent that ran as root before: there, but not ours to write.
+            if not os.access(pods, os.W_OK | os.X_OK):
+                raise PermissionError(f"{pods} is not writable by uid {os.getuid()}")
             if layout.v2:
                 # Children get the memory controller only when their parent delegates it.
                 (layout.base / "cgroup.subtree_control").write_text("+memory")
