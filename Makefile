@@ -8,7 +8,7 @@ UV_VERSION := 0.13.8
 # dependency set reinstalls and an unchanged one costs nothing.
 STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml dev/pyproject.toml hack/sglang-contract.txt hack/trainers-test.txt | sha256sum | cut -c1-16)
 PYTEST_ARGS ?=
-UNIT_IGNORE := --ignore=tests/cluster --ignore=tests/e2e --ignore=tests/swerollout/trainers --ignore=tests/swerollout/viewer --ignore=tests/dev/stack --ignore=tests/dev/cluster --ignore=tests/bench --ignore=tests/dev/controlplane
+UNIT_IGNORE := --ignore=tests/cluster --ignore=tests/e2e --ignore=tests/swerollout/trainers --ignore=tests/swerollout/viewer --ignore=tests/dev/stack --ignore=tests/dev/cluster --ignore=tests/bench --ignore=tests/dev/controlplane --ignore=tests/dev/nodeagent/test_memlimit.py
 
 .PHONY: help venv demo-venv demo-deps bins prometheus-bins kueue-bins system-deps test test-unit demo crds lock bench lint format clean cluster-deps cluster-bins test-cluster
 
@@ -89,7 +89,8 @@ format: venv ## apply ruff's layout and its safe fixes to the whole tree
 	$(BIN)/ruff check --fix .
 
 # The loop of an engineer at work: no root, no real node, no dev stack; the tests that need
-# the loopback control plane are left out too (marked `cluster` by tests/conftest.py). The
+# the loopback control plane are left out too (marked `cluster` by tests/conftest.py), and so
+# is the node agent's memory-cgroup test (root, as in run-tests.sh). The
 # chart's tests still run helm and promtool: their cached builds come first (no-ops when
 # cached), not inside a test's timeout.
 test-unit: venv bins prometheus-bins ## (no root) the fast tests: no control plane, no dev stack, no real node

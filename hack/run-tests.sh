@@ -3,7 +3,8 @@
 #
 #   cluster          tests/cluster: `cluster up` (our image, task images, a real kubelet),
 #                    then rollouts on it; mostly waiting on containers; and, also root-only,
-#                    tests/e2e/test_kueue.py (Kueue's controller beside a dev stack)
+#                    tests/e2e/test_kueue.py (Kueue's controller beside a dev stack) and
+#                    tests/dev/nodeagent/test_memlimit.py (a memory cgroup per container)
 #   e2e              tests/e2e: one `dev up` stack per file and rollouts on it; mostly
 #                    waiting on rollouts
 #   runner-operator  tests/agent_runner, tests/operator, tests/bench (the scale tests on
@@ -43,7 +44,7 @@ parts=(rest runner-operator e2e)
 if [ "$(id -u)" = 0 ]; then
     parts+=(cluster)
 else
-    echo "tests/cluster and tests/e2e/test_kueue.py left out: the real node (kubelet, containerd, network namespaces, iptables) and Kueue (a private mount namespace) need root; run make test as root for them (CI does)"
+    echo "tests/cluster, tests/e2e/test_kueue.py and tests/dev/nodeagent/test_memlimit.py left out: the real node (kubelet, containerd, network namespaces, iptables), Kueue (a private mount namespace) and the node agent's memory cgroups need root; run make test as root for them (CI does)"
 fi
 
 declare -A pids
@@ -67,13 +68,14 @@ if [[ " ${parts[*]} " == *" cluster "* ]]; then
     # The session fixture builds the images and brings the node up: minutes cold, past the per-test timeout.
     # tests/e2e/test_kueue.py needs root as well (Kueue runs in a private mount namespace) and
     # a dev stack of its own: here it adds its minutes to the shortest part.
-    start cluster -o timeout=3600 tests/cluster tests/e2e/test_kueue.py "$@"
+    start cluster -o timeout=3600 tests/cluster tests/e2e/test_kueue.py tests/dev/nodeagent/test_memlimit.py "$@"
 fi
 start e2e tests/e2e --ignore=tests/e2e/test_kueue.py --ignore=tests/e2e/test_readme_by_hand.py "$@"
 start runner-operator tests/agent_runner tests/operator tests/bench tests/e2e/test_readme_by_hand.py "$@"
 echo "${!pids[*]} run in the background; logs in $LOGS/<part>.log"
 "$PY" -m pytest -p no:cacheprovider --durations=10 --junitxml="$LOGS/rest.xml" \
-    --ignore=tests/cluster --ignore=tests/e2e --ignore=tests/agent_runner --ignore=tests/operator --ignore=tests/bench "$@" \
+    --ignore=tests/cluster --ignore=tests/e2e --ignore=tests/agent_runner --ignore=tests/operator --ignore=tests/bench \
+    --ignore=tests/dev/nodeagent/test_memlimit.py "$@" \
     2>&1 | tee "$LOGS/rest.log"
 status=${PIPESTATUS[0]}
 declare -A codes=([rest]=$status)
