@@ -17,6 +17,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -29,6 +30,8 @@ IMAGE = "swerollout.local/swerollout:dev"
 
 
 MIN_FREE_BYTES = 30 * 2**30
+# An older image archive is kept this long after it was last built or reused.
+ARCHIVE_KEEP_SECONDS = 3600.0
 """Below this much free disk where buildah keeps its storage, the storage is emptied before
 a build. Every `bud --layers` leaves its layers and the images it replaced behind (47 GB
 after one busy day here), and a build that runs out of space fails half-way; emptying only
@@ -112,6 +115,7 @@ def build_image(repo: Path, *, tag: str = IMAGE, extra_args: Sequence[str] = ())
     stem = tag.replace("/", "_").replace(":", "_")
     archive = images.image_cache_dir() / f"{stem}-{key}.tar"
     if archive.is_file():
+        os.utime(archive)  # in use: see the pruning below
         return archive
     reclaim_storage_if_low()
     _buildah("pull", f"docker-archive:{base}")
@@ -121,8 +125,20 @@ def build_image(repo: Path, *, tag: str = IMAGE, extra_args: Sequence[str] = ())
     partial = archive.with_suffix(".partial")
     partial.unlink(missing_ok=True)
     _buildah("push", tag, f"docker-archive:{partial}:{tag}")
-    # Only the newest archive per tag is kept: each is the whole image (hundreds of MB).
-    for old in archive.parent.glob(f"{stem}*.tar"):
-        old.unlink(missing_ok=True)
     partial.rename(archive)
+    prune_archives(archive, stem)
     return archive
+
+
+def prune_archives(newest: Path, stem: str) -> list[Path]:
+    """Remove the image archives of ``stem`` other than ``newest``; returns what went.
+
+    Each is the whole image (hundreds of MB), but one that a run from another checkout
+    built or reused within ARCHIVE_KEEP_SECONDS stays: that run may be about to import
+    it (removing it at once failed such a run's `ctr images import`)."""
+    removed = []
+    for old in newest.parent.glob(f"{stem}-*.tar"):
+        if old != newest and time.time() - old.stat().st_mtime > ARCHIVE_KEEP_SECONDS:
+            old.unlink(missing_ok=True)
+            removed.append(old)
+    return removed
