@@ -175,26 +175,51 @@ def _operator_requests(operator: lifecycle.Operator) -> Counter[str]:
     return out
 
 
-_INGEST_BUCKET = re.compile(r'^swerollout_ingest_request_seconds_bucket\{le="([^"]+)",route="(\w+)"\} ([0-9.e+]+)$')
+_BUCKET = re.compile(r"^(\w+)_bucket\{([^}]*)\} ([0-9.e+]+)$")
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+LATENCIES = {
+    "ingest": ("swerollout_ingest_request_seconds", ("route",)),
+    "watch_lag": ("swerollout_watch_lag_seconds", ()),
+    "work_queue_wait": ("swerollout_work_queue_wait_seconds", ()),
+    "api_request": ("swerollout_api_request_seconds", ("method", "priority")),
+    "api_slot_wait": ("swerollout_api_slot_wait_seconds", ("priority",)),
+    "report_lock_wait": ("swerollout_report_lock_wait_seconds", ()),
+}
+"""The operator's histograms the bench reads: where a rollout's time to its pod, and a
+report's time to its answer, goes (name -> (metric, the labels that split it))."""
+APF_WAIT = ("apiserver_flowcontrol_request_wait_duration_seconds", ("priority_level",))
+"""The API server's own queueing (API Priority and Fairness), by priority level."""
 
 
-def _ingest_latency(operator: lifecycle.Operator) -> dict[str, dict[str, float]]:
-    """p50 and p99 (the upper bound of their histogram bucket) of the ingest answers, by
-    route, over the whole run: an event's answer waits for its status write."""
-    text = httpx.get(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=30).text
-    buckets: dict[str, list[tuple[float, float]]] = {}
+def histogram_quantiles(text: str, metric: str, labels: tuple[str, ...]) -> dict[str, dict[str, float]]:
+    """p50 and p99 (the upper bound of their histogram bucket) and the count of one
+    Prometheus histogram in `text`, split by `labels` (joined with " "; "all" without)."""
+    buckets: dict[str, dict[float, float]] = {}
     for line in text.splitlines():
-        m = _INGEST_BUCKET.match(line)
-        if m:
-            buckets.setdefault(m.group(2), []).append((float(m.group(1)), float(m.group(3))))
+        m = _BUCKET.match(line)
+        if not m or m.group(1) != metric:
+            continue
+        found = dict(_LABEL.findall(m.group(2)))
+        key = " ".join(found.get(label, "") for label in labels) or "all"
+        per = buckets.setdefault(key, {})
+        le = float(found["le"])
+        per[le] = per.get(le, 0.0) + float(m.group(3))  # summed over the labels not split by
     out = {}
-    for route, cumulative in buckets.items():
-        cumulative.sort()
+    for key, per in buckets.items():
+        cumulative = sorted(per.items())
         total = cumulative[-1][1]
         if not total:
             continue
         quantile = {q: next(le for le, count in cumulative if count >= q * total) for q in (0.5, 0.99)}
-        out[route] = {"count": total, "p50_s": quantile[0.5], "p99_s": quantile[0.99]}
+        out[key] = {"count": total, "p50_s": quantile[0.5], "p99_s": quantile[0.99]}
+    return out
+
+
+def _latencies(operator: lifecycle.Operator, plane: ControlPlane) -> dict[str, dict[str, dict[str, float]]]:
+    """The operator's latency histograms (LATENCIES) and the API server's queueing (APF_WAIT), so far."""
+    text = httpx.get(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=30).text
+    out = {name: histogram_quantiles(text, metric, labels) for name, (metric, labels) in LATENCIES.items()}
+    out["apiserver_queueing"] = histogram_quantiles(plane.kubectl("get", "--raw", "/metrics").stdout, *APF_WAIT)
     return out
 
 
@@ -309,6 +334,7 @@ async def one_size(n: int, *, replicas: int = 1, shards: int | None = None, kill
             labels = (lambda name: {LABEL_SHARD: shard_label(NS, name)}) if replicas > 1 else None
             created = await lifecycle.operator_creates(kube, NS, n, None, labels)
             running_s = await phases.wait("Running", n, timeout)
+            creation_latency = await asyncio.to_thread(_latencies, operator, plane)
             parked_s = await _wait_for(lambda: len(runners.tally.parked) >= n, timeout)
             await asyncio.sleep(2)  # the last progress writes settle
             per_replica = [await asyncio.to_thread(_tracked, each) for each in operators]
@@ -339,7 +365,7 @@ async def one_size(n: int, *, replicas: int = 1, shards: int | None = None, kill
             events = _watch_events(plane) - events_before
             alive = [each for each in operators if each.proc.poll() is None]
             own = sum((_operator_requests(each) for each in alive), Counter[str]()) - own_before
-            ingest_latency = _ingest_latency(operator)
+            step_latency = await asyncio.to_thread(_latencies, operator, plane)
             peak_rss = operator.peak_rss_mib()
             done_bytes = (await _object_bytes(kube, NS))["swerollout"]
             done_db = await asyncio.to_thread(_etcd_db_bytes, plane)
@@ -373,6 +399,7 @@ async def one_size(n: int, *, replicas: int = 1, shards: int | None = None, kill
         "shards": shards if replicas > 1 else 0,
         "rollouts_per_replica": per_replica,
         "killed_replica": kill,
+        "operator_args": list(lifecycle.OPERATOR_ARGS),
         "shards_taken_over_s": took_over_s,
         "attempts": {str(k): v for k, v in sorted(attempts.items())},
         "applied_twice": sorted(f"{name} {kind}" for (name, kind), c in tally.applied.items() if c > 1),
@@ -423,7 +450,9 @@ async def one_size(n: int, *, replicas: int = 1, shards: int | None = None, kill
         "trajectory_tokens_mean": sum(tally.tokens) / max(1, len(tally.tokens)),
         "runner_errors": tally.errors[:20],
         "runner_retries": dict(runners.retries.problems),
-        "ingest_latency": ingest_latency,
+        "ingest_latency": step_latency["ingest"],
+        "creation_latency": creation_latency,
+        "step_latency": step_latency,
         "load_average": {"start": load_start, "end": os.getloadavg()[0]},
     }
 
@@ -495,9 +524,23 @@ def report(result: dict[str, Any], plot: Path | None = None) -> str:
             + "; ingest answers (p50/p99, histogram bucket bounds): "
             + ", ".join(f"{route} {v['p50_s']:g}/{v['p99_s']:g} s" for route, v in sorted(r["ingest_latency"].items()))
         )
+        if r.get("creation_latency"):
+            lines.append(f"  {r['rollouts']}: until every rollout Running, " + _latency_line(r["creation_latency"]))
     if plot is not None:
         lines.append(f"  plot: {plot}")
     return "\n".join(lines)
+
+
+def _latency_line(latency: dict[str, dict[str, dict[str, float]]]) -> str:
+    """Where the time to a pod went, p50/p99 (histogram bucket bounds) with counts."""
+    parts = []
+    for name, per in latency.items():
+        if name != "ingest" and per:
+            inner = ", ".join(
+                f"{key} {v['p50_s']:g}/{v['p99_s']:g} s ({v['count']:.0f})" for key, v in sorted(per.items())
+            )
+            parts.append(f"{name}: {inner}")
+    return "; ".join(parts)
 
 
 def write_plot(result: dict[str, Any], path: Path) -> Path:
@@ -547,7 +590,9 @@ def main(argv: list[str] | None = None) -> int:
         "--replicas", type=int, default=1, help="operator replicas (more than 1: sharded, 4 shards per replica)"
     )
     parser.add_argument("--plot", type=Path, default=DEFAULT_PLOT, help="where the PNG goes")
+    parser.add_argument("--operator-args", default="", help='extra flags for every operator, e.g. "--workers 64"')
     args = parser.parse_args(argv)
+    lifecycle.OPERATOR_ARGS = args.operator_args.split()
     try:
         sizes = tuple(int(s) for s in args.sizes.split(",") if s.strip())
     except ValueError:

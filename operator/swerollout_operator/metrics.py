@@ -35,6 +35,7 @@ OWN_STARTUP_FAILURES = ("Timeout", "PodDeleted")
 """The startup failures the operator names itself; the kubelet's reasons (ErrImagePull, ...) join as they come."""
 
 _STARTUP_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300)
 
 
 class OperatorMetrics:
@@ -187,6 +188,42 @@ class OperatorMetrics:
             "Time to answer an ingest API request, by route (a long poll counts its wait; an event, its status write).",
             ["route"],
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 90, 180),
+            registry=r,
+        )
+        # Where a rollout's time to its pod goes (the scale bench prints their p50/p99): the
+        # watch's delay, the wait for a worker, and each API request's wait for a slot and answer.
+        self.watch_lag = Histogram(
+            "swerollout_watch_lag_seconds",
+            "From a rollout's creation (metadata.creationTimestamp, whole seconds) to this process first "
+            "seeing it, for rollouts first seen without a status (new ones, not a restart's listing).",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.work_queue_wait = Histogram(
+            "swerollout_work_queue_wait_seconds",
+            "From a rollout being queued for a pass to a worker starting it.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.api_request_seconds = Histogram(
+            "swerollout_api_request_seconds",
+            "An API request's time, its wait for one of the client's in-flight slots included, by HTTP "
+            "method and priority (urgent: a runner waits on it).",
+            ["method", "priority"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.api_slot_wait = Histogram(
+            "swerollout_api_slot_wait_seconds",
+            "An API request's wait for one of the client's in-flight slots (--api-max-in-flight), by priority.",
+            ["priority"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.report_lock_wait = Histogram(
+            "swerollout_report_lock_wait_seconds",
+            "A runner's report's wait for its rollout's lock (held by a pass or a progress write).",
+            buckets=_LATENCY_BUCKETS,
             registry=r,
         )
 

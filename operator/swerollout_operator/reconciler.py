@@ -106,6 +106,8 @@ class Reconciler:
         before = self.rollouts.entries.get(str(body["metadata"]["uid"]))
         generation = before.generation if before is not None else None
         entry, news = self.rollouts.observe(body)
+        if before is None and not body.get("status") and entry.created_at is not None:
+            self.metrics.watch_lag.observe(max(0.0, (utcnow() - entry.created_at).total_seconds()))
         if before is not None and entry.generation != generation:
             # What a runner is told is a function of spec and status (assignments.py), so
             # its long poll is answered now (a suspend reaches every runner of a batch as
@@ -766,7 +768,9 @@ class Reconciler:
         # The runner waits for this answer, which must follow the status write (an
         # acknowledged event survives a crash): its writes go before background ones.
         with urgent():
+            waited = time.monotonic()
             async with entry.lock:
+                self.metrics.report_lock_wait.observe(time.monotonic() - waited)
                 applied = await self._apply_report(entry, event)
         await self.notify(entry)
         if applied:

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from swerollout.kube import (
     KubeConfig,
     KubeError,
     NotFound,
+    is_urgent,
     load_incluster,
     load_kubeconfig,
 )
@@ -42,9 +44,23 @@ class CountingKubeClient(AsyncKubeClient):
     metrics: OperatorMetrics | None = None
 
     async def _send(self, spec: RequestSpec) -> dict[str, object]:
+        if self.metrics is None:
+            return await super()._send(spec)
+        method = spec.method.upper()
+        self.metrics.api_requests.labels(method).inc()
+        started = time.monotonic()
+        try:
+            return await super()._send(spec)
+        finally:
+            self.metrics.api_request_seconds.labels(method, _priority(is_urgent())).observe(time.monotonic() - started)
+
+    def _slot_waited(self, seconds: float, urgent: bool) -> None:
         if self.metrics is not None:
-            self.metrics.api_requests.labels(spec.method.upper()).inc()
-        return await super()._send(spec)
+            self.metrics.api_slot_wait.labels(_priority(urgent)).observe(seconds)
+
+
+def _priority(urgent: bool) -> str:
+    return "urgent" if urgent else "normal"
 
 
 class OperatorRuntime:
@@ -185,7 +201,9 @@ class OperatorRuntime:
         self._reconciler = Reconciler(self._kube, self.settings, self.token_key, self.metrics)
         self.metrics.phase_ages = self._reconciler.rollouts.oldest_in_phase
         await self._reconciler.sync_batches(self.settings.namespaces)
-        self._queue = KeyedQueue(self._work, workers=self.settings.workers)
+        self._queue = KeyedQueue(
+            self._work, workers=self.settings.workers, on_wait=self.metrics.work_queue_wait.observe
+        )
         self._reconciler.requeue = self._queue.add
         self._reconciler.requeue_after = self._queue.add_after
         self._queue.start()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from swerollout.backoff import Backoff, Schedule
@@ -48,11 +49,20 @@ class KeyedBackoff:
 
 
 class KeyedQueue:
-    def __init__(self, work: Callable[[str], Awaitable[None]], *, workers: int) -> None:
+    def __init__(
+        self,
+        work: Callable[[str], Awaitable[None]],
+        *,
+        workers: int,
+        on_wait: Callable[[float], None] | None = None,
+    ) -> None:
         self._work = work
         self._workers = workers
+        self._on_wait = on_wait
+        """Told how long each key waited in the queue for a worker (seconds)."""
         self._queue: asyncio.Queue[str] = asyncio.Queue()
-        self._queued: set[str] = set()
+        self._queued: dict[str, float] = {}
+        """Queued keys -> when they were queued (monotonic)."""
         self._active: set[str] = set()
         self._dirty: set[str] = set()
         self._timers: dict[str, asyncio.TimerHandle] = {}
@@ -73,7 +83,7 @@ class KeyedQueue:
             return
         if key in self._queued:
             return
-        self._queued.add(key)
+        self._queued[key] = time.monotonic()
         self.idle.clear()
         self._queue.put_nowait(key)
 
@@ -110,7 +120,9 @@ class KeyedQueue:
     async def _worker(self) -> None:
         while True:
             key = await self._queue.get()
-            self._queued.discard(key)
+            queued = self._queued.pop(key)
+            if self._on_wait is not None:
+                self._on_wait(time.monotonic() - queued)
             self._active.add(key)
             try:
                 await self._work(key)

@@ -40,7 +40,7 @@ Errors are one family rooted at :class:`KubeError` with ``.status``, ``.reason``
 """
 
 from swerollout.kube._base import PatchType, PropagationPolicy, TokenRequestResult, WatchEvent
-from swerollout.kube.client import AsyncKubeClient, urgent
+from swerollout.kube.client import AsyncKubeClient, is_urgent, urgent
 from swerollout.kube.config import (
     KubeConfig,
     kubeconfig_document,
@@ -137,6 +137,7 @@ __all__ = [
     "Unauthorized",
     "WatchEvent",
     "aretry",
+    "is_urgent",
     "kubeconfig_document",
     "load_config",
     "load_incluster",

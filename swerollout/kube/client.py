@@ -16,6 +16,7 @@ import asyncio
 import builtins
 import contextlib
 import contextvars
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
 from types import TracebackType
@@ -95,6 +96,11 @@ class _Slots:
         self._free += 1
 
 
+def is_urgent() -> bool:
+    """Whether requests made here now are urgent (inside `urgent()`)."""
+    return _URGENT.get()
+
+
 @contextlib.contextmanager
 def urgent() -> Iterator[None]:
     """Requests made inside (by this task and the tasks it starts) take the next free slot
@@ -129,8 +135,14 @@ class AsyncKubeClient(BaseKubeClient):
     async def __aexit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
         await self.aclose()
 
+    def _slot_waited(self, seconds: float, urgent: bool) -> None:
+        """How long a request waited for an in-flight slot (a subclass counts it)."""
+
     async def _send(self, spec: RequestSpec) -> Object:
-        await self._slots.acquire(_URGENT.get())
+        priority = _URGENT.get()
+        queued = time.monotonic()
+        await self._slots.acquire(priority)
+        self._slot_waited(time.monotonic() - queued, priority)
         try:
             resp = await self._http.request(
                 spec.method,

@@ -77,6 +77,7 @@ def test_the_report_and_the_plot(tmp_path: Path) -> None:
         "runner_errors": [],
         "runner_retries": {},
         "ingest_latency": {"events": {"p50_s": 0.01, "p99_s": 0.25}},
+        "creation_latency": {"work_queue_wait": {"all": {"count": 1000.0, "p50_s": 0.5, "p99_s": 10.0}}},
         "load_average": {"start": 1.0, "end": 2.0},
     }
     result = {"sizes": [row, {**row, "rollouts": 5000}], "cores": 2}
@@ -85,5 +86,27 @@ def test_the_report_and_the_plot(tmp_path: Path) -> None:
     assert header.split()[:2] == ["rollouts", "ok"] and first.split()[:2] == ["1000", "1000/0"]
     assert " - " in first  # a step that timed out reads "-", not a number
     assert "ingest answers (p50/p99, histogram bucket bounds): events 0.01/0.25 s" in text
+    assert "until every rollout Running, work_queue_wait: all 0.5/10 s (1000)" in text
     path = scale.write_plot(result, tmp_path / "scale.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_histogram_quantiles_split_by_label_and_sum_the_rest() -> None:
+    text = "\n".join(
+        [
+            'm_bucket{le="0.1",method="POST",priority="normal"} 10.0',
+            'm_bucket{le="1.0",method="POST",priority="normal"} 98.0',
+            'm_bucket{le="+Inf",method="POST",priority="normal"} 100.0',
+            'm_bucket{le="0.1",method="POST",priority="urgent"} 0.0',
+            'm_bucket{le="1.0",method="POST",priority="urgent"} 2.0',
+            'm_bucket{le="+Inf",method="POST",priority="urgent"} 2.0',
+            'other_bucket{le="0.1"} 5.0',
+        ]
+    )
+    split = scale.histogram_quantiles(text, "m", ("priority",))
+    assert split == {
+        "normal": {"count": 100.0, "p50_s": 1.0, "p99_s": float("inf")},
+        "urgent": {"count": 2.0, "p50_s": 1.0, "p99_s": 1.0},
+    }
+    # Not split: the series are summed bucket by bucket.
+    assert scale.histogram_quantiles(text, "m", ()) == {"all": {"count": 102.0, "p50_s": 1.0, "p99_s": float("inf")}}
