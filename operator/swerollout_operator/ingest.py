@@ -210,9 +210,12 @@ class IngestServer:
             remaining = deadline - asyncio.get_running_loop().time()
             if assignment.id != after or remaining <= 0 or entry.uid not in self.reconciler.tracked:
                 return web.json_response(assignment.model_dump(mode="json"))
+            # asyncio.timeout, not wait_for: wait_for runs the wait in a task of its own, one
+            # more task (and its coroutine) per parked runner for as long as it is parked.
             async with entry.changed:
                 try:
-                    await asyncio.wait_for(entry.changed.wait(), timeout=remaining)
+                    async with asyncio.timeout(remaining):
+                        await entry.changed.wait()
                 except TimeoutError:
                     pass
 
