@@ -121,6 +121,10 @@ class AsyncKubeClient(BaseKubeClient):
         super().__init__(config, timeout=timeout)
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be at least 1, not {max_in_flight}")
+        if http2:
+            from swerollout.kube import _hpack  # h2's own dependency: only with http2
+
+            _hpack.install()
         self._http = httpx.AsyncClient(
             base_url=config.server, timeout=timeout, limits=_ASYNC_LIMITS, http2=http2, **config.http_options()
         )
