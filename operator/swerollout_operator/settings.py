@@ -80,8 +80,11 @@ class OperatorSettings(BaseModel):
     api_max_in_flight: int = Field(default=64, ge=1, le=1000)
     """API requests (not watches) on the wire at once; the rest wait their turn in the
     operator, not in the HTTP connection pool."""
-    workers: int = Field(default=16, ge=1, le=256)
-    """Reconcile passes that run at once (each rollout is worked on by one at a time)."""
+    workers: int = Field(default=64, ge=1, le=256)
+    """Reconcile passes that run at once (each rollout is worked on by one at a time). A pass
+    makes one API request at a time, so as many as --api-max-in-flight: with 16, a burst of
+    1,000 new rollouts waited 30 s on average for a worker (swerollout_work_queue_wait_seconds)
+    while no request ever waited for a slot (swerollout_api_slot_wait_seconds)."""
     status_coalesce_seconds: float = Field(default=3.0, ge=0.0)
     """Minimum interval between progress status patches of one rollout (seconds)."""
     runner_report_grace_seconds: float = Field(default=10.0, ge=0.0)
