@@ -787,8 +787,12 @@ class Reconciler:
     async def _apply_report(self, entry: Tracked, event: RunnerEvent) -> bool:
         """Apply runner_events' decision on one report (entry.lock held); False when it no
         longer applies (a duplicate, or a report that moves no phase)."""
+        # The report's log goes in the report's own write (one status write per report, not
+        # two, on the path from a runner's finish to its reward), or alone when that write
+        # does not happen.
+        logs = None
         if event.log is not None and not entry.phase.is_terminal:
-            await self.write_status(entry, runner_events.log_status(entry.phase, event.log))
+            logs = runner_events.log_status(entry.phase, event.log)
         status = entry.rollout_status
         context = runner_events.Context(
             told=self.assignment(entry, role="rollout", attempt=max(1, status.attempts)),
@@ -802,24 +806,29 @@ class Reconciler:
         if decision.status is not None and "progress" in decision.status.model_fields_set:
             # The run's final progress goes with this write: no coalesced one after it.
             entry.progress_dirty = False
+        with_logs = phases.merged(decision.status, logs) if decision.status is not None else logs
         if decision.trigger is None:
-            if decision.status is not None:
-                await self.write_status(entry, decision.status)
+            if with_logs is not None:
+                await self.write_status(entry, with_logs)
             return False
         if decision.trigger is Trigger.RESUMED:
             self.metrics.resumes.inc()
         if decision.retry:
+            if logs is not None:
+                await self.write_status(entry, logs)
             return await self.retry(entry, reason=decision.reason, cause=decision.message)
         applied = await self.transition(
             entry,
             decision.trigger,
             reason=decision.reason,
             message=decision.message,
-            extra=decision.status,
+            extra=with_logs,
             warning=decision.warning,
         )
         if applied:
             self._count_report(entry, decision, status)
+        elif logs is not None:
+            await self.write_status(entry, logs)
         return applied
 
     def _count_report(self, entry: Tracked, decision: runner_events.Decision, before: api.SWERolloutStatus) -> None:
