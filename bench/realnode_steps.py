@@ -298,13 +298,28 @@ def _operator_store(paths: ClusterPaths) -> Callable[[str], bytes]:
     return read
 
 
+def _cluster_up(workdir: Path, attempts: int = 5) -> None:
+    """`cluster up` once no other real node runs. `cluster up` builds its images before it
+    takes the machine's lock (minutes), so another run (a tests/cluster session) may take the
+    lock meanwhile: then this waits for that one to stop and tries again (the images are
+    built by then)."""
+    for attempt in range(attempts):
+        _wait_for_machine_lock(ClusterPaths.under(str(workdir)))
+        try:
+            _cli("cluster", "up", "--policy", "oracle", "--workdir", str(workdir))
+            return
+        except RuntimeError as exc:
+            if "another cluster runs on this machine" not in str(exc) or attempt == attempts - 1:
+                raise
+            print("another real node started meanwhile; waiting for it to stop", file=sys.stderr)
+
+
 def run_real_node(workdir: Path) -> tuple[Timings, dict[str, float]]:
     """`cluster up --policy oracle` (task images built and loaded); the recorder on the node IP.
     The steps one rollout at a time, then the cold and prepared batches."""
     from bench import prepared_starts  # it imports this module
 
-    _wait_for_machine_lock(ClusterPaths.under(str(workdir)))
-    _cli("cluster", "up", "--policy", "oracle", "--workdir", str(workdir))
+    _cluster_up(workdir)
     try:
         paths, node_ip = ClusterPaths.under(str(workdir)), ClusterConfig().node_ip
         tasks = load_instances(paths.root / "tasks" / INDEX_FILE)
