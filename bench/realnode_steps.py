@@ -325,6 +325,7 @@ def run_real_node(workdir: Path) -> tuple[Timings, dict[str, float]]:
         tasks = load_instances(paths.root / "tasks" / INDEX_FILE)
         with GenerateRecorder(f"http://{node_ip}:{POLICY_PORT}", node_ip).running() as recorder:
             steps = _time_tasks(paths.kubeconfig, recorder, tasks)
+            _progress("real node steps", steps)
             batches = prepared_starts.run_batches(
                 paths.kubeconfig, recorder, tasks, sandbox=REAL_NODE_SANDBOX, read=_operator_store(paths)
             )
@@ -333,10 +334,16 @@ def run_real_node(workdir: Path) -> tuple[Timings, dict[str, float]]:
         _cli("cluster", "down", "--workdir", str(workdir))
 
 
+def _progress(what: str, figures: Any) -> None:
+    """Each part's figures as it ends (stderr): a run cut short still says what it measured."""
+    print(f"{what}: {json.dumps(figures, default=str)}", file=sys.stderr, flush=True)
+
+
 def run() -> dict[str, Any]:
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-steps-", dir="/var/tmp") as tmp:
         results["node agent"] = run_node_agent(Path(tmp))
+    _progress("node agent steps", results["node agent"])
     with tempfile.TemporaryDirectory(prefix="bench-steps-", dir="/var/tmp") as tmp:
         results["real node"], results["real node batches"] = run_real_node(Path(tmp))
     return results
