@@ -283,7 +283,37 @@ def _wait_for_machine_lock(paths: ClusterPaths) -> None:
 
 # The real node is this 2-core machine: at the default 500m per sandbox three rollouts fit, and
 # a batch of 20 would measure the scheduler's queue (as tests/support/realnode.rollout_body).
-REAL_NODE_SANDBOX = {"resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "4Gi"}}}
+# A prepared batch holds all its pods at once: 20 pods of 100m sandbox + 100m runner requests
+# (the chart's default) do not fit beside the operator's 200m, so 9 parked and 11 waited
+# unschedulable for the whole wait (the 2 December run): the batches run with 20m sandboxes
+# and, through the chart, 10m runners (30m a pod with the bundle's init container's 50m).
+REAL_NODE_SANDBOX = {"resources": {"requests": {"cpu": "20m", "memory": "256Mi"}, "limits": {"memory": "4Gi"}}}
+REAL_NODE_RUNNER_CPU = "10m"
+
+
+def _small_runner_requests(paths: ClusterPaths) -> None:
+    """The operator's release again, with REAL_NODE_RUNNER_CPU as the runner's CPU request."""
+    from swerollout_dev.binaries import find_binaries
+    from swerollout_dev.cluster.supervisor import chart_install_args
+
+    done = subprocess.run(
+        [
+            str(find_binaries().helm),
+            f"--kubeconfig={paths.kubeconfig}",
+            *chart_install_args(),
+            "--set",
+            f"operator.runnerResources.requests.cpu={REAL_NODE_RUNNER_CPU}",
+            "--wait",
+            "--timeout",
+            "5m",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=420,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"helm upgrade of the runner's requests failed: {done.stderr[-2000:]}")
 
 
 def _operator_store(paths: ClusterPaths) -> Callable[[str], bytes]:
@@ -326,6 +356,7 @@ def run_real_node(workdir: Path) -> tuple[Timings, dict[str, float]]:
         with GenerateRecorder(f"http://{node_ip}:{POLICY_PORT}", node_ip).running() as recorder:
             steps = _time_tasks(paths.kubeconfig, recorder, tasks)
             _progress("real node steps", steps)
+            _small_runner_requests(paths)
             batches = prepared_starts.run_batches(
                 paths.kubeconfig, recorder, tasks, sandbox=REAL_NODE_SANDBOX, read=_operator_store(paths)
             )
