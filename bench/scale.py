@@ -56,6 +56,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SIZES = (1000, 5000, 10000, 20000)
 NS = "bench"
 DEFAULT_PLOT = ROOT / "bench-results" / "scale.png"
+REST_SECONDS = 15.0
+"""After every rollout parked, how long the bench waits to read the operator's RSS at rest
+(past the 10 s after which an unread rollout drops its parsed models)."""
 PODS_PER_NODE = 110
 """A kubelet's default pod limit: the simulated fleet has as many nodes as a real one would."""
 
@@ -342,6 +345,10 @@ async def one_size(n: int, *, replicas: int = 1, shards: int | None = None, kill
             server_rss = {name: _rss_mib(pid) for name, pid in plane.pids().items()}
             parked_bytes = await _object_bytes(kube, NS)
             parked_db = await asyncio.to_thread(_etcd_db_bytes, plane)
+            # At rest: the parsed models of the burst's last rollouts are dropped 10 s after
+            # their last read (PARSED_IDLE_SECONDS), so this RSS is the rollouts' own cost.
+            await asyncio.sleep(REST_SECONDS)
+            rss_rest = operator.rss_mib()
             async with AsyncRolloutClient(kube, NS) as client:
                 started = time.monotonic()
                 await client.abort(lifecycle.BATCH)
@@ -427,6 +434,8 @@ async def one_size(n: int, *, replicas: int = 1, shards: int | None = None, kill
         "operator_rss_mib_empty": empty_rss,
         "operator_rss_mib_parked": rss_parked,
         "operator_rss_kib_per_rollout": (rss_parked - empty_rss) * 1024 / n,
+        "operator_rss_mib_rest": rss_rest,
+        "operator_rss_kib_per_rollout_rest": (rss_rest - empty_rss) * 1024 / n,
         "operator_cpu_ms_per_rollout": cpu["operator"],
         "apiserver_cpu_ms_per_rollout": cpu.get("kube-apiserver", 0.0),
         "etcd_cpu_ms_per_rollout": cpu.get("etcd", 0.0),
@@ -480,6 +489,15 @@ COLUMNS: tuple[Column, ...] = (
     ("res-run", "resume: every runner (s)", lambda r: _s(r["resume_all_runners_s"])),
     ("done", "resume -> every CR Succeeded (s)", lambda r: _s(r["all_succeeded_s"])),
     ("rss/r", "operator RSS growth per rollout (KiB)", lambda r: f"{r['operator_rss_kib_per_rollout']:.1f}"),
+    (
+        "rest/r",
+        "the same at rest, REST_SECONDS later (KiB)",
+        lambda r: (
+            "-"
+            if r.get("operator_rss_kib_per_rollout_rest") is None
+            else f"{r['operator_rss_kib_per_rollout_rest']:.1f}"
+        ),
+    ),
     ("cpu/r", "operator CPU per rollout (ms)", lambda r: f"{r['operator_cpu_ms_per_rollout']:.1f}"),
     ("api/r", "API server CPU per rollout (ms)", lambda r: f"{r['apiserver_cpu_ms_per_rollout']:.1f}"),
     ("etcd/r", "etcd CPU per rollout (ms)", lambda r: f"{r['etcd_cpu_ms_per_rollout']:.1f}"),
@@ -505,7 +523,14 @@ def report(result: dict[str, Any], plot: Path | None = None) -> str:
             f"  {r['rollouts']}: CR->pod p50 {r['cr_to_pod_p50_s'] * 1000:.0f} ms / p99 {r['cr_to_pod_p99_s'] * 1000:.0f} ms "
             f"(bare client {r['bare_cr_to_pod_p50_s'] * 1000:.0f} / {r['bare_cr_to_pod_p99_s'] * 1000:.0f} ms); "
             f"operator RSS {r['operator_rss_mib_empty']:.0f} MiB empty, {r['operator_rss_mib_parked']:.0f} MiB with all "
-            f"parked, peak {r['operator_rss_mib_peak']:.0f} MiB; writes: {writes}; watch events: {events}; "
+            f"parked, peak {r['operator_rss_mib_peak']:.0f} MiB"
+            + (
+                f", {r['operator_rss_mib_rest']:.0f} MiB at rest {REST_SECONDS:.0f} s later "
+                f"({r['operator_rss_kib_per_rollout_rest']:.1f} KiB per rollout)"
+                if "operator_rss_mib_rest" in r
+                else ""
+            )
+            + f"; writes: {writes}; watch events: {events}; "
             f"snapshot {r['snapshot_bytes_mean'] / 1024:.0f} KiB, trajectory {r['trajectory_bytes_mean'] / 1024:.0f} KiB "
             f"({r['trajectory_tokens_mean']:.0f} tokens) on average; in etcd: a SWERollout "
             f"{r['object_bytes_parked']['swerollout'] / 1024:.1f} KiB parked, {r['swerollout_bytes_succeeded'] / 1024:.1f} "

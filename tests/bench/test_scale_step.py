@@ -55,6 +55,8 @@ def test_the_report_and_the_plot(tmp_path: Path) -> None:
         "resume_all_runners_s": 0.7,
         "all_succeeded_s": 30.0,
         "operator_rss_kib_per_rollout": 30.0,
+        "operator_rss_mib_rest": 100.0,
+        "operator_rss_kib_per_rollout_rest": 20.5,
         "operator_cpu_ms_per_rollout": 20.0,
         "apiserver_cpu_ms_per_rollout": 40.0,
         "etcd_cpu_ms_per_rollout": 5.0,
@@ -87,6 +89,7 @@ def test_the_report_and_the_plot(tmp_path: Path) -> None:
     assert " - " in first  # a step that timed out reads "-", not a number
     assert "ingest answers (p50/p99, histogram bucket bounds): events 0.01/0.25 s" in text
     assert "until every rollout Running, work_queue_wait: all 0.5/10 s (1000)" in text
+    assert "100 MiB at rest 15 s later (20.5 KiB per rollout)" in text
     path = scale.write_plot(result, tmp_path / "scale.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
