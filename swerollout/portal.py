@@ -1,7 +1,8 @@
 """Blocking calls into an asyncio object that lives on its own event loop, in a thread of
 its own (anyio's blocking portal). The one home of the rule behind every blocking facade
-(the sync `RolloutClient`, the sync `KubeClient`): the async code is the only
-implementation, and a blocking call hands one coroutine to the portal and waits.
+(the sync `RolloutClient` and `KubeClient`, slime's `generate_rollout`): the async code
+is the only implementation, and a blocking call hands one coroutine to the portal and
+waits.
 
 A facade is a `Blocking` whose operations are the async methods made blocking, one line
 each, so the two cannot drift (same parameters, docstring, result and exceptions)::

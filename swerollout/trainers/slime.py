@@ -41,14 +41,13 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from swerollout.client import AsyncRolloutClient, ClientConfigError, RolloutRecord, TrainerStatus, rollout_name
+from swerollout.portal import Portal
 from swerollout.trainers._records import TrainerAdapterError, reward_of, sampling_from, token_arrays
 from swerollout.trainers._settings import AdapterSettings, instance_from_row, shared_client
 
@@ -90,8 +89,7 @@ class SlimeAdapter:
     """None: the process's shared client of the running event loop (one watch for all samples)."""
     run_id: str = field(default_factory=lambda: secrets.token_hex(3))
     """Keeps this run's rollout names apart from an earlier run's with the same prefix."""
-    _portal: BlockingPortal | None = field(default=None, init=False, repr=False)
-    _portal_cm: AbstractContextManager[BlockingPortal] | None = field(default=None, init=False, repr=False)
+    _portal: Portal[AsyncRolloutClient] | None = field(default=None, init=False, repr=False)
     _owns_client: bool = field(default=False, init=False, repr=False)
 
     @classmethod
@@ -231,25 +229,30 @@ class SlimeAdapter:
                 f"the data source handed out groups of {sorted(set(wrong))} samples, not --n-samples-per-prompt={size}"
             )
         if self._portal is None:
-            self._portal_cm = start_blocking_portal(backend="asyncio")
-            self._portal = self._portal_cm.__enter__()
-            if self.client is None:
-                self.client = self.settings.connect()
-                self._owns_client = True
+            given, self._owns_client = self.client, self.client is None
+
+            async def build() -> AsyncRolloutClient:
+                return given if given is not None else self.settings.connect()
+
+            async def aclose(client: AsyncRolloutClient) -> None:
+                if given is None:
+                    await client.aclose()
+
+            self._portal = Portal(build, aclose)
+            self.client = self._portal.inner
         finished: list[list[Any]]
-        finished, left = self._portal.call(self.rollout_groups, args, groups, target if partial else len(groups))
+        finished, left = self._portal.run(self.rollout_groups(args, groups, target if partial else len(groups)))
         if left:
             data_source.add_samples(left)
         return finished
 
     def close(self) -> None:
         """Stop the portal thread of :meth:`generate_rollout` (closing the client it opened)."""
-        if self._portal is not None and self._portal_cm is not None:
-            if self._owns_client and self.client is not None:
-                self._portal.call(self.client.aclose)
+        if self._portal is not None:
+            self._portal.close()
+            if self._owns_client:
                 self.client, self._owns_client = None, False
-            self._portal_cm.__exit__(None, None, None)
-            self._portal = self._portal_cm = None
+            self._portal = None
 
 
 def fill_sample(sample: Any, record: RolloutRecord, *, top_k: int | None = None) -> Any:
