@@ -305,10 +305,16 @@ class RolloutCache:
     def _set_body(self, entry: Tracked, body: dict[str, Any]) -> None:
         """The one way a cached body changes, so the phase counts stay true."""
         before = entry.phase
-        self._counts[before] -= 1
+        # An entry already forgotten (its shard went to another replica, or it was deleted)
+        # still gets the responses of writes it had in flight: it is no longer counted, so
+        # its phase change must not move the counts (they went negative on a 2-replica run).
+        counted = self.entries.get(entry.uid) is entry
+        if counted:
+            self._counts[before] -= 1
         entry._body = body
-        self.touched.add(entry.uid)
-        self._counts[entry.phase] += 1
+        if counted:
+            self.touched.add(entry.uid)
+            self._counts[entry.phase] += 1
         if entry.phase != before:
             entry.phase_since = time.monotonic()
 

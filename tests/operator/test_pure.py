@@ -493,6 +493,12 @@ def test_phase_counts_follow_every_way_a_cached_body_changes() -> None:
     cache.forget("b")
     cache.forget("b")  # twice: counted once
     assert cache.phase_counts() == counted() and sum(cache.phase_counts().values()) == 1
+    # Forgotten (its shard went to another replica) with a write in flight: the write's
+    # response changes the orphan's phase, not the counts.
+    a.writes_in_flight += 1
+    cache.forget("a")
+    cache.observe_own(a, body("a", "Running", 5))
+    assert cache.phase_counts() == counted() == {p: 0 for p in Phase}
 
 
 def test_a_status_write_sends_only_what_changed_and_nothing_when_nothing_did() -> None:
