@@ -21,6 +21,7 @@ from typing import Any
 from swerollout.api import v1alpha1 as api
 from swerollout.instances import SWEBenchInstance, to_api_instance
 from swerollout.kube import SWEROLLOUTS, KubeClient, NotFound
+from swerollout_dev.nodeagent.layout import container_logs
 from swerollout_dev.stack.paths import DevPaths
 from swerollout_dev.stack.state import DevState
 from swerollout_dev.tasks import load_instances, materialize_tasks
@@ -115,8 +116,31 @@ class DevStack:
                     f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
                     for p in sorted(self.paths.logs.glob("*.log"))
                 )
-                raise AssertionError(f"timed out waiting for {what}\n{logs}")
+                raise AssertionError(f"timed out waiting for {what}\n{self.diagnostics()}\n{logs}")
             time.sleep(0.5)
+
+    def diagnostics(self, pods: int = 6) -> str:
+        """What a timed-out wait needs to be read: every pod and rollout in one line each, and the
+        last lines of each container of the newest pods (the runner's own log says where it stopped)."""
+        parts = [
+            "--- kubectl get pods",
+            self.kubectl("get", "pods", "-A", "-o", "wide").stdout,
+            "--- rollouts",
+        ]
+        try:
+            for obj in self.kube.list(SWEROLLOUTS, "default").get("items") or []:
+                st = obj.get("status") or {}
+                parts.append(f"{obj['metadata']['name']}: {st.get('phase')} {str(st.get('message', ''))[:200]}")
+        except Exception as exc:  # the API server may be the thing that is down
+            parts.append(f"(cannot list: {exc})")
+        base = self.paths.node / "pods"
+        newest = sorted(base.iterdir(), key=lambda d: d.stat().st_mtime, reverse=True)[:pods] if base.is_dir() else []
+        for pod_dir in newest:
+            for container in sorted((pod_dir / "containers").glob("*")):
+                runs = container_logs(pod_dir, container.name)
+                tail = runs[-1].read_text(errors="replace")[-1500:] if runs else "(no log)"
+                parts.append(f"--- {pod_dir.name}/{container.name}\n{tail}")
+        return "\n".join(parts)
 
     def wait_phase(
         self, name: str, phases: set[str], timeout: float = 240, namespace: str = "default"
