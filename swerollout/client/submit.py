@@ -301,13 +301,23 @@ class Submitting(ClientCore):
         reward: Reward | Mapping[str, Any] | None = None,
         sandbox: SandboxSpec | Mapping[str, Any] | None = None,
         check_endpoint: bool = False,
+        group_size: int | None = None,
     ) -> str:
         """Create one SWERollout ``<batch>-<sample>-<member>`` (for per-sample trainer hooks);
         returns its name. Same fields and idempotence as :meth:`submit_batch`; wait for it
-        with :meth:`result`. Members of one GRPO group share ``batch`` and ``sample``."""
+        with :meth:`result`. Members of one GRPO group share ``batch`` and ``sample``.
+
+        ``group_size``: how many members the group has, when the hook knows it. Under Kueue
+        the group's pods are then one pod group, admitted whole as with :meth:`submit_batch`;
+        without it each member is admitted on its own."""
         self._check_batch(batch)
         if sample < 0 or member < 0:
             raise ClientConfigError(f"sample and member must be at least 0, got sample={sample} member={member}")
+        if group_size is not None and not 0 <= member < group_size:
+            raise ClientConfigError(
+                f"group_size must be greater than member (members are numbered 0 to group_size - 1), "
+                f"got member={member} group_size={group_size}"
+            )
         inf = _inference(inference, weight_version, max_sampled_tokens, "inference")
         spec = _spec(_to_instance(instance, 0), inf, agent, mode, reward, sandbox)
         await _check_issue_images([spec], [])
@@ -320,6 +330,7 @@ class Submitting(ClientCore):
             _submit_wire(spec),
             _extra_labels(labels),
             _trainer_annotation(trainer_labels) if trainer_labels is not None else None,
+            group_size=group_size,
         )
         if check_endpoint:
             await check_inference_endpoint(str(inf.endpoint))

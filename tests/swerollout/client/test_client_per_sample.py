@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from swerollout.api.v1alpha1 import LABEL_BATCH, Phase
+from swerollout.api.v1alpha1 import LABEL_BATCH, LABEL_GROUP_SIZE, Phase
 from swerollout.client import (
     ANNOTATION_TRAINER_LABELS,
     AsyncRolloutClient,
@@ -28,6 +28,7 @@ from swerollout.kube import SWEROLLOUTS, AsyncKubeClient
 from swerollout.store import Owner, ResultStore, open_store
 from swerollout.wire.trajectory import Trajectory
 from swerollout_dev.controlplane import ControlPlane
+from swerollout_operator.podspec import pod_group
 from tests.support.client_support import INFERENCE, finish, instance, make_trajectory, now, run, set_status
 
 WIDTH = 4  # 2 layers x top-2, as the stand-in policy server reports
@@ -92,6 +93,7 @@ async def test_submit_one_and_result_share_one_watch(
         == "one-0-0"
     )
     obj = await akube.get(SWEROLLOUTS, "one-2-1", namespace)
+    assert LABEL_GROUP_SIZE not in obj["metadata"]["labels"], "a hook that does not know its group admits alone"
     assert obj["spec"]["inference"]["maxSampledTokens"] == 5000
     assert obj["spec"]["inference"]["weightVersion"] == "7"
     assert obj["metadata"]["labels"][LABEL_BATCH] == "one"
@@ -200,6 +202,21 @@ async def test_abort_and_resume_by_names(
         await client.resume(names=["nm-0-0"], weight_version="x" * 200)
 
 
+async def test_submit_one_with_its_group_size_makes_the_group_one_pod_group(
+    client: AsyncRolloutClient, akube: AsyncKubeClient, namespace: str
+) -> None:
+    """A per-sample hook that knows its group's size gets what submit_batch
+    gets: the size label that makes the operator put the members' pods into one Kueue pod group."""
+    for member in range(3):
+        await client.submit_one(instance(1), batch="grp", sample=4, member=member, group_size=3, inference=INFERENCE)
+    groups = set()
+    for member in range(3):
+        meta = (await akube.get(SWEROLLOUTS, f"grp-4-{member}", namespace))["metadata"]
+        assert meta["labels"][LABEL_GROUP_SIZE] == "3"
+        groups.add(pod_group(meta))
+    assert len(groups) == 1 and next(iter(groups))[1] == 3, groups
+
+
 async def test_bad_per_sample_inputs_name_the_field(client: AsyncRolloutClient) -> None:
     with pytest.raises(ClientConfigError, match="maxSampledTokens"):
         await client.submit_one(instance(0), batch="bad", sample=0, inference=INFERENCE, max_sampled_tokens=0)
@@ -207,6 +224,10 @@ async def test_bad_per_sample_inputs_name_the_field(client: AsyncRolloutClient) 
         await client.submit_one(instance(0), batch="bad", sample=0, inference=INFERENCE, trainer_labels={"ids": [1]})  # type: ignore[dict-item]
     with pytest.raises(ClientConfigError, match="sample and member"):
         await client.submit_one(instance(0), batch="bad", sample=-1, inference=INFERENCE)
+    with pytest.raises(ClientConfigError, match="group_size must be greater than member"):
+        await client.submit_one(instance(0), batch="bad", sample=0, member=2, group_size=2, inference=INFERENCE)
+    with pytest.raises(ClientConfigError, match="group_size must be greater than member"):
+        await client.submit_one(instance(0), batch="bad", sample=0, group_size=0, inference=INFERENCE)
     with pytest.raises(ClientConfigError, match="one per instance"):
         await client.submit_batch([instance(0)], 1, batch="bad", inference=INFERENCE, trainer_labels=[{}, {}])
 
