@@ -10,9 +10,8 @@ The loop, for any call that may be retried::
 A failure the predicate calls retryable is swallowed, the loop sleeps what the policy's
 `Schedule` says and tries again; once the tries or the time budget are spent, or on any
 other failure, the exception goes up as it was raised. `Retrying.schedule` tells how many
-retries were made (for the caller's own error message). `for attempt in
-policy.retrying_sync(...)` is the same loop for blocking code: only the sleep differs.
-A wait that another event may end early (an abort) is the loop's ``sleep=``; code that
+retries were made (for the caller's own error message). There is no blocking twin: the
+blocking clients (`KubeClient`, `RolloutClient`) run the async code behind a portal. A wait that another event may end early (an abort) is the loop's ``sleep=``; code that
 must interleave its waits with other events in ways a loop cannot say asks a `Schedule`
 directly.
 """
@@ -27,7 +26,7 @@ from types import TracebackType
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["Attempt", "Backoff", "Retrying", "RetryingSync", "Schedule"]
+__all__ = ["Attempt", "Backoff", "Retrying", "Schedule"]
 
 
 class Backoff(BaseModel):
@@ -66,16 +65,6 @@ class Backoff(BaseModel):
         return Retrying(
             self.start(rng=rng), retryable=retryable, retry_after=retry_after, on_retry=on_retry, sleep=sleep
         )
-
-    def retrying_sync(
-        self,
-        *,
-        retryable: Callable[[BaseException], bool],
-        retry_after: Callable[[BaseException], float | None] = lambda _: None,
-        on_retry: Callable[[BaseException, float], None] | None = None,
-    ) -> RetryingSync:
-        """The retry loop for blocking code."""
-        return RetryingSync(self.start(), retryable=retryable, retry_after=retry_after, on_retry=on_retry)
 
 
 class Schedule:
@@ -200,19 +189,4 @@ class Retrying(_Loop):
             raise StopAsyncIteration
         if pause:
             await (self._sleep or asyncio.sleep)(pause)
-        return Attempt(self)
-
-
-class RetryingSync(_Loop):
-    """``for attempt in policy.retrying_sync(...)``: the blocking twin of `Retrying`."""
-
-    def __iter__(self) -> RetryingSync:
-        return self
-
-    def __next__(self) -> Attempt:
-        pause = self._next_pause()
-        if pause is None:
-            raise StopIteration
-        if pause:
-            time.sleep(pause)
         return Attempt(self)

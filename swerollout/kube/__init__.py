@@ -89,7 +89,7 @@ from swerollout.kube.resources import (
     SWEROLLOUTS,
     ResourceType,
 )
-from swerollout.kube.retry import aretry, retry
+from swerollout.kube.retry import aretry
 from swerollout.kube.sync import KubeClient
 
 __all__ = [
@@ -142,7 +142,6 @@ __all__ = [
     "load_config",
     "load_incluster",
     "load_kubeconfig",
-    "retry",
     "urgent",
     "write_kubeconfig",
 ]

@@ -27,16 +27,8 @@ def _retry_after(exc: BaseException) -> float | None:
     return exc.retry_after_seconds if isinstance(exc, KubeError) else None
 
 
-def retry(fn: Callable[[], T], *, policy: Backoff = KUBE_BACKOFF) -> T:
-    """Call ``fn`` until it succeeds, a non-retryable KubeError is raised, or the policy gives up."""
-    for attempt in policy.retrying_sync(retryable=_retryable, retry_after=_retry_after):
-        with attempt:
-            return fn()
-    raise AssertionError("unreachable: the retry loop returns or raises")
-
-
 async def aretry(fn: Callable[[], Awaitable[T]], *, policy: Backoff = KUBE_BACKOFF) -> T:
-    """The asyncio twin of :func:`retry`."""
+    """Call ``fn`` until it succeeds, a non-retryable KubeError is raised, or the policy gives up."""
     async for attempt in policy.retrying(retryable=_retryable, retry_after=_retry_after):
         with attempt:
             return await fn()

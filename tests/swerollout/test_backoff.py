@@ -140,16 +140,10 @@ async def test_the_retry_loop_honours_retry_after_and_never_swallows_cancellatio
     assert tries == 1
 
 
-def test_the_blocking_loop_is_the_same_loop() -> None:
-    tries = 0
-    for attempt in Backoff(first_seconds=0.001, attempts=4).retrying_sync(retryable=_retryable):
-        with attempt:
-            tries += 1
-            if tries < 4:
-                raise Busy()
-    assert tries == 4
+async def test_a_body_outside_its_attempt_is_a_programming_error() -> None:
+    """A body that skips `with attempt:` would loop forever on a retry the loop never saw."""
     with pytest.raises(RuntimeError, match="inside `with attempt:`"):
-        for _attempt in Backoff(first_seconds=0.001).retrying_sync(retryable=_retryable):
+        async for _attempt in Backoff(first_seconds=0.001).retrying(retryable=_retryable):
             pass
 
 

@@ -40,7 +40,6 @@ from swerollout.kube import (
     aretry,
     load_incluster,
     load_kubeconfig,
-    retry,
     urgent,
 )
 from swerollout.kube._base import RequestSpec
@@ -580,45 +579,32 @@ def test_connection_refused_is_a_retryable_transport_error() -> None:
     assert caught.value.retryable
 
 
-def test_retry_retries_only_retryable_errors() -> None:
+async def test_retry_retries_only_retryable_errors() -> None:
     calls = []
 
-    def flaky() -> str:
+    async def flaky() -> str:
         calls.append(1)
         if len(calls) < 3:
             raise ServerError("etcd leader changed", status=500)
         return "ok"
 
-    assert retry(flaky, policy=FAST) == "ok"
+    assert await aretry(flaky, policy=FAST) == "ok"
     assert len(calls) == 3
 
-    def missing() -> None:
+    async def missing() -> None:
         calls.append(1)
         raise NotFound("gone", status=404)
 
     calls.clear()
     with pytest.raises(NotFound):
-        retry(missing, policy=FAST)
+        await aretry(missing, policy=FAST)
     assert len(calls) == 1
 
-    def always_down() -> None:
+    async def always_down() -> None:
         calls.append(1)
         raise TransportError("refused")
 
     calls.clear()
     with pytest.raises(TransportError):
-        retry(always_down, policy=FAST.model_copy(update={"attempts": 4}))
+        await aretry(always_down, policy=FAST.model_copy(update={"attempts": 4}))
     assert len(calls) == 4
-
-
-async def test_aretry_returns_after_transient_failures() -> None:
-    calls = []
-
-    async def flaky() -> int:
-        calls.append(1)
-        if len(calls) == 1:
-            raise TransportError("reset")
-        return 7
-
-    assert await aretry(flaky, policy=FAST) == 7
-    assert len(calls) == 2

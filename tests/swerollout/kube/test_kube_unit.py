@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -18,10 +19,10 @@ from swerollout.kube import (
     Invalid,
     ServerError,
     TooManyRequests,
+    aretry,
     load_config,
     load_incluster,
     load_kubeconfig,
-    retry,
 )
 from swerollout.kube.config import ProjectedToken
 from swerollout.kube.errors import ApiError, error_from_response
@@ -63,17 +64,19 @@ def test_status_bodies_map_to_the_error_family() -> None:
     assert type(odd) is ApiError and not odd.retryable
 
 
-def test_retry_waits_at_least_the_servers_hint() -> None:
+async def test_retry_waits_at_least_the_servers_hint() -> None:
     attempts: list[int] = []
 
-    def throttled_once() -> str:
+    async def throttled_once() -> str:
         attempts.append(1)
         if len(attempts) == 1:
             raise TooManyRequests("slow down", status=429, body={"details": {"retryAfterSeconds": 0.05}})
         return "done"
 
-    assert retry(throttled_once, policy=Backoff(first_seconds=0.0001, attempts=5)) == "done"
+    began = time.monotonic()
+    assert await aretry(throttled_once, policy=Backoff(first_seconds=0.0001, attempts=5)) == "done"
     assert len(attempts) == 2
+    assert time.monotonic() - began >= 0.05, "the pause is the server's Retry-After, not the policy's 0.1 ms"
 
 
 def test_kubeconfig_errors_name_the_problem(tmp_path: Path) -> None:
