@@ -35,12 +35,12 @@ so ``grader`` can come after ``graded``.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 
 from agent_runner.eval.grading import swebench_harness_problem
 
-from .startup import process_age
+from .timeline import Prefetch, Timeline, process_age
+from .timeline import parse_line as _parse_line
 
 log = logging.getLogger(__name__)
 
@@ -59,23 +59,14 @@ STEPS = (
 LINE_PREFIX = "eval timeline (unix s): "
 
 
-class EvalTimeline:
-    def __init__(self) -> None:
-        self.marks: dict[str, float] = {}
-        self._lock = threading.Lock()
-        self.mark("started", at=time.time() - process_age())
-
-    def mark(self, step: str, *, at: float | None = None) -> None:
-        """Note `step` done now (the first time only: the harness runs once per pod)."""
-        with self._lock:
-            self.marks.setdefault(step, round(time.time() if at is None else at, 3))
-
-    def line(self) -> str:
-        with self._lock:
-            return LINE_PREFIX + ", ".join(f"{step} {at:.3f}" for step, at in self.marks.items())
+def new_timeline() -> Timeline:
+    """A timeline in Unix seconds whose ``started`` is when this process began."""
+    timeline = Timeline(LINE_PREFIX, clock=time.time)
+    timeline.mark("started", at=time.time() - process_age())
+    return timeline
 
 
-def prefetch_grader(timeline: EvalTimeline) -> threading.Thread:
+def prefetch_grader(timeline: Timeline) -> Prefetch:
     """Import the grading code in a daemon thread (marks ``grader`` when done)."""
 
     def load() -> None:
@@ -84,22 +75,9 @@ def prefetch_grader(timeline: EvalTimeline) -> threading.Thread:
             log.info("grading with the builtin parsers: %s", problem)
         timeline.mark("grader")
 
-    thread = threading.Thread(target=load, name="grader-prefetch", daemon=True)
-    thread.start()
-    return thread
+    return Prefetch("grader prefetch", load)
 
 
 def parse_line(text: str) -> dict[str, float]:
     """The marks of the last eval timeline line in a log (empty when there is none)."""
-    found: dict[str, float] = {}
-    for line in text.splitlines():
-        if LINE_PREFIX not in line:
-            continue
-        found = {}
-        for part in line.split(LINE_PREFIX, 1)[1].split(", "):
-            step, _, at = part.rpartition(" ")
-            try:
-                found[step] = float(at)
-            except ValueError:
-                continue
-    return found
+    return _parse_line(text, LINE_PREFIX)

@@ -16,6 +16,7 @@ It long-polls the ingest API for its assignment and acts once per assignment id:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import shlex
@@ -39,12 +40,13 @@ from swerollout.backoff import Backoff, Schedule
 from swerollout.wire import ingest as wire
 from swerollout.wire.runner_env import RunnerEnv, RunnerEnvError, RunnerRole
 
-from . import kinds, turn_checkpoints
+from . import eval_timeline, kinds, startup, turn_checkpoints
 from .checkpoint import CheckpointWriter, Head
-from .eval_timeline import EvalTimeline, prefetch_grader
+from .eval_timeline import prefetch_grader
 from .ingest_client import IngestClient
 from .log_tail import LogTail
-from .startup import StartupTimeline, TokenizerPrefetch
+from .startup import FIRST_GENERATE, TokenizerPrefetch
+from .timeline import Timeline
 
 log = logging.getLogger(__name__)
 
@@ -255,13 +257,13 @@ class Runner:
         self,
         env: RunnerEnv,
         log_tail: LogTail | None = None,
-        timeline: StartupTimeline | None = None,
+        timeline: Timeline | None = None,
         prefetch: TokenizerPrefetch | None = None,
     ) -> None:
         self.env = env
         self.log_tail = log_tail
         """This process's log, uploaded with each final report (None: not kept)."""
-        self.timeline = timeline or StartupTimeline()
+        self.timeline = timeline or startup.new_timeline()
         self.prefetch = prefetch or TokenizerPrefetch(None, self.timeline)
         self.ingest = IngestClient(
             env.ingest_url,
@@ -276,7 +278,7 @@ class Runner:
         self.sandbox: Sandbox | None = None
         self._prepared: _Run | None = None
         """The run a `prepare` set up, held for its go."""
-        self.eval_timeline = EvalTimeline()
+        self.eval_timeline = eval_timeline.new_timeline()
         self._active: AbortableModel | None = None
         """The model of the run in progress (what a SIGTERM abandons)."""
         self._terminating: asyncio.Task[None] | None = None
@@ -417,7 +419,7 @@ class Runner:
             outage_budget=float(spec.inference.outage_budget_seconds),
         )
         abortable.inference_aborts = int(agent_state.get("inference_aborts") or 0)
-        abortable.on_send = self.timeline.first_generate
+        abortable.on_send = functools.partial(self.timeline.finish, FIRST_GENERATE)
         if replay:
             loop_turns = int((agent_state.get("loop") or {}).get("turns") or 0)
             kind.note(turn_checkpoints.replay_note(assignment.attempt, loop_turns))
@@ -643,8 +645,7 @@ class Runner:
         report = await evaluate(self.sandbox, request, on_step=timeline.mark)
         timeline.mark("evaluated")
         report_ref = await self.ingest.upload(wire.ObjectKind.REPORT, report.model_dump_json().encode())
-        timeline.mark("uploaded")
-        log.info("%s", timeline.line())
+        timeline.finish("uploaded")
         reward = report.to_reward_status()
         await self.ingest.event(
             wire.Evaluated(
@@ -773,7 +774,7 @@ class _ProgressReporter:
 
 
 def main() -> int:
-    timeline = StartupTimeline()
+    timeline = startup.new_timeline()
     timeline.mark("imports")
     log_format = "%(asctime)s %(levelname)s %(name)s: %(message)s"
     logging.basicConfig(level=os.environ.get("SWEROLLOUT_LOG_LEVEL", "INFO"), format=log_format)

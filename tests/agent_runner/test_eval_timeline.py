@@ -7,14 +7,14 @@ import sys
 import textwrap
 import time
 
-from agent_runner.pod.eval_timeline import STEPS, EvalTimeline, parse_line
+from agent_runner.pod.eval_timeline import STEPS, new_timeline, parse_line
 from agent_runner.pod.startup import process_age
 
 
 def test_marks_are_wall_clock_keep_the_first_time_and_read_back_from_a_log() -> None:
     age = process_age()
     before = time.time()
-    timeline = EvalTimeline()
+    timeline = new_timeline()
     # `started` is when this process began (the operator's receipts are compared with these
     # marks, so they are Unix seconds, not seconds since the process began): at least the
     # process's age before `before` (less the clock ticks /proc counts in and the ms kept).
@@ -39,11 +39,11 @@ def test_the_grader_is_imported_in_a_thread_before_anything_is_graded() -> None:
     code = textwrap.dedent(
         """
         import sys
-        from agent_runner.pod.eval_timeline import EvalTimeline, prefetch_grader
-        timeline = EvalTimeline()
+        from agent_runner.pod.eval_timeline import new_timeline, prefetch_grader
+        timeline = new_timeline()
         assert "swebench.harness.grading" not in sys.modules
-        thread = prefetch_grader(timeline)
-        assert thread.daemon
+        thread = prefetch_grader(timeline).thread
+        assert thread is not None and thread.daemon
         thread.join(timeout=600)
         assert "swebench.harness.grading" in sys.modules, sorted(m for m in sys.modules if "swebench" in m)
         assert timeline.marks["grader"] >= timeline.marks["started"]

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from agent_runner.pod.eval_timeline import EvalTimeline
+from agent_runner.pod.eval_timeline import new_timeline
 from bench.prepared_starts import REWARD_STEPS, figures, report, reward_steps_of, step_medians
 
 
@@ -27,7 +27,7 @@ def _status(finish: float, graded: float, log_ref: str | None) -> dict[str, obje
 
 def test_the_steps_from_the_finish_add_up_to_finish_to_reward() -> None:
     finish = 1_800_000_000.0
-    timeline = EvalTimeline()
+    timeline = new_timeline()
     marks = {"ready": -30.0, "grader": -25.0, "assignment": 0.4, "patch": 0.5, "applied": 0.7}
     marks |= {"tests": 2.7, "graded": 2.8, "evaluated": 2.9, "uploaded": 3.0}
     timeline.marks = {"started": finish - 31.0} | {step: finish + at for step, at in marks.items()}
