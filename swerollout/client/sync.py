@@ -79,6 +79,10 @@ class RolloutClient(Blocking[AsyncRolloutClient]):
     members = blocking(AsyncRolloutClient.members)
     batch_specs = blocking(AsyncRolloutClient.batch_specs)
     batch_spec = blocking(AsyncRolloutClient.batch_spec)
+    wait_rollout = blocking(AsyncRolloutClient.wait_rollout)
+    fetch_trajectory = blocking(AsyncRolloutClient.fetch_trajectory)
+    fetch_report = blocking(AsyncRolloutClient.fetch_report)
+    check_cluster = blocking(AsyncRolloutClient.check_cluster)
 
 
 async def _connect(

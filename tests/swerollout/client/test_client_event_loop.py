@@ -5,11 +5,12 @@ rollout worker. The calls go to the client's portal thread; errors keep their ty
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 
 import pytest
 
-from swerollout.client import RolloutClient, UnknownBatch
+from swerollout.client import AsyncRolloutClient, RolloutClient, UnknownBatch
 from swerollout_dev.controlplane import ControlPlane
 from swerollout_dev.tasks import DEFAULT_TASKS_DIR, load_instances
 
@@ -76,3 +77,15 @@ def test_plain_sync_use_still_works_and_the_portal_thread_ends(crd: ControlPlane
         assert _sync_step(client, "plain") == ["plain-0-0", "plain-0-1"]
         assert set(threading.enumerate()) - before  # the portal thread
     assert not {t for t in set(threading.enumerate()) - before if t.is_alive()}
+
+
+def test_every_async_operation_has_its_blocking_twin() -> None:
+    """A trainer that is not asyncio gets every operation (aclose is close, the portal's)."""
+    operations = {
+        name
+        for name, fn in inspect.getmembers(AsyncRolloutClient)
+        if not name.startswith("_") and (inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn))
+    }
+    missing = sorted(name for name in operations - {"aclose"} if not hasattr(RolloutClient, name))
+    assert not missing, f"RolloutClient lacks {missing}: add `name = blocking(AsyncRolloutClient.name)`"
+    assert hasattr(RolloutClient, "close")
