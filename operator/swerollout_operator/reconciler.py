@@ -627,6 +627,13 @@ class Reconciler:
         if current is not None and state is not None and not gone:
             if state.ready and sandbox.pod_ip != state.pod_ip:
                 await self.write_status(entry, api.SWERolloutStatus(sandbox=_handle(current, state)))
+            elif state.waits_for is not None:
+                # A replay pod no node can take yet (or Kueue has not admitted): the phase
+                # stays Resuming, as for a quota refusal, and the message says what it waits for.
+                detail = f"pod {current['metadata']['name']}: {state.message or state.reason}"
+                message = phases.cut_message(f"waiting for capacity ({state.waits_for.value}): {detail}")
+                if entry.rollout_status.message != message:
+                    await self.write_status(entry, api.SWERolloutStatus(message=message))
             return
         attempt = max(1, entry.rollout_status.attempts) + 1
         if attempt > entry.rollout_spec.sandbox.max_attempts:

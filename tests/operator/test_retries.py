@@ -82,6 +82,25 @@ def test_a_lost_pod_and_infrastructure_exits_replay_from_the_checkpoint_until_ma
     assert answer["duplicate"] is True, answer
     status = _status(kubectl, namespace, name)
     assert status["phase"] == "Resuming" and status["partial"]["snapshot"]["sha256"] == segments[1].sha256, status
+    # No node can take the replay pod yet: the rollout stays Resuming and says why.
+    unschedulable = {"status": {"conditions": [{
+        "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+        "message": "0/3 nodes are available: 3 Insufficient memory.",
+    }]}}  # fmt: skip
+    kubectl(
+        "patch", "pod", f"{name}-a2", "-n", namespace, "--subresource=status", "--type=merge",
+        "-p", json.dumps(unschedulable),
+    )  # fmt: skip
+    wait_for(
+        "the wait for a node in the message",
+        lambda: "3 Insufficient memory" in str(_status(kubectl, namespace, name).get("message")),
+        op=operator,
+    )
+    status = _status(kubectl, namespace, name)
+    assert status["phase"] == "Resuming", status
+    assert status["message"] == (
+        f"waiting for capacity (Unschedulable): pod {name}-a2: 0/3 nodes are available: 3 Insufficient memory."
+    )
     second = _auth(token, 2)
     mark_ready(kubectl, namespace, f"{name}-a2")
     resume = _assignment(url, second, "resume")
