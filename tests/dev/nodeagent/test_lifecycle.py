@@ -213,7 +213,10 @@ def test_active_deadline_fails_a_running_pod(agent: AgentProcess, kube: KubeClie
             [
                 {"name": "main", "image": RUNNER, "command": ["sleep", "60"]},
             ],
-            activeDeadlineSeconds=1,
+            # Counted from the pod's start on the node, before its container is launched: at a
+            # load of 30 a 1 s deadline fired while `sleep` was still being set up, and the
+            # SIGKILL after the grace period ended it (137) instead of the SIGTERM (143).
+            activeDeadlineSeconds=6,
             terminationGracePeriodSeconds=1,
         ),
         namespace,
