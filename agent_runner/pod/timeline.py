@@ -39,7 +39,7 @@ def process_age() -> float:
 
 
 class Timeline:
-    """Marks on ``clock`` minus ``origin``, in milliseconds, the first time each step is done."""
+    """Marks in seconds on ``clock`` minus ``origin`` (kept to the millisecond), the first time each step is done."""
 
     def __init__(self, prefix: str, *, clock: Callable[[], float], origin: float = 0.0) -> None:
         self.prefix = prefix
@@ -58,7 +58,7 @@ class Timeline:
         with self._lock:
             if step in self.marks:
                 return
-        self.mark(step)
+            self.marks[step] = round(self._clock() - self._origin, 3)
         log.info("%s", self.line())
 
     def line(self) -> str:

@@ -632,8 +632,7 @@ class Reconciler:
                 # stays Resuming, as for a quota refusal, and the message says what it waits for.
                 detail = f"pod {current['metadata']['name']}: {state.message or state.reason}"
                 message = phases.cut_message(f"waiting for capacity ({state.waits_for.value}): {detail}")
-                if entry.rollout_status.message != message:
-                    await self.write_status(entry, api.SWERolloutStatus(message=message))
+                await self.write_status(entry, api.SWERolloutStatus(message=message))  # skipped when unchanged
             return
         attempt = max(1, entry.rollout_status.attempts) + 1
         if attempt > entry.rollout_spec.sandbox.max_attempts:
