@@ -124,7 +124,7 @@ class DevStack:
         last lines of each container of the newest pods (the runner's own log says where it stopped)."""
         parts = [
             "--- kubectl get pods",
-            self.kubectl("get", "pods", "-A", "-o", "wide").stdout,
+            self.kubectl("get", "pods", "-A", "-o", "wide", "--request-timeout=10s").stdout,
             "--- rollouts",
         ]
         try:
