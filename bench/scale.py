@@ -293,12 +293,18 @@ async def _all_shards_on(operator: lifecycle.Operator, shards: int, timeout: flo
     return time.monotonic() - start
 
 
-async def one_size(n: int, *, replicas: int = 1, shards: int | None = None, kill: bool = False) -> dict[str, Any]:
+async def one_size(
+    n: int, *, replicas: int = 1, shards: int | None = None, kill: bool = False, stage_timeout: float | None = None
+) -> dict[str, Any]:
     """One whole step at n rollouts. With `replicas` > 1 the operator runs sharded (`shards`,
     default 4 per replica) and the runners reach replica 0 (the Service), which sends each
-    to its shard's owner; `kill` SIGKILLs the last replica right after the resume."""
+    to its shard's owner; `kill` SIGKILLs the last replica right after the resume.
+
+    `stage_timeout` bounds each wait of the step (default 600 s + 0.1 s a rollout): a test
+    gives one well inside its own timeout, so that a stuck step returns the phases it
+    reached instead of being cut off by pytest with nothing to read."""
     _raise_fd_limit(n)
-    timeout = 600.0 + n * 0.1
+    timeout = stage_timeout or 600.0 + n * 0.1
     load_start = os.getloadavg()[0]
     shards = shards or 4 * replicas
     async with lifecycle._control_plane() as (plane, kube, tmp):

@@ -1,6 +1,6 @@
 """Two sharded operator replicas through a whole RL step, one SIGKILLed mid-step.
 
-A few hundred rollouts on KWOK nodes with simulated runners (the scale bench's step):
+A hundred rollouts on KWOK nodes with simulated runners (the scale bench's step):
 the replicas split the shards through Leases; the runners reach replica 0 (the Service)
 and are sent on to their shard's owner (421 and its address). Right after the batch's
 resume the other replica is SIGKILLed: its Leases expire, replica 0 takes every shard and
@@ -13,12 +13,18 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from bench import scale
 
 
+# A quiet machine runs it in about three minutes; `make test` runs four parts side by side
+# on two cores (a load of 30), where it took nine and more. Each wait of the step is bounded
+# well inside the test's own timeout, so a stuck step still ends in the assertions below.
+@pytest.mark.timeout(1800)
 def test_two_replicas_one_killed_mid_step_lose_nothing_and_repeat_nothing() -> None:
-    n = 160
-    r = asyncio.run(scale.one_size(n, replicas=2, kill=True))
+    n = 100
+    r = asyncio.run(scale.one_size(n, replicas=2, kill=True, stage_timeout=300))
     assert r["runner_errors"] == []
     assert (r["succeeded"], r["stuck"]) == (n, 0), r["phases_at_end"]
     # Both replicas had a share of the batch (each watched only its own shards), none twice.

@@ -182,6 +182,14 @@ def _admitted(url: str) -> dict[str, int]:
     return {r["rid"]: r["sent_tokens"] for r in requests}
 
 
+def _set_delay(url: str, admin_key: str, seconds: float) -> None:
+    """The stand-in's per-token delay; it applies to the tokens of requests in flight too."""
+    headers = {"Authorization": f"Bearer {admin_key}"}
+    httpx.post(
+        f"{url}/_standin/faults", json={"delay_per_token": seconds}, headers=headers, timeout=10
+    ).raise_for_status()
+
+
 def _run_of(rid: str) -> str:
     """The run (rollout uid) of a runner's rid `<uid>-t0007-a01-<8 hex>.` (agent_runner.policy.sglang.make_rid)."""
     found = re.fullmatch(r"(.+)-t\d{4}-a\d{2}-[0-9a-f]{8}\.", rid)
@@ -197,15 +205,15 @@ def _all_rewarded(
     finals = [stack.wait_phase(name, TERMINAL, timeout=timeout) for name in names]
     trajectories = {}
     for name, status in zip(names, finals):
-        assert status["phase"] == "Succeeded", (name, dump(status))
-        assert status["reward"]["value"] == 1.0 and status["reward"]["resolved"] is True, (name, dump(status))
-        assert status["attempts"] == 1 and status["sandbox"]["podName"] == f"{name}-a1", (name, dump(status))
+        assert status["phase"] == "Succeeded", f"{name}: {dump(status)}"
+        assert status["reward"]["value"] == 1.0 and status["reward"]["resolved"] is True, f"{name}: {dump(status)}"
+        assert status["attempts"] == 1 and status["sandbox"]["podName"] == f"{name}-a1", f"{name}: {dump(status)}"
         assert allow_partial or not status.get("partial"), f"{name}: an outage is not an abort of the rollout"
         trajectory = Trajectory.from_bytes(stack.read_object(status["result"]["trajectory"]))
         kept = [t for t in trajectory.info["turn_log"] if t["kept"]]
         rids = [t["rid"] for t in trajectory.info["turn_log"]]
         assert len(set(rids)) == len(rids), f"{name}: a request id was used twice: {rids}"
-        assert len(kept) == status["result"]["turns"] == trajectory.turns, (name, dump(status))
+        assert len(kept) == status["result"]["turns"] == trajectory.turns, f"{name}: {dump(status)}"
         patch = stack.read_object(status["result"]["patch"]).decode()
         assert ledger_runs(patch) == [f"step {i}" for i in range(LEDGER)], f"{name}: commands ran\n{patch}"
         trajectories[name] = trajectory
@@ -261,16 +269,13 @@ def test_suspend_aborts_by_rid_with_the_admin_key_and_runs_each_command_once(
 
     # The fix's turn (after the ledger's) is in flight: slow it down so the abort finds it running.
     dev_stack.wait("the fix in flight", lambda: len(own()) > LEDGER and _in_flight(server.url) >= 1, timeout=600)
-    admin = {"Authorization": f"Bearer {policy.admin_key}"}
-    httpx.post(
-        f"{server.url}/_standin/faults", json={"delay_per_token": 1.0}, headers=admin, timeout=10
-    ).raise_for_status()
+    _set_delay(server.url, policy.admin_key, 1.0)
     try:
         in_flight = own()
         dev_stack.set_suspend(name, True)
         dev_stack.wait_phase(name, {"Aborted"}, timeout=300)
     finally:
-        httpx.post(f"{server.url}/_standin/faults", json=SLOW, headers=admin, timeout=10).raise_for_status()
+        _set_delay(server.url, policy.admin_key, SLOW["delay_per_token"])
     log = Path(policy.log_of(server)).read_text()
     aborted = re.findall(r"abort rid='([^']+)' all=False matched=1", log)
     assert set(aborted) & in_flight, f"no exact-rid abort of {in_flight} was accepted:\n{log[-3000:]}"
@@ -436,18 +441,30 @@ def test_a_sandbox_oom_killed_past_its_memory_limit_resumes_from_its_checkpoint(
     assert limits.enforced, "this machine has a writable memory cgroup (the dev node agent's limits need one)"
     resources = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "768Mi"}}
     name = "chaos-oom-0"
-    dev_stack.rollout(name, endpoint=policy.url, task=0, batch="chaos-oom", sandbox={"resources": resources})
-    dev_stack.wait(
-        "a checkpoint", lambda: (dev_stack.status(name).get("checkpoint") or {}).get("turns", 0) >= 2, timeout=600
-    )
-    pod = dev_stack.kube.get(PODS, dev_stack.status(name)["sandbox"]["podName"], "default")
-    procs = limits.procs_file(f"{pod['metadata']['uid']}_sandbox")
-    assert procs is not None, "the sandbox container runs in its own memory cgroup"
-    # A task's process that allocates (and touches) twice the limit, inside the sandbox's cgroup.
-    hog = subprocess.Popen(
-        ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$1" -c "b = b\'x\' * (1536 << 20)"', str(procs), sys.executable]
-    )
-    assert hog.wait(timeout=120) == -9 or hog.returncode == 137, "the kernel's OOM killer ended the allocation"
+    server = policy.serving
+    # The OOM must land while the rollout still has turns to sample, or it ends the pod of a
+    # rollout that is done (a loaded machine takes seconds to start the allocation): turns
+    # are slow until the checkpoint, and slower still from then until the kill was seen.
+    _set_delay(server.url, policy.admin_key, 0.2)
+    try:
+        dev_stack.rollout(name, endpoint=policy.url, task=0, batch="chaos-oom", sandbox={"resources": resources})
+        dev_stack.wait(
+            "a checkpoint", lambda: (dev_stack.status(name).get("checkpoint") or {}).get("turns", 0) >= 2, timeout=600
+        )
+        _set_delay(server.url, policy.admin_key, 1.0)
+        status = dev_stack.status(name)
+        assert status["phase"] == "Running" and status["checkpoint"]["turns"] < LEDGER + 1, dump(status)
+        pod = dev_stack.kube.get(PODS, status["sandbox"]["podName"], "default")
+        procs = limits.procs_file(f"{pod['metadata']['uid']}_sandbox")
+        assert procs is not None, "the sandbox container runs in its own memory cgroup"
+        # A task's process that allocates (and touches) twice the limit, inside the sandbox's cgroup.
+        hog = subprocess.Popen(
+            ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$1" -c "b = b\'x\' * (1536 << 20)"', str(procs), sys.executable]
+        )
+        assert hog.wait(timeout=120) == -9 or hog.returncode == 137, "the kernel's OOM killer ended the allocation"
+        dev_stack.wait("the rollout replayed", lambda: dev_stack.status(name).get("attempts", 0) >= 2, timeout=300)
+    finally:
+        _set_delay(server.url, policy.admin_key, SLOW["delay_per_token"])
     final = dev_stack.wait_phase(name, TERMINAL, timeout=600)
     assert final["phase"] == "Succeeded" and final["reward"]["value"] == 1.0, dump(final)
     assert final["attempts"] == 2 and [r["reason"] for r in final["retries"]] == ["PodLost"], dump(final)

@@ -277,7 +277,7 @@ def test_operator_sigkill_during_a_batch_finishes_each_rollout_exactly_once(
         stop.set()
         recorder.join(timeout=10)
     for name, status in finals.items():
-        assert status["phase"] == "Succeeded", (name, dump(status))
+        assert status["phase"] == "Succeeded", f"{name}: {dump(status)}"
         assert status["attempts"] == 1, name
     # Deterministic names: one rollout pod per rollout, never a second attempt.
     assert {p for p in seen_pods if p.startswith("batch-")} <= {f"{n}-a1" for n in names}

@@ -246,8 +246,8 @@ def test_kueue_admits_a_grpo_group_whole_or_not_at_all(
     }, f"the waiting group read Queued: {seen_queued}"
     assert held_while_aborted, f"{aborted} was aborted while its group ran, its pod held"
     for name, status in rollouts.items():
-        assert status["phase"] == "Succeeded" and status["reward"]["value"] == 1.0, (name, dump(status))
-        assert status["attempts"] == 1, (name, dump(status))
+        assert status["phase"] == "Succeeded" and status["reward"]["value"] == 1.0, f"{name}: {dump(status)}"
+        assert status["attempts"] == 1, f"{name}: {dump(status)}"
     for sample in ("0", "1"):
         group_workload = seen_workloads[rollout_label(f"kq-{sample}")]
         assert sum(ps["count"] for ps in group_workload["spec"]["podSets"]) == 2, dump(group_workload)

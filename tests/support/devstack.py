@@ -185,7 +185,12 @@ def post_json(url: str, body: dict[str, Any]) -> Any:
 
 
 def dump(obj: Any) -> str:
-    return json.dumps(obj, indent=1)[:4000]
+    """A status for an assertion message; its phase and message first, which a long status
+    (conditions, retries, object references) would otherwise push past the cut."""
+    text = json.dumps(obj, indent=1)[:4000]
+    if isinstance(obj, dict) and ("phase" in obj or "message" in obj):
+        return f"phase {obj.get('phase')}: {obj.get('message')}\n{text}"
+    return text
 
 
 @contextmanager
