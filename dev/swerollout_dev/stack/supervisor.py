@@ -37,6 +37,7 @@ from swerollout_dev.controlplane import ControlPlane, ControlPlaneError, free_po
 from swerollout_dev.nodeagent.agent import TAINT_EFFECT, TAINT_KEY, reap_all
 from swerollout_dev.nodeagent.process import start_ticks
 
+from .crashloop import MAX_IN_A_ROW, CrashLoop
 from .paths import DevPaths
 from .state import ComponentState, DevState
 
@@ -46,7 +47,6 @@ OPERATOR_SERVICE_ACCOUNT = "swerollout-operator"
 DEV_RUNNER_IMAGE = "swerollout:dev"
 EXIT_ALREADY_RUNNING = 3
 _RESTARTABLE = ("node-agent", "operator")
-_MAX_RESTARTS = 5
 
 
 # SGLang's own default port: examples/dev-rollout.yaml can name the endpoint when it is free.
@@ -118,6 +118,8 @@ class Supervisor:
         self.stop_requested = threading.Event()
         self.children: dict[str, Child] = {}
         self.plane: ControlPlane | None = None
+        self.crashes: dict[str, CrashLoop] = {}
+        """Per restartable component (and etcd, kube-apiserver): its deaths in a row."""
         self.ingest_port = 0
         self.state = DevState(
             supervisor=ComponentState(status="running", pid=os.getpid(), start_ticks=start_ticks(os.getpid())),
@@ -419,15 +421,18 @@ class Supervisor:
                 if child.popen is None or comp.status != "running" or child.popen.poll() is None:
                     continue
                 code = child.popen.returncode
-                if name in _RESTARTABLE and comp.restarts < _MAX_RESTARTS:
+                crashes = self.crashes.setdefault(name, CrashLoop())
+                if name in _RESTARTABLE and crashes.died():
                     restarts = comp.restarts + 1
                     detail = comp.detail
-                    time.sleep(min(2.0**restarts, 30.0) / 4)
+                    time.sleep(crashes.pause())
                     comp = child.start()
+                    crashes.restarted()
                     comp.restarts, comp.detail = restarts, detail
                     self.state.components[name] = comp
                 else:
-                    comp.status, comp.detail = "exited", f"exit code {code}; see {child.log}"
+                    in_a_row = f" ({crashes.in_a_row + 1} times in a row)" if name in _RESTARTABLE else ""
+                    comp.status, comp.detail = "exited", f"exit code {code}{in_a_row}; see {child.log}"
                 self.save()
 
     def _revive_control_plane(self) -> None:
@@ -437,15 +442,18 @@ class Supervisor:
             return
         for name in self.plane.exited():
             comp = self.state.components[name]
-            if comp.restarts >= _MAX_RESTARTS:
-                if comp.status != "exited":
-                    comp.status, comp.detail = (
-                        "exited",
-                        f"died {comp.restarts + 1} times; see {self.plane.workdir / 'logs'}",
-                    )
-                    self.save()
+            crashes = self.crashes.setdefault(name, CrashLoop())
+            if comp.status == "exited":
+                continue
+            if not crashes.died():
+                comp.status, comp.detail = (
+                    "exited",
+                    f"died {MAX_IN_A_ROW + 1} times in a row; see {self.plane.workdir / 'logs'}",
+                )
+                self.save()
                 continue
             print(f"dev supervisor: {name} (pid {comp.pid}) exited; restarting it", file=sys.stderr, flush=True)
+            crashes.restarted()  # a start that fails counts as one that died at once
             try:
                 pid = self.plane.restart(name)
             except ControlPlaneError as exc:
