@@ -8,7 +8,9 @@ lives as long as the pod. Other volume kinds are refused with a clear message.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
+import stat
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
@@ -27,17 +29,58 @@ def _safe_relative(path: str, what: str) -> PurePosixPath:
 def _write_keys(
     dest: Path, data: Mapping[str, bytes], items: list[KeyToPath] | None, default_mode: int, what: str
 ) -> None:
-    if dest.exists():
-        shutil.rmtree(dest)
-    dest.mkdir(parents=True)
+    """Bring the volume's files to ``data``, in place.
+
+    Running containers see the volume through a bind mount of this very directory:
+    replacing the directory (or a directory under it) would leave them an empty, deleted
+    one, so a node agent that restarts and refreshes its pods' volumes would take the
+    runner's Secret from under it. The directory stays; each file is replaced whole (a
+    reader sees the old bytes or the new, never a part), and keys no longer selected go.
+    """
     selected = items if items is not None else [KeyToPath(key=k, path=k) for k in sorted(data)]
-    for item in selected:
+    wanted: dict[Path, tuple[bytes, int]] = {}
+    for item in selected:  # every key checked before anything on disk changes
         if item.key not in data:
             raise ReferenceNotFound(f"{what}: key {item.key!r} not found")
-        target = dest / _safe_relative(item.path, what)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data[item.key])
-        os.chmod(target, item.mode if item.mode is not None else default_mode)
+        mode = item.mode if item.mode is not None else default_mode
+        wanted[dest / _safe_relative(item.path, what)] = (data[item.key], mode)
+    dest.mkdir(parents=True, exist_ok=True)
+    for target, (body, mode) in wanted.items():
+        _ensure_parents(dest, target.parent)
+        _replace_file(target, body, mode)
+    keep = set(wanted) | {parent for target in wanted for parent in target.parents}
+    for path in sorted(dest.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        if path in keep:
+            continue
+        if path.is_dir() and not path.is_symlink():
+            if not any(path.iterdir()):
+                path.rmdir()
+        else:
+            path.unlink()
+
+
+def _ensure_parents(dest: Path, directory: Path) -> None:
+    current = dest
+    for part in directory.relative_to(dest).parts:
+        current = current / part
+        if current.is_symlink() or (current.exists() and not current.is_dir()):
+            current.unlink()  # a file where a key's directory now goes
+        current.mkdir(exist_ok=True)
+
+
+def _replace_file(target: Path, body: bytes, mode: int) -> None:
+    if target.is_dir() and not target.is_symlink():
+        shutil.rmtree(target)  # a directory where a key's file now goes
+    elif target.is_file() and not target.is_symlink():
+        if stat.S_IMODE(target.stat().st_mode) == mode and target.read_bytes() == body:
+            return
+    temp = target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
+    try:
+        temp.write_bytes(body)
+        os.chmod(temp, mode)
+        os.replace(temp, target)
+    finally:
+        temp.unlink(missing_ok=True)
 
 
 def materialise(volume: Volume, pod_volumes_dir: Path, lookup: Lookup) -> Path:

@@ -15,7 +15,7 @@ import httpx
 
 from swerollout.kube import CONFIGMAPS, PODS, SECRETS, KubeClient, NotFound
 from swerollout_dev.controlplane import free_port
-from swerollout_dev.nodeagent.layout import container_logs, find_pod_dirs
+from swerollout_dev.nodeagent.layout import PodDir, container_logs, find_pod_dirs
 from tests.support.nodeagent_support import AgentProcess, phase_is, pid_alive, pod_manifest, wait_pod
 
 RUNNER = "swerollout:dev"
@@ -371,6 +371,51 @@ def test_agent_restart_adopts_running_pods_and_records_lost_ones(
         raise AssertionError("pod object should be gone")
     except NotFound:
         pass
+
+
+def test_a_running_container_still_reads_its_secret_after_the_agent_restarts(
+    agent_factory: Callable[..., AgentProcess], kube: KubeClient, namespace: str
+) -> None:
+    """The agent that adopts a running pod refreshes its volumes; the container's mount of
+    the Secret must show the same files after that, as a runner reads its keys on demand
+    (a rollout's run set up just after a node agent restart once failed: key not found)."""
+    agent = agent_factory()
+    secret(kube, namespace, "keys", {"key": b"k3y"})
+    reader = 'while :; do if [ "$(cat /etc/keys/key)" = k3y ]; then echo ok; else echo missing; fi; sleep 0.2; done'
+    kube.create(
+        PODS,
+        pod_manifest(
+            "reader",
+            agent.node,
+            [
+                {
+                    "name": "main",
+                    "image": RUNNER,
+                    "command": ["sh", "-c", reader],
+                    "volumeMounts": [{"name": "keys", "mountPath": "/etc/keys", "readOnly": True}],
+                }
+            ],
+            restartPolicy="Never",
+            volumes=[{"name": "keys", "secret": {"secretName": "keys"}}],
+        ),
+        namespace,
+    )
+    pod = wait_pod(kube, namespace, "reader", lambda p: bool(p) and p["status"].get("phase") == "Running")
+    pid = int(container(pod, "main")["containerID"].rpartition("/")[2])
+    agent.stop(signal.SIGKILL)
+    [pod_dir] = find_pod_dirs(agent.root, namespace, "reader")
+    state = PodDir(pod_dir).state_file
+    written = state.stat().st_mtime_ns
+    before = len(log_of(agent, namespace, "reader", "main").splitlines())
+    agent_factory()
+    # The new agent records the adopted pod's state, then refreshes its volumes.
+    deadline = time.monotonic() + 120
+    while state.stat().st_mtime_ns == written and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert state.stat().st_mtime_ns != written, "the new agent did not take the pod over"
+    time.sleep(3)
+    after = log_of(agent, namespace, "reader", "main").splitlines()[before:]
+    assert pid_alive(pid) and after and set(after) == {"ok"}, after
 
 
 def test_logs_command_shows_and_follows_container_output(agent: AgentProcess, kube: KubeClient, namespace: str) -> None:

@@ -104,6 +104,31 @@ def test_secret_volume_items_modes_and_no_escape(tmp_path: Path) -> None:
         materialise(bad, tmp_path, lambda kind, name: {"a": b"1"})
 
 
+def test_a_refreshed_secret_volume_stays_the_directory_its_containers_mount(tmp_path: Path) -> None:
+    """A restarted node agent refreshes the volumes of the pods it adopts. Their running
+    containers bind-mount the volume's directory: it must stay the same directory, with the
+    new bytes in it, or the runner is left an empty, deleted one (its Secret gone)."""
+    volume = Volume.model_validate({"name": "v", "secret": {"secretName": "s", "defaultMode": 0o400}})
+    out = materialise(volume, tmp_path, lambda kind, name: {"key": b"old", "gone": b"x"})
+    held = os.open(out, os.O_RDONLY | os.O_DIRECTORY)  # what a bind mount holds: the inode
+    try:
+        inode = out.stat().st_ino
+        out = materialise(volume, tmp_path, lambda kind, name: {"key": b"new", "added": b"y"})
+        assert out.stat().st_ino == inode
+        seen = Path(f"/proc/self/fd/{held}")
+        assert sorted(os.listdir(seen)) == ["added", "key"]
+        assert (seen / "key").read_bytes() == b"new"
+        assert stat.S_IMODE((seen / "added").stat().st_mode) == 0o400
+        # A key the Secret lost: refused before anything changes, as the first start would.
+        with pytest.raises(ReferenceNotFound, match="'added' not found"):
+            items = {"items": [{"key": "key", "path": "key"}, {"key": "added", "path": "sub/added"}]}
+            picky = Volume.model_validate({"name": "v", "secret": {"secretName": "s", **items}})
+            materialise(picky, tmp_path, lambda kind, name: {"key": b"newer"})
+        assert (seen / "key").read_bytes() == b"new"
+    finally:
+        os.close(held)
+
+
 def test_bwrap_view_hides_paths_and_follows_symlinked_mount_points(tmp_path: Path) -> None:
     host = tmp_path / "host"
     (host / "etc").mkdir(parents=True)
