@@ -693,11 +693,30 @@ class PodRuntime:
             period = self.config.probe_period_seconds or probe.period_seconds
             while "running" in slot.state:
                 env, cwd, prefix = self._probe_context.get(slot.spec.name, ({}, "/", []))
-                ns = netns.path_of(self.net.of(slot.spec.name)) if self.net is not None else None
-                ok = await probe_once(
-                    probe, slot.spec, env=env, cwd=cwd, exec_prefix=prefix, pod_ip=self.pod_ip, netns=ns
-                )
+                try:
+                    ns = netns.path_of(self.net.of(slot.spec.name)) if self.net is not None else None
+                    ok = await probe_once(
+                        probe, slot.spec, env=env, cwd=cwd, exec_prefix=prefix, pod_ip=self.pod_ip, netns=ns
+                    )
+                except Exception as exc:  # noqa: BLE001 - a probe that errs has failed; the prober goes on
+                    # As a kubelet has it: the probe errored, which counts as a failure. Without
+                    # this, one error ended the loop, and the pod stayed unready with nothing said.
+                    log.warning(
+                        "pod %s container %s: readiness probe errored: %s: %s",
+                        self.pod.metadata.name,
+                        slot.spec.name,
+                        type(exc).__name__,
+                        exc,
+                    )
+                    ok = False
                 successes, failures = (successes + 1, 0) if ok else (0, failures + 1)
+                if failures and failures % 30 == 0:  # a container that never comes up says so, now and then
+                    log.warning(
+                        "pod %s container %s: readiness probe failed %d times in a row",
+                        self.pod.metadata.name,
+                        slot.spec.name,
+                        failures,
+                    )
                 ready = slot.ready
                 if ok and successes >= probe.success_threshold:
                     ready = True

@@ -202,3 +202,50 @@ def test_pod_loopback_addresses_are_stable_distinct_and_outside_127_0() -> None:
     for i in range(500):
         taken.add(allocate_loopback(f"pod-{i}", taken))
     assert len(taken) == 500 and not any(a.endswith((".0", ".255")) for a in taken)
+
+
+def test_a_readiness_probe_that_errors_counts_as_failed_and_the_prober_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A probe run that raises (a thread or a process that cannot be started on a loaded
+    node) is one failed probe, as a kubelet's errored probe is: the container still becomes
+    ready on the next success. Before, the error ended the prober and the pod stayed unready
+    for good, with nothing logged."""
+    from swerollout_dev.nodeagent import runtime as runtime_module
+
+    calls: list[int] = []
+
+    async def flaky_probe(*args: object, **kwargs: object) -> bool:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("can't start new thread")
+        return True
+
+    monkeypatch.setattr(runtime_module, "probe_once", flaky_probe)
+    pod = Pod.model_validate(
+        {
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+            "spec": {
+                "containers": [
+                    {"name": "c", "image": "swerollout:dev", "readinessProbe": {"exec": {"command": ["true"]}}}
+                ]
+            },
+        }
+    )
+    config = NodeAgentConfig(root_dir=tmp_path, probe_period_seconds=0.01)
+    rt = runtime_module.PodRuntime(pod, config, host=None, bwrap=None, pod_ip="127.0.0.2")  # type: ignore[arg-type]
+    [slot] = rt.slots
+    slot.state = {"running": {"startedAt": "2026-12-02T00:00:00Z"}}
+
+    async def until_ready() -> None:
+        prober = asyncio.create_task(rt._readiness(slot))
+        try:
+            async with asyncio.timeout(10):
+                while not slot.ready:
+                    assert not prober.done(), prober.exception()
+                    await asyncio.sleep(0.01)
+        finally:
+            prober.cancel()
+
+    asyncio.run(until_ready())
+    assert len(calls) >= 2
