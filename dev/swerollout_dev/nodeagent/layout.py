@@ -7,6 +7,7 @@
     containers/<container>/
         <restartCount>.log          stdout+stderr of each run
         process.json                pid + start time of the running shim
+        exec.json                   env, cwd and prefix its exec probes run in (mode 0600)
         exit                        exit code written by the shim
         tmp/                        the container's private /tmp (bubblewrap)
         root/                       mapped mountPaths when unisolated

@@ -8,16 +8,50 @@ its own network namespaces they dial from inside the container's namespace.
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import socket
 import ssl
 import subprocess
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
 from .netns import setns
 from .podspec import Container, Probe
+
+
+@dataclass(frozen=True)
+class ExecContext:
+    """What a container's exec probes run in: its environment, working directory and the
+    prefix that enters its view (bubblewrap, its network namespace).
+
+    Written beside the container's process record when it starts, so that an agent that
+    restarts and adopts the container probes it as the one that started it; without it an
+    adopted container's probe ran on the host and failed for good (the pod never ready again).
+    """
+
+    env: dict[str, str]
+    cwd: str
+    prefix: list[str]
+
+    def dump(self, path: Path) -> None:
+        tmp = path.with_suffix(".tmp")
+        # The environment may hold a Secret's values: readable by root only, as /proc's is.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            json.dump({"env": self.env, "cwd": self.cwd, "prefix": self.prefix}, out)
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> ExecContext | None:
+        try:
+            data = json.loads(path.read_text())
+            return cls(dict(data["env"]), str(data["cwd"]), [str(a) for a in data["prefix"]])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
 
 
 async def _socket_in(netns: Path) -> socket.socket:

@@ -42,7 +42,7 @@ from .layout import PodDir
 from .memlimit import JOIN, OOM_POLL_SECONDS, memory_limits
 from .network import HOST_IP, POD_LOOPBACK_ENV
 from .podspec import Container, Pod
-from .probes import probe_once
+from .probes import ExecContext, probe_once
 from .process import ContainerProcess, ProcessRecord, kill_tree
 from .volumes import materialise
 
@@ -57,6 +57,9 @@ def _pause(retry: Schedule) -> float:
     assert delay is not None  # the policy has no bound
     return delay
 
+
+EXEC_CONTEXT_FILE = "exec.json"
+"""Beside a container's process record: what its exec probes run in (probes.ExecContext)."""
 
 log = logging.getLogger("swerollout_dev.nodeagent")
 
@@ -157,8 +160,8 @@ class PodRuntime:
         self._persisted = ""  # the state file's last content, to skip identical rewrites
         self._pending: dict[str, Any] | None = None  # status being written
         self._tasks: list[asyncio.Task[Any]] = []
-        # container -> (env, cwd, bwrap prefix) so exec probes see what the container sees
-        self._probe_context: dict[str, tuple[dict[str, str], str, list[str]]] = {}
+        # container -> what its exec probes run in, so they see what the container sees
+        self._probe_context: dict[str, ExecContext] = {}
 
     # ---- status -----------------------------------------------------------------
 
@@ -530,6 +533,9 @@ class PodRuntime:
         if record is None:
             return None
         proc = ContainerProcess.adopt(record)
+        context = ExecContext.load(self.dir.container(slot.spec.name) / EXEC_CONTEXT_FILE)
+        if context is not None:
+            self._probe_context[slot.spec.name] = context
         if not proc.alive() and not Path(record.exit_file).exists():
             # Neither running nor ended normally: the process is gone and its outcome lost.
             Path(record.exit_file).write_text("137\n")
@@ -620,7 +626,9 @@ class PodRuntime:
         proc.record.dump(ctr_dir / "process.json")
         slot.process = proc
         slot.state = {"running": {"startedAt": now_rfc3339()}}
-        self._probe_context[c.name] = (full_env, str(cwd), prefix)
+        context = ExecContext(full_env, str(cwd), prefix)
+        context.dump(ctr_dir / EXEC_CONTEXT_FILE)
+        self._probe_context[c.name] = context
         self._prune_logs(c.name, slot.restart_count)
         await self.host.event(self.pod, "Normal", "Started", f"Started container {c.name}")
         return proc
@@ -692,12 +700,16 @@ class PodRuntime:
             successes = failures = 0
             period = self.config.probe_period_seconds or probe.period_seconds
             while "running" in slot.state:
-                env, cwd, prefix = self._probe_context.get(slot.spec.name, ({}, "/", []))
+                context = self._probe_context.get(slot.spec.name) or ExecContext({}, "/", [])
+                env, cwd, prefix = context.env, context.cwd, context.prefix
                 try:
                     ns = netns.path_of(self.net.of(slot.spec.name)) if self.net is not None else None
-                    ok = await probe_once(
-                        probe, slot.spec, env=env, cwd=cwd, exec_prefix=prefix, pod_ip=self.pod_ip, netns=ns
-                    )
+                    # Bounded past the probe's own timeout too: a run that hangs where no
+                    # timeout reaches (starting its process) is an error, said, not a stuck prober.
+                    async with asyncio.timeout(max(probe.timeout_seconds, 0.1) + 10):
+                        ok = await probe_once(
+                            probe, slot.spec, env=env, cwd=cwd, exec_prefix=prefix, pod_ip=self.pod_ip, netns=ns
+                        )
                 except Exception as exc:  # noqa: BLE001 - a probe that errs has failed; the prober goes on
                     # As a kubelet has it: the probe errored, which counts as a failure. Without
                     # this, one error ended the loop, and the pod stayed unready with nothing said.

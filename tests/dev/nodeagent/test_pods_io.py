@@ -373,12 +373,18 @@ def test_agent_restart_adopts_running_pods_and_records_lost_ones(
         pass
 
 
+def _main_ready(pod: dict[str, Any] | None) -> bool:
+    statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or []
+    return any(s["name"] == "main" and s.get("ready") is True for s in statuses)
+
+
 def test_a_running_container_still_reads_its_secret_after_the_agent_restarts(
     agent_factory: Callable[..., AgentProcess], kube: KubeClient, namespace: str
 ) -> None:
     """The agent that adopts a running pod refreshes its volumes; the container's mount of
     the Secret must show the same files after that, as a runner reads its keys on demand
-    (a rollout's run set up just after a node agent restart once failed: key not found)."""
+    (a rollout's run set up just after a node agent restart once failed: key not found).
+    Its exec probe still runs in the container's view (it ran on the host, failing for good)."""
     agent = agent_factory()
     secret(kube, namespace, "keys", {"key": b"k3y"})
     reader = 'while :; do if [ "$(cat /etc/keys/key)" = k3y ]; then echo ok; else echo missing; fi; sleep 0.2; done'
@@ -393,6 +399,8 @@ def test_a_running_container_still_reads_its_secret_after_the_agent_restarts(
                     "image": RUNNER,
                     "command": ["sh", "-c", reader],
                     "volumeMounts": [{"name": "keys", "mountPath": "/etc/keys", "readOnly": True}],
+                    # Only inside the container's view is there an /etc/keys.
+                    "readinessProbe": {"exec": {"command": ["cat", "/etc/keys/key"]}, "periodSeconds": 1},
                 }
             ],
             restartPolicy="Never",
@@ -400,7 +408,7 @@ def test_a_running_container_still_reads_its_secret_after_the_agent_restarts(
         ),
         namespace,
     )
-    pod = wait_pod(kube, namespace, "reader", lambda p: bool(p) and p["status"].get("phase") == "Running")
+    pod = wait_pod(kube, namespace, "reader", _main_ready)
     pid = int(container(pod, "main")["containerID"].rpartition("/")[2])
     agent.stop(signal.SIGKILL)
     [pod_dir] = find_pod_dirs(agent.root, namespace, "reader")
@@ -416,6 +424,8 @@ def test_a_running_container_still_reads_its_secret_after_the_agent_restarts(
     time.sleep(3)
     after = log_of(agent, namespace, "reader", "main").splitlines()[before:]
     assert pid_alive(pid) and after and set(after) == {"ok"}, after
+    ready = wait_pod(kube, namespace, "reader", _main_ready)
+    assert container(ready, "main")["containerID"] == f"local://{pid}"
 
 
 def test_logs_command_shows_and_follows_container_output(agent: AgentProcess, kube: KubeClient, namespace: str) -> None:
