@@ -49,14 +49,18 @@ def _write_keys(
         _ensure_parents(dest, target.parent)
         _replace_file(target, body, mode)
     keep = set(wanted) | {parent for target in wanted for parent in target.parents}
-    for path in sorted(dest.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-        if path in keep:
-            continue
-        if path.is_dir() and not path.is_symlink():
-            if not any(path.iterdir()):
+    # Bottom up, never through a symlink: a container that can write to its volume could
+    # plant one pointing anywhere on the host, and this runs as root.
+    for root, dirs, files in os.walk(dest, topdown=False):
+        for name in files:
+            if (path := Path(root) / name) not in keep:
+                path.unlink()
+        for name in dirs:
+            path = Path(root) / name
+            if path.is_symlink():
+                path.unlink()
+            elif path not in keep and not any(path.iterdir()):
                 path.rmdir()
-        else:
-            path.unlink()
 
 
 def _ensure_parents(dest: Path, directory: Path) -> None:

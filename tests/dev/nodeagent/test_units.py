@@ -125,6 +125,14 @@ def test_a_refreshed_secret_volume_stays_the_directory_its_containers_mount(tmp_
             picky = Volume.model_validate({"name": "v", "secret": {"secretName": "s", **items}})
             materialise(picky, tmp_path, lambda kind, name: {"key": b"newer"})
         assert (seen / "key").read_bytes() == b"new"
+        # A symlink a container planted in its volume is removed, never followed.
+        outside = tmp_path / "outside"
+        outside.mkdir()
+        (outside / "host-file").write_text("keep")
+        (out / "planted").symlink_to(outside)
+        materialise(volume, tmp_path, lambda kind, name: {"key": b"new"})
+        assert (outside / "host-file").read_text() == "keep" and not (out / "planted").is_symlink()
+        assert sorted(os.listdir(seen)) == ["key"]
     finally:
         os.close(held)
 
