@@ -109,6 +109,9 @@ _M = TypeVar("_M", bound=BaseModel)
 # the exit-code record live outside the repository so that diffs never see them.
 _DUPLICATE_MARKER = "__SWEROLLOUT_COMMAND_ALREADY_RAN__"
 _LEDGER_ROOT = "/tmp/swerollout-ledger"
+# pexpect's answer when a shell survived its SIGKILL wait, and the pauses before asking again
+_UNKILLED_SHELL = "ExceptionPexpect"
+_UNKILLED_SHELL_PAUSES: tuple[float | None, ...] = (0.5, 1.0, 2.0, 4.0, None)
 
 
 def _exit_marker(request_id: str) -> str:
@@ -210,7 +213,9 @@ class Sandbox:
         try:
             if close_session:
                 async with self._lock:
-                    await self._post("close_session", CloseBashSessionRequest(session=self._session))
+                    status, body = await self._end_session()
+                    if status != 200:
+                        raise SandboxError(f"close_session: {self._remote_message(body)}")
         finally:
             await self._client.aclose()
 
@@ -395,9 +400,31 @@ class Sandbox:
         return CommandResult(output=response.stdout, stderr=response.stderr, exit_code=response.exit_code)
 
     async def _restart_session(self) -> None:
-        # Closing a dead shell may fail; the new session is what matters.
-        await self._post_raw("close_session", CloseBashSessionRequest(session=self._session), uuid.uuid4().hex, 60.0)
+        # Closing a dead shell may fail; the new session is what matters. A shell that
+        # is still registered, though, would be reattached to, wedged as it was.
+        status, body = await self._end_session()
+        if status != 200 and self._is_unkilled_shell(body):
+            raise SandboxError(f"restarting bash session {self._session!r}: {self._remote_message(body)}")
         await self._open_session([])
+
+    async def _end_session(self) -> tuple[int, Any]:
+        """close_session, again while the shell outlives pexpect's wait for it.
+
+        swe-rex waits 0.1 s after each signal, SIGKILL last, and then gives up with the
+        session still registered; on a loaded node a killed process can take longer to go.
+        """
+        for pause in _UNKILLED_SHELL_PAUSES:
+            status, body = await self._post_raw(
+                "close_session", CloseBashSessionRequest(session=self._session), uuid.uuid4().hex, 60.0
+            )
+            if status == 200 or pause is None or not self._is_unkilled_shell(body):
+                return status, body
+            await asyncio.sleep(pause)
+        raise AssertionError("the last pause is None")
+
+    @classmethod
+    def _is_unkilled_shell(cls, body: Any) -> bool:
+        return cls._remote_class(body).endswith(_UNKILLED_SHELL) and "terminate" in cls._remote_message(body)
 
     async def _open_session(self, startup_source: list[str]) -> None:
         request = CreateBashSessionRequest(session=self._session, startup_source=startup_source, startup_timeout=10.0)

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from swerex.runtime.abstract import BashAction, CloseBashSessionRequest
 
-from agent_runner.sandbox import Sandbox, SandboxAuthError, SandboxUnavailableError
+from agent_runner.sandbox import Sandbox, SandboxAuthError, SandboxError, SandboxUnavailableError
 from tests.support.repo_helpers import RepoSandbox
+from tests.support.swerex_fault_proxy import UNKILLED_SHELL, SwerexFaultProxy
 from tests.support.tcp_proxy import DroppingProxy
 
 
@@ -245,3 +247,54 @@ async def test_model_functions_cannot_break_the_guard(repo_sandbox: RepoSandbox)
     await sandbox.run("mkdir() { return 1; }; printf() { :; }; echo() { :; }; alias eval=false", timeout=10)
     result = await sandbox.run("builtin echo guarded; (exit 3)", timeout=10)
     assert (result.output.strip(), result.exit_code) == ("guarded", 3)
+
+
+async def test_closing_a_session_asks_again_while_its_shell_outlives_pexpects_wait(repo_sandbox: RepoSandbox) -> None:
+    server = repo_sandbox.handle
+    session = f"unkilled-{uuid.uuid4().hex[:6]}"
+    with SwerexFaultProxy(server.url) as proxy:
+        sandbox = await Sandbox.connect(proxy.url, server.token, session=session)
+        assert (await sandbox.run("echo up", timeout=10)).output.strip() == "up"
+        proxy.fail("/close_session", UNKILLED_SHELL, times=2)
+        await sandbox.close(close_session=True)
+        assert (proxy.faulted["/close_session"], proxy.forwarded["/close_session"]) == (2, 1)
+    async with httpx.AsyncClient() as direct:
+        gone = await direct.post(
+            f"{server.url}/run_in_session",
+            json=BashAction(command="echo still-here", session=session, check="ignore").model_dump(),
+            headers={"X-API-Key": server.token},
+            timeout=30,
+        )
+    assert gone.status_code == 511
+    assert gone.json()["swerexception"]["class_path"].endswith("SessionDoesNotExistError")
+
+
+async def test_a_shell_that_never_goes_is_an_error_not_a_session_to_reattach_to(repo_sandbox: RepoSandbox) -> None:
+    server = repo_sandbox.handle
+    session = f"wedged-{uuid.uuid4().hex[:6]}"
+    with SwerexFaultProxy(server.url) as proxy:
+        sandbox = await Sandbox.connect(proxy.url, server.token, session=session)
+        try:
+            # the command ends the shell; the new one is started only once the old one is gone
+            proxy.fail("/close_session", UNKILLED_SHELL, times=1)
+            await sandbox.run("export GONE=1", timeout=10)
+            ended = await sandbox.run("exit 3", timeout=10)
+            assert "a new shell was started" in ended.output
+            after = await sandbox.run("echo ${GONE:-unset}", timeout=10)
+            assert (after.output.strip(), after.exit_code) == ("unset", 0)
+            proxy.fail("/close_session", UNKILLED_SHELL, times=100)
+            with pytest.raises(SandboxError, match="restarting bash session .*Could not terminate the child"):
+                await sandbox.run("exit 4", timeout=10)
+            assert proxy.faulted["/close_session"] == 1 + 5
+            with pytest.raises(SandboxError, match="close_session: .*Could not terminate the child"):
+                await sandbox.close(close_session=True)
+        finally:
+            await sandbox.close()
+    async with httpx.AsyncClient() as direct:
+        closed = await direct.post(
+            f"{server.url}/close_session",
+            json=CloseBashSessionRequest(session=session).model_dump(),
+            headers={"X-API-Key": server.token},
+            timeout=30,
+        )
+    assert closed.status_code == 200, "the shell is still registered, so an honest close_session ends it"
