@@ -286,7 +286,8 @@ def _wait_for_machine_lock(paths: ClusterPaths) -> None:
 # A prepared batch holds all its pods at once: 20 pods of 100m sandbox + 100m runner requests
 # (the chart's default) do not fit beside the operator's 200m, so 9 parked and 11 waited
 # unschedulable for the whole wait (the 2 December run): the batches run with 20m sandboxes
-# and, through the chart, 10m runners (30m a pod with the bundle's init container's 50m).
+# and, through the chart, 10m runners: 30m a pod (the bundle's init container asks for the
+# runner's CPU), so 20 parked pods and their 20 prewarmed eval pods fit beside the operator.
 REAL_NODE_SANDBOX = {"resources": {"requests": {"cpu": "20m", "memory": "256Mi"}, "limits": {"memory": "4Gi"}}}
 REAL_NODE_RUNNER_CPU = "10m"
 

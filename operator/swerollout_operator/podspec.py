@@ -163,6 +163,17 @@ def _resources(res: api.Resources | None) -> dict[str, Any]:
     return out
 
 
+def _bundle_resources(settings: OperatorSettings) -> dict[str, Any]:
+    # A pod is scheduled on the larger of its biggest init container's request and its
+    # containers' sum, so the copy asks for the runner's CPU, which it runs before: a fixed
+    # figure above small sandboxes' set every pod's floor (a prepared batch's parked pods
+    # and their prewarmed eval pods did not fit on a node their own requests fit on).
+    requests: dict[str, str] = {"memory": "64Mi"}
+    if cpu := settings.runner_resources.get("requests", {}).get("cpu"):
+        requests["cpu"] = cpu
+    return {"requests": requests, "limits": {"memory": "256Mi"}}
+
+
 def rollout_pod(
     rollout: api.SWERollout,
     meta: dict[str, Any],
@@ -228,7 +239,7 @@ def rollout_pod(
                 "imagePullPolicy": settings.runner_image_pull_policy,
                 "command": ["swerollout", "sandbox-bundle", "install", "--dest", BUNDLE_MOUNT],
                 "volumeMounts": [{"name": "swerex-bundle", "mountPath": BUNDLE_MOUNT}],
-                "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+                "resources": _bundle_resources(settings),
                 "securityContext": {
                     **restricted,
                     "runAsNonRoot": True,

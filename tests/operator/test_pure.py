@@ -524,3 +524,33 @@ def test_a_status_write_sends_only_what_changed_and_nothing_when_nothing_did() -
     # An explicit null clears what is there, and only that.
     handle = api.SandboxHandle.model_validate({"pod_name": "r1-a1", "pod_ip": None})
     assert entry.status_delta(api.SWERolloutStatus(sandbox=handle)) == {"sandbox": {"podName": "r1-a1"}}
+
+
+def _millicores(quantity: str | None) -> int:
+    if not quantity:
+        return 0
+    return int(quantity[:-1]) if quantity.endswith("m") else int(float(quantity) * 1000)
+
+
+def _scheduled_cpu(pod: dict[str, Any]) -> int:
+    """What the scheduler reserves: the larger of the biggest init container and the containers' sum."""
+
+    def cpu(c: dict[str, Any]) -> int:
+        return _millicores(c.get("resources", {}).get("requests", {}).get("cpu"))
+
+    spec = pod["spec"]
+    return max(
+        max((cpu(c) for c in spec.get("initContainers", [])), default=0), sum(cpu(c) for c in spec["containers"])
+    )
+
+
+@pytest.mark.parametrize("role", ["rollout", "eval"])
+def test_the_bundle_copy_never_raises_a_pods_cpu_request_past_its_containers(role: str) -> None:
+    settings = OperatorSettings(runner_resources={"requests": {"cpu": "10m", "memory": "64Mi"}})
+    small = rollout(sandbox={"resources": {"requests": {"cpu": "20m", "memory": "256Mi"}}})
+    pod = podspec.rollout_pod(small, META, settings, attempt=1, role=role)
+    assert [c["name"] for c in pod["spec"]["initContainers"]] == [podspec.BUNDLE_CONTAINER]
+    assert _scheduled_cpu(pod) == 30
+    unset = OperatorSettings(runner_resources={"limits": {"memory": "1Gi"}})
+    bare = podspec.rollout_pod(rollout(), META, unset, attempt=1, role=role)
+    assert "cpu" not in bare["spec"]["initContainers"][0]["resources"]["requests"]
