@@ -60,8 +60,6 @@ INFERENCE_KEYS_NAMESPACE = "default"
 
 
 def _port_or_free(preferred: int) -> int:
-    import socket
-
     with socket.socket() as sock:
         try:
             sock.bind(("127.0.0.1", preferred))
@@ -98,16 +96,48 @@ class Child:
             self.popen.wait()
 
 
-def _wait_port(port: int, child: Child, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if child.popen is not None and child.popen.poll() is not None:
-            return False
+def _listening_inodes(port: int) -> set[str]:
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                inodes.add(fields[9])
+    return inodes
+
+
+def _listens(pid: int, port: int) -> bool:
+    """Whether process ``pid`` itself holds the listening socket on ``port``."""
+    wanted = {f"socket:[{inode}]" for inode in _listening_inodes(port)}
+    if not wanted:
+        return False
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(fd) in wanted:
                 return True
         except OSError:
-            time.sleep(0.2)
+            continue
+    return False
+
+
+def _wait_port(port: int, child: Child, timeout: float) -> bool:
+    # A port that answers is not enough: another stack on this machine may hold it (two
+    # `dev up`s at once race for the default port), and this child then exits on its bind.
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if child.popen is None or child.popen.poll() is not None:
+            return False
+        if _listens(child.popen.pid, port):
+            return True
+        time.sleep(0.2)
     return False
 
 
@@ -211,7 +241,15 @@ class Supervisor:
             self.state.components[child.name] = child.start()
             started.append((child, port))
         self.save()
-        for child, port in started:
+        for i, (child, port) in enumerate(started):
+            if not _wait_port(port, child, timeout=180) and port == DEFAULT_POLICY_PORT:
+                # taken between the check and the bind: any free port serves as well
+                child.stop(grace=5)
+                port = free_port()
+                child.argv[child.argv.index("--port") + 1] = str(port)
+                self.state.components[child.name] = child.start()
+                started[i] = (child, port)
+                self.save()
             comp = self.state.components[child.name]
             if not _wait_port(port, child, timeout=180):
                 comp.status, comp.detail = "failed", f"did not listen on port {port}; see {child.log}"
