@@ -111,7 +111,7 @@ _DUPLICATE_MARKER = "__SWEROLLOUT_COMMAND_ALREADY_RAN__"
 _LEDGER_ROOT = "/tmp/swerollout-ledger"
 # pexpect's answer when a shell survived its SIGKILL wait, and the pauses before asking again
 _UNKILLED_SHELL = "ExceptionPexpect"
-_UNKILLED_SHELL_PAUSES: tuple[float | None, ...] = (0.5, 1.0, 2.0, 4.0, None)
+_UNKILLED_SHELL_PAUSES = (0.5, 1.0, 2.0, 4.0)
 
 
 def _exit_marker(request_id: str) -> str:
@@ -413,14 +413,13 @@ class Sandbox:
         swe-rex waits 0.1 s after each signal, SIGKILL last, and then gives up with the
         session still registered; on a loaded node a killed process can take longer to go.
         """
+        request = CloseBashSessionRequest(session=self._session)
         for pause in _UNKILLED_SHELL_PAUSES:
-            status, body = await self._post_raw(
-                "close_session", CloseBashSessionRequest(session=self._session), uuid.uuid4().hex, 60.0
-            )
-            if status == 200 or pause is None or not self._is_unkilled_shell(body):
+            status, body = await self._post_raw("close_session", request, uuid.uuid4().hex, 60.0)
+            if status == 200 or not self._is_unkilled_shell(body):
                 return status, body
             await asyncio.sleep(pause)
-        raise AssertionError("the last pause is None")
+        return await self._post_raw("close_session", request, uuid.uuid4().hex, 60.0)
 
     @classmethod
     def _is_unkilled_shell(cls, body: Any) -> bool:
