@@ -195,7 +195,7 @@ class Tracked:
     """deadlines.py's next deadline (epoch seconds) for this body."""
     answers: tuple[object, dict[tuple[str, int], tuple[BatchState | None, Assignment]]] | None = None
     """What its runners were last told, by (role, attempt), for one body (the reconciler's
-    memo of assignments.py): a long poll at rest answers from it, so the parsed models it
+    memo of phases.assignment_for): a long poll at rest answers from it, so the parsed models it
     was worked out from can be released (release_parsed)."""
     parsed_used_at: float = 0.0
     """When the parsed spec or status was last read (monotonic seconds); see release_parsed."""

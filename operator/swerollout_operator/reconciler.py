@@ -28,15 +28,14 @@ from swerollout.issue_images import spec_problem
 from swerollout.kube import SWEROLLOUTBATCHES, SWEROLLOUTS, AsyncKubeClient, KubeError, NotFound, urgent
 from swerollout.wire.ingest import Ack, Assignment, AssignmentKind, ProgressReport, RunnerEvent
 
-from . import phases, podspec, retries, runner_events, warm
-from .assignments import assignment_for
+from . import phases, podspec, retries, warm
 from .cache import BatchCache, BatchState, PodCache, RolloutCache, Tracked, controller_uid
 from .deadlines import DeadlineQueue, keepalive_expired, queue_overdue, startup_overdue, utcnow
 from .events import post_event
 from .memory import Trimmer
 from .metrics import OperatorMetrics, abort_reason_label
 from .objects import Objects, QuotaRefused, Rejected
-from .phases import IllegalTransition, Trigger
+from .phases import IllegalTransition, Trigger, assignment_for
 from .podstatus import PodState, read_pod
 from .progress import ProgressCoalescer
 from .settings import OperatorSettings
@@ -114,7 +113,7 @@ class Reconciler:
         if before is None and not body.get("status") and entry.created_at is not None:
             self.metrics.watch_lag.observe(max(0.0, (utcnow() - entry.created_at).total_seconds()))
         if before is not None and entry.generation != generation:
-            # What a runner is told is a function of spec and status (assignments.py), so
+            # What a runner is told is a function of spec and status (phases.assignment_for), so
             # its long poll is answered now (a suspend reaches every runner of a batch as
             # its mark arrives), not after a pass that may queue behind a whole batch.
             await self.notify(entry)
@@ -126,7 +125,7 @@ class Reconciler:
         """A SWERolloutBatch watch event; returns the unfinished members that need a pass
         (an Aborted member of a resumed batch whose pod is gone replays there).
 
-        What a runner is told depends on its batch (assignments.py), so every member's
+        What a runner is told depends on its batch (phases.assignment_for), so every member's
         long poll is woken here, in memory and at once: one write by the trainer reaches
         every runner of the batch without a single write by the operator.
 
@@ -162,7 +161,7 @@ class Reconciler:
     @staticmethod
     def _time_abort(entry: Tracked, told: AssignmentKind) -> None:
         """Start the abort fan-out clock when the runner of an unaborted rollout is first
-        told to abort (the Aborted report stops it: runner_events); anything else resets it."""
+        told to abort (the Aborted report stops it: phases.decide); anything else resets it."""
         if told != AssignmentKind.ABORT or entry.phase == Phase.ABORTED:
             entry.abort_told_at = 0.0
         elif not entry.abort_told_at:
@@ -206,7 +205,7 @@ class Reconciler:
         return is_suspended(entry.rollout_spec.suspend, batch.spec if batch else None)
 
     def assignment(self, entry: Tracked, *, role: str, attempt: int) -> Assignment:
-        """What the runner asking should be doing now (assignments.py), its batch considered;
+        """What the runner asking should be doing now (phases.assignment_for), its batch considered;
         worked out once per body and batch state (a pure function of them)."""
         batch = self.batch_of(entry)
         memo = entry.answers[1] if entry.answers is not None and entry.answers[0] is entry.revision else {}
@@ -791,22 +790,22 @@ class Reconciler:
         return Ack(ok=True, duplicate=not applied, phase=entry.phase.value)
 
     async def _apply_report(self, entry: Tracked, event: RunnerEvent) -> bool:
-        """Apply runner_events' decision on one report (entry.lock held); False when it no
+        """Apply phases.decide's decision on one report (entry.lock held); False when it no
         longer applies (a duplicate, or a report that moves no phase)."""
         # The report's log goes in the report's own write (one status write per report, not
         # two, on the path from a runner's finish to its reward), or alone when that write
         # does not happen.
         logs = None
         if event.log is not None and not entry.phase.is_terminal:
-            logs = runner_events.log_status(entry.phase, event.log)
+            logs = phases.log_status(entry.phase, event.log)
         status = entry.rollout_status
-        context = runner_events.Context(
+        context = phases.Context(
             told=self.assignment(entry, role="rollout", attempt=max(1, status.attempts)),
             progress=entry.progress,
             attempts_left=retries.attempts_left(entry),
             at=utcnow(),
         )
-        decision = runner_events.decide(status, entry.rollout_spec, event, context)
+        decision = phases.decide(status, entry.rollout_spec, event, context)
         if decision.notice:
             self.post_event(entry, reason=decision.notice_reason, message=decision.notice, warning=True)
         if decision.status is not None and "progress" in decision.status.model_fields_set:
@@ -837,7 +836,7 @@ class Reconciler:
             await self.write_status(entry, logs)
         return applied
 
-    def _count_report(self, entry: Tracked, decision: runner_events.Decision, before: api.SWERolloutStatus) -> None:
+    def _count_report(self, entry: Tracked, decision: phases.Decision, before: api.SWERolloutStatus) -> None:
         """The metrics of a report that moved the phase (`before`: the status it met)."""
         if decision.trigger is Trigger.ABORTED:
             self.metrics.aborts.labels(abort_reason_label(decision.reason)).inc()

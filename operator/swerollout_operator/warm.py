@@ -2,14 +2,14 @@
 may start while its rollout runs.
 
 Prepared (the phase machine's `Starting -> Prepared -> Running`): the pod is ready, the
-runner is told `prepare` (assignments.py), loads the tokenizer, builds the first prompt
+runner is told `prepare` (phases.assignment_for), loads the tokenizer, builds the first prompt
 and reports `prepared`; the go (the rollout's or its batch's suspend back to false) is
 answered to the runner in memory as `run`, and the pass here records Running. A Prepared
 rollout holds its pod for `spec.sandbox.preparedTimeoutSeconds`; then the pod is released
 (nothing of the run is lost: none has happened) and a go starts a fresh pod, cold.
 
 A prewarmed eval pod (`spec.reward.prewarm`) is the eval pod of attempt 1, made while the
-rollout is prepared or runs; its runner waits (assignments.py) until Evaluating, and the
+rollout is prepared or runs; its runner waits (phases.assignment_for) until Evaluating, and the
 pass that makes the eval pod (reconciler._ensure_eval_pod) adopts it by its deterministic
 name. A prepared rollout makes it too: a prepared batch's runs start together at the go and
 a short run may finish within seconds, before an eval pod made at the go has started its

@@ -8,8 +8,8 @@ from typing import Any
 from swerollout.api import v1alpha1 as api
 from swerollout.api.v1alpha1 import Phase
 from swerollout.wire.ingest import Assignment, AssignmentKind
-from swerollout_operator.assignments import assignment_for
 from swerollout_operator.cache import BatchCache, RolloutCache
+from swerollout_operator.phases import assignment_for
 
 from .test_pure import rollout
 

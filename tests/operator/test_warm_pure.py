@@ -13,10 +13,9 @@ from swerollout.api.v1alpha1 import ConditionType, Phase, SWERolloutBatchSpec
 from swerollout.wire import ingest as wire
 from swerollout.wire.ingest import Assignment, AssignmentKind
 from swerollout_operator import phases, podspec
-from swerollout_operator.assignments import assignment_for
 from swerollout_operator.cache import RolloutCache
 from swerollout_operator.deadlines import deadline_passed, prepared_expired, startup_overdue
-from swerollout_operator.phases import IllegalTransition, Trigger
+from swerollout_operator.phases import IllegalTransition, Trigger, assignment_for
 from swerollout_operator.settings import OperatorSettings
 
 from .test_pure import rollout

@@ -1,4 +1,4 @@
-"""runner_events.decide as a pure function: (status, spec, report, context) -> Decision,
+"""phases.decide as a pure function: (status, spec, report, context) -> Decision,
 with no reconciler, no API server and no clock but the one passed in."""
 
 from __future__ import annotations
@@ -8,8 +8,7 @@ from datetime import UTC, datetime
 from swerollout.api import v1alpha1 as api
 from swerollout.api.v1alpha1 import Phase
 from swerollout.wire import ingest as wire
-from swerollout_operator.phases import Trigger
-from swerollout_operator.runner_events import Context, decide
+from swerollout_operator.phases import Context, Trigger, decide
 
 from .test_pure import rollout
 
