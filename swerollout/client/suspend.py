@@ -19,16 +19,17 @@ from swerollout.client.core import (
     PARALLEL_REQUESTS,
     ClientCore,
     Object,
+    RacesLost,
     kube_error,
     log,
     name_of,
     own_suspend,
+    read_modify_write,
     unfinished,
 )
 from swerollout.client.errors import ClientConfigError, KubeApiError
 from swerollout.client.records import parse_status
 from swerollout.kube import SWEROLLOUTS, KubeError, NotFound
-from swerollout.kube.conditional import RacesLost, read_modify_write
 
 T = TypeVar("T")
 U = TypeVar("U")

@@ -1,4 +1,4 @@
-"""read_modify_write: what it does after a race, a lost answer and a refusal (swerollout.kube.conditional).
+"""read_modify_write: what it does after a race, a lost answer and a refusal (swerollout.client.core).
 
 The object is a plain record with a resourceVersion; the write is conditional on the
 version it was decided from, as the API server's are. The client's abort/resume and
@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from swerollout.backoff import Backoff
+from swerollout.client.core import RacesLost, read_modify_write
 from swerollout.kube import Conflict, Forbidden, ServerError
-from swerollout.kube.conditional import RacesLost, read_modify_write
 
 FAST = Backoff(first_seconds=0.001, max_seconds=0.01, attempts=5)
 
