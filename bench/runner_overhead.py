@@ -23,9 +23,8 @@ import statistics
 import time
 from typing import Any
 
-from agent_runner.policy.rl_model import RLTokenModel
+from agent_runner.policy.rl_model import RLTokenModel, Snapshot
 from agent_runner.policy.sglang import GenerateRequest, GenerateResult, SamplingParams, encode_request
-from agent_runner.policy.snapshot import Snapshot
 from swerollout.tokenizers import load_tokenizer
 
 TOKENIZER = "qwen-2.5"

@@ -17,7 +17,7 @@ real runner's `agent_runner/pod/session.py` does:
   `evaluated` with the reward;
 - both exit on `stop`; a pod deleted under its runner ends it, as a kubelet would.
 
-The snapshot and the trajectory are encoded by the real codecs (agent_runner.policy.snapshot,
+The snapshot and the trajectory are encoded by the real codecs (agent_runner.policy.rl_model,
 swerollout.wire.trajectory) from a conversation shape drawn per rollout (seeded by its
 name): a prompt of 800-1,500 tokens and 10-30 turns of 20-120 sampled and 30-150
 environment tokens (about 4,000 tokens in all), so their sizes are a real run's of that shape.
@@ -45,7 +45,7 @@ import httpx
 import numpy as np
 
 from agent_runner.pod.ingest_client import IngestClient
-from agent_runner.policy.snapshot import ModelState, Snapshot, TurnRecord
+from agent_runner.policy.rl_model import ModelState, Snapshot, TurnRecord
 from agent_runner.policy.tokens import TokenBuffer
 from swerollout.api import v1alpha1 as api
 from swerollout.kube import PODS, ApiError, AsyncKubeClient, Gone

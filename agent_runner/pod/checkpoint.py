@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from agent_runner.policy.errors import SnapshotError
-from agent_runner.policy.snapshot import SNAPSHOT_SCHEMA, ModelState, Snapshot
+from agent_runner.policy.rl_model import SNAPSHOT_SCHEMA, ModelState, Snapshot
 from agent_runner.policy.tokens import TokenBuffer
 from swerollout.wire.codec import CodecError, decode, encode
 

@@ -23,7 +23,7 @@ import httpx
 import numpy as np
 import pytest
 
-from agent_runner.policy.snapshot import Snapshot
+from agent_runner.policy.rl_model import Snapshot
 from swerollout.api import v1alpha1 as api
 from swerollout.client import RolloutClient
 from swerollout.instances import SWEBenchInstance

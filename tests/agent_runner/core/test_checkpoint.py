@@ -11,9 +11,8 @@ import pytest
 
 from agent_runner.pod.checkpoint import CheckpointWriter, Written, is_checkpoint, restore_chain
 from agent_runner.policy.errors import SnapshotError
-from agent_runner.policy.rl_model import RLTokenModel
+from agent_runner.policy.rl_model import RLTokenModel, Snapshot
 from agent_runner.policy.sglang import SamplingParams, SGLangClient
-from agent_runner.policy.snapshot import Snapshot
 from swerollout.backoff import Backoff
 from swerollout.tokenizers import load_tokenizer
 from tests.support.runner_core_fakes import Behaviour, FakeSGLang

@@ -310,7 +310,7 @@ async def test_messages_after_abort_must_wait_for_the_resampled_turn(fake_sglang
 
 
 def test_corrupted_or_newer_snapshot_is_refused() -> None:
-    from agent_runner.policy.snapshot import Snapshot
+    from agent_runner.policy.rl_model import Snapshot
     from agent_runner.policy.tokens import TokenBuffer
     from swerollout.wire.codec import decode, encode
 
