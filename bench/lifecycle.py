@@ -52,11 +52,11 @@ from typing import Any
 
 import httpx
 
-from agent_runner.pod.ingest_client import IngestClient
 from swerollout.api import v1alpha1 as api
 from swerollout.client import AsyncRolloutClient
 from swerollout.kube import NAMESPACES, PODS, SECRETS, SWEROLLOUTS, AsyncKubeClient, ServerError, load_kubeconfig
 from swerollout.wire import ingest as wire
+from swerollout.wire.ingest import IngestClient
 from swerollout_dev.controlplane import ControlPlane, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -512,7 +512,7 @@ class Runners:
         self.got: dict[str, dict[str, float]] = {"abort": {}, "resume": {}}
         self.parked = 0
         self.retries = _RetryCount()
-        logging.getLogger("agent_runner.pod.ingest_client").addHandler(self.retries)
+        logging.getLogger("swerollout.wire.ingest").addHandler(self.retries)
 
     def client(self, name: str) -> IngestClient:
         uid = self.uids[name]
@@ -543,7 +543,7 @@ class Runners:
         await ingest.event(wire.Started(assignment_id=resume.id))
 
     async def aclose(self) -> None:
-        logging.getLogger("agent_runner.pod.ingest_client").removeHandler(self.retries)
+        logging.getLogger("swerollout.wire.ingest").removeHandler(self.retries)
         await asyncio.gather(*(t.aclose() for t in self.transports))
 
 

@@ -44,12 +44,12 @@ from typing import Any
 import httpx
 import numpy as np
 
-from agent_runner.pod.ingest_client import IngestClient
 from agent_runner.policy.rl_model import ModelState, Snapshot, TurnRecord
 from agent_runner.policy.tokens import TokenBuffer
 from swerollout.api import v1alpha1 as api
 from swerollout.kube import PODS, ApiError, AsyncKubeClient, Gone
 from swerollout.wire import ingest as wire
+from swerollout.wire.ingest import IngestClient
 from swerollout.wire.runner_env import RunnerEnv, RunnerRole
 from swerollout.wire.trajectory import Trajectory
 
@@ -232,11 +232,11 @@ class SimulatedRunners:
         self._watch: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        logging.getLogger("agent_runner.pod.ingest_client").addHandler(self.retries)
+        logging.getLogger("swerollout.wire.ingest").addHandler(self.retries)
         self._watch = asyncio.create_task(self._pods())
 
     async def stop(self) -> None:
-        logging.getLogger("agent_runner.pod.ingest_client").removeHandler(self.retries)
+        logging.getLogger("swerollout.wire.ingest").removeHandler(self.retries)
         tasks = [t for t in (self._watch, *self._tasks.values()) if t is not None]
         for task in tasks:
             task.cancel()

@@ -38,12 +38,12 @@ from swerollout.api import v1alpha1 as api
 from swerollout.api.base import one_line
 from swerollout.backoff import Backoff, Schedule
 from swerollout.wire import ingest as wire
+from swerollout.wire.ingest import IngestClient
 from swerollout.wire.runner_env import RunnerEnv, RunnerEnvError, RunnerRole
 
 from . import eval_timeline, kinds, startup, turn_checkpoints
 from .checkpoint import CheckpointWriter, Head
 from .eval_timeline import prefetch_grader
-from .ingest_client import IngestClient
 from .log_tail import LogTail
 from .startup import FIRST_GENERATE, TokenizerPrefetch
 from .timeline import Timeline

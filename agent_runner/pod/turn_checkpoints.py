@@ -13,9 +13,9 @@ from collections.abc import Awaitable, Callable
 
 from agent_runner.sandbox import Sandbox, SandboxError
 from swerollout.wire import ingest as wire
+from swerollout.wire.ingest import IngestClient
 
 from .checkpoint import CheckpointWriter, Head, Written, is_checkpoint, restore_chain
-from .ingest_client import IngestClient
 
 INDEX_COPY = "swerollout-checkpoint.index"
 """The checkpoints' copy of the index, in the repository's git directory: never shared with
