@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from swerollout_operator.workqueue import KeyedQueue
+from swerollout_operator.runtime import KeyedQueue
 
 
 def test_a_key_queued_many_times_is_worked_once_and_its_wait_is_told() -> None:
