@@ -86,6 +86,7 @@ from swerollout.kube import (
     NotFound,
     aretry,
 )
+from swerollout.kube.retry import kube_retry_after
 from swerollout.store.protocol import ResultStore
 
 FIELD_MANAGER = "swerollout-client"
@@ -122,10 +123,6 @@ def _transient(exc: BaseException) -> bool:
     return isinstance(exc, KubeError) and exc.retryable and not isinstance(exc, RacesLost)
 
 
-def _retry_after(exc: BaseException) -> float | None:
-    return exc.retry_after_seconds if isinstance(exc, KubeError) else None
-
-
 async def read_modify_write(
     current: T,
     *,
@@ -141,7 +138,7 @@ async def read_modify_write(
         raise ValueError(f"races must be at least 1, got {races}")
     lost = 0
     reread = False
-    async for attempt in backoff.retrying(retryable=_transient, retry_after=_retry_after, on_retry=on_retry):
+    async for attempt in backoff.retrying(retryable=_transient, retry_after=kube_retry_after, on_retry=on_retry):
         with attempt:
             while True:
                 if reread:

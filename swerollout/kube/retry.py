@@ -23,13 +23,14 @@ def _retryable(exc: BaseException) -> bool:
     return isinstance(exc, KubeError) and exc.retryable
 
 
-def _retry_after(exc: BaseException) -> float | None:
+def kube_retry_after(exc: BaseException) -> float | None:
+    """The pause a KubeError asks for (a 429's Retry-After), for `Backoff.retrying`."""
     return exc.retry_after_seconds if isinstance(exc, KubeError) else None
 
 
 async def aretry(fn: Callable[[], Awaitable[T]], *, policy: Backoff = KUBE_BACKOFF) -> T:
     """Call ``fn`` until it succeeds, a non-retryable KubeError is raised, or the policy gives up."""
-    async for attempt in policy.retrying(retryable=_retryable, retry_after=_retry_after):
+    async for attempt in policy.retrying(retryable=_retryable, retry_after=kube_retry_after):
         with attempt:
             return await fn()
     raise AssertionError("unreachable: the retry loop returns or raises")
