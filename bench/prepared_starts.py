@@ -17,7 +17,10 @@ status.logs.eval; agent_runner/pod/eval_timeline.py), step by step from the fini
 operator's Evaluating write and the eval runner's wake-up (finish -> assignment), the patch's
 download, both patches' apply, the tests, the grading, the harness's cleanup, the report's
 upload, and the reward report's receipt (gradedAt); and when the eval pod was ready, against
-the finish (negative: it was waiting before the rollout finished).
+the finish (negative: it was waiting before the rollout finished). On the node agent the
+operator's side of each batch is printed too, from its /metrics scraped before and after it:
+its ingest answers by route, its reports' waits for a rollout's lock, its API requests' waits
+for a slot, and its passes' waits for a worker (p50/p99, histogram bucket bounds).
 
 Where a cold start's seconds go: each cold rollout's runner logs a startup timeline (seconds
 since its process began: imports, tokenizer, swerex, assignment, setup, first /generate;
@@ -41,14 +44,19 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from agent_runner.pod import eval_timeline
 from agent_runner.pod.startup import STEPS as STARTUP_STEPS
 from agent_runner.pod.startup import parse_line
+from bench.promtext import LATENCIES, histogram_quantiles
 from bench.realnode_steps import GenerateRecorder, dev_stack_behind_recorder
 from swerollout.api import v1alpha1 as api
 from swerollout.client import RolloutClient
 from swerollout.instances import SWEBenchInstance
 from swerollout.kube import PODS, SWEROLLOUTS, KubeClient
+from swerollout_dev.stack.paths import DevPaths
+from swerollout_dev.stack.state import DevState
 
 NAMESPACE = "default"
 GROUP = 4
@@ -64,6 +72,22 @@ def read_file_ref(uri: str) -> bytes:
     if not uri.startswith("file://"):
         raise ValueError(f"not a file:// reference: {uri}")
     return Path(uri.removeprefix("file://")).read_bytes()
+
+
+OPERATOR_WAITS = ("ingest", "report_lock_wait", "api_slot_wait", "work_queue_wait")
+"""The operator's histograms printed per batch (bench.promtext.LATENCIES): where a report's
+answer and a pass's work wait."""
+
+
+def _scrape(metrics_url: str) -> str:
+    return httpx.get(metrics_url, timeout=30).text if metrics_url else ""
+
+
+def operator_waits(after: str, before: str) -> dict[str, dict[str, dict[str, float]]]:
+    """OPERATOR_WAITS observed between two scrapes of the operator's /metrics."""
+    if not after:
+        return {}
+    return {name: histogram_quantiles(after, *LATENCIES[name], since=before) for name in OPERATOR_WAITS}
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -179,9 +203,11 @@ def run_batches(
     *,
     sandbox: dict[str, Any] | None = None,
     read: ReadObject = read_file_ref,
+    metrics_url: str = "",
 ) -> dict[str, Any]:
     """One cold batch, then one prepared batch, of `tasks` x `group` (the same client and stack).
-    `sandbox`: more of spec.sandbox (the real node's small requests); `read`: the store as seen here."""
+    `sandbox`: more of spec.sandbox (the real node's small requests); `read`: the store as seen
+    here; `metrics_url`: the operator's /metrics, when the bench can reach it."""
     inference = {"endpoint": recorder.url, "tokenizer": "qwen-2.5"}
     sandbox = {"startupTimeoutSeconds": 1800, **(sandbox or {})}
     out: dict[str, Any] = {}
@@ -189,9 +215,11 @@ def run_batches(
         RolloutClient.connect(kubeconfig, namespace=NAMESPACE) as client,
         KubeClient.from_kubeconfig(kubeconfig) as kube,
     ):
+        before = _scrape(metrics_url)
         go = time.monotonic()
         client.submit_batch(tasks, group, batch="bench-cold", inference=inference, sandbox=sandbox)
         out["cold"] = _until_done(kube, recorder, "bench-cold", go, read)
+        out["cold"]["operator"] = operator_waits(_scrape(metrics_url), before)
 
         started = time.monotonic()
         client.submit_batch(
@@ -208,9 +236,11 @@ def run_batches(
             raise RuntimeError(f"only {len(prepared)} of {len(tasks) * group} members prepared")
         _eval_pods_ready(kube, "bench-warm", len(prepared))
         out["prepare_seconds"] = time.monotonic() - started
+        before = _scrape(metrics_url)
         go = time.monotonic()
         client.resume("bench-warm")
         out["prepared"] = _until_done(kube, recorder, "bench-warm", go, read)
+        out["prepared"]["operator"] = operator_waits(_scrape(metrics_url), before)
         client.delete_batch("bench-cold")
         client.delete_batch("bench-warm")
     cold, warm = out["cold"], out["prepared"]
@@ -243,7 +273,30 @@ def figures(out: dict[str, Any]) -> dict[str, float]:
         **startup,
         **step_medians("cold", out["cold"]["reward_steps"]),
         **step_medians("prewarmed", out["prepared"]["reward_steps"]),
+        **waits_figures("cold", out["cold"].get("operator", {})),
+        **waits_figures("prewarmed", out["prepared"].get("operator", {})),
     }
+
+
+def waits_figures(which: str, waits: dict[str, dict[str, dict[str, float]]]) -> dict[str, float]:
+    """`<which>_operator_<histogram>_<split>_p50_s` / `_p99_s` for each series observed in the batch."""
+    return {
+        f"{which}_operator_{name}_{key.replace(' ', '_')}_{q}": row[q]
+        for name, series in waits.items()
+        for key, row in series.items()
+        for q in ("p50_s", "p99_s")
+    }
+
+
+def waits_line(f: dict[str, float], which: str) -> str:
+    """One line: the operator's waits during a batch (waits_figures), p50/p99 s."""
+    prefix = f"{which}_operator_"
+    parts = [
+        f"{name.removeprefix(prefix).removesuffix('_p50_s')} {f[name]:g}/{f[name.removesuffix('p50_s') + 'p99_s']:g}"
+        for name in f
+        if name.startswith(prefix) and name.endswith("_p50_s")
+    ]
+    return f"  {which} operator, p50/p99 s (bucket bounds): {', '.join(parts) or 'its /metrics not reachable here'}"
 
 
 def step_medians(which: str, rows: list[dict[str, float]]) -> dict[str, float]:
@@ -270,7 +323,9 @@ def run(tasks: int | None = None, group: int = GROUP) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="bench-prepared-", dir="/var/tmp") as tmp:
         workdir = Path(tmp)
         with dev_stack_behind_recorder(workdir) as (kubeconfig, recorder, instances):
-            return figures(run_batches(kubeconfig, recorder, instances[:tasks], group))
+            state = DevState.read(DevPaths.under(workdir).state)
+            metrics_url = state.operator_metrics_url if state else ""
+            return figures(run_batches(kubeconfig, recorder, instances[:tasks], group, metrics_url=metrics_url))
 
 
 def report(f: dict[str, float], where: str = "on the node agent") -> str:
@@ -292,6 +347,8 @@ def report(f: dict[str, float], where: str = "on the node agent") -> str:
             f"(tests {f['prewarmed_tests_p50_s']:.2f} s)",
             reward_breakdown(f, "cold"),
             reward_breakdown(f, "prewarmed"),
+            waits_line(f, "cold"),
+            waits_line(f, "prewarmed"),
             f"  preparing took {f['prepare_seconds']:.1f} s (off the step's critical path); batch wall time "
             f"go -> last reward: cold {f['cold_batch_wall_s']:.1f} s, prepared {f['prepared_batch_wall_s']:.1f} s",
             f"  cold runner's start p50, s since its process began: {timeline or 'no timeline in the runner logs'}",

@@ -45,6 +45,7 @@ import httpx
 
 from bench import lifecycle
 from bench.plot import Series, line_chart
+from bench.promtext import LATENCIES, histogram_quantiles
 from bench.simnodes import Binder, SimulatedNodes
 from bench.simrunner import SimulatedRunners
 from swerollout.api.shards import LABEL_SHARD, shard_label
@@ -178,44 +179,8 @@ def _operator_requests(operator: lifecycle.Operator) -> Counter[str]:
     return out
 
 
-_BUCKET = re.compile(r"^(\w+)_bucket\{([^}]*)\} ([0-9.e+]+)$")
-_LABEL = re.compile(r'(\w+)="([^"]*)"')
-LATENCIES = {
-    "ingest": ("swerollout_ingest_request_seconds", ("route",)),
-    "watch_lag": ("swerollout_watch_lag_seconds", ()),
-    "work_queue_wait": ("swerollout_work_queue_wait_seconds", ()),
-    "api_request": ("swerollout_api_request_seconds", ("method", "priority")),
-    "api_slot_wait": ("swerollout_api_slot_wait_seconds", ("priority",)),
-    "report_lock_wait": ("swerollout_report_lock_wait_seconds", ()),
-}
-"""The operator's histograms the bench reads: where a rollout's time to its pod, and a
-report's time to its answer, goes (name -> (metric, the labels that split it))."""
 APF_WAIT = ("apiserver_flowcontrol_request_wait_duration_seconds", ("priority_level",))
 """The API server's own queueing (API Priority and Fairness), by priority level."""
-
-
-def histogram_quantiles(text: str, metric: str, labels: tuple[str, ...]) -> dict[str, dict[str, float]]:
-    """p50 and p99 (the upper bound of their histogram bucket) and the count of one
-    Prometheus histogram in `text`, split by `labels` (joined with " "; "all" without)."""
-    buckets: dict[str, dict[float, float]] = {}
-    for line in text.splitlines():
-        m = _BUCKET.match(line)
-        if not m or m.group(1) != metric:
-            continue
-        found = dict(_LABEL.findall(m.group(2)))
-        key = " ".join(found.get(label, "") for label in labels) or "all"
-        per = buckets.setdefault(key, {})
-        le = float(found["le"])
-        per[le] = per.get(le, 0.0) + float(m.group(3))  # summed over the labels not split by
-    out = {}
-    for key, per in buckets.items():
-        cumulative = sorted(per.items())
-        total = cumulative[-1][1]
-        if not total:
-            continue
-        quantile = {q: next(le for le, count in cumulative if count >= q * total) for q in (0.5, 0.99)}
-        out[key] = {"count": total, "p50_s": quantile[0.5], "p99_s": quantile[0.99]}
-    return out
 
 
 def _latencies(operator: lifecycle.Operator, plane: ControlPlane) -> dict[str, dict[str, dict[str, float]]]:

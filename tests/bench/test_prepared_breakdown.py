@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from agent_runner.pod.eval_timeline import new_timeline
-from bench.prepared_starts import REWARD_STEPS, figures, report, reward_steps_of, step_medians
+from bench.prepared_starts import REWARD_STEPS, figures, operator_waits, report, reward_steps_of, step_medians
 
 
 def _iso(at: float) -> str:
@@ -62,3 +62,30 @@ def test_the_report_prints_the_breakdown_beside_the_existing_figures() -> None:
     text = report(f)
     assert "prewarmed finish -> reward, steps p50 s: evaluating 0.20, tests 1.00; eval pod ready -5.00 s" in text
     assert "cold finish -> reward, steps p50 s: no eval timeline in the eval logs" in text
+
+
+def test_the_operator_waits_of_each_batch_are_the_difference_between_two_scrapes() -> None:
+    def page(events_slow: float, locks: float) -> str:
+        return "\n".join(
+            [
+                f'swerollout_ingest_request_seconds_bucket{{le="0.1",route="events"}} {10.0}',
+                f'swerollout_ingest_request_seconds_bucket{{le="5.0",route="events"}} {10.0 + events_slow}',
+                f'swerollout_ingest_request_seconds_bucket{{le="+Inf",route="events"}} {10.0 + events_slow}',
+                f'swerollout_report_lock_wait_seconds_bucket{{le="0.01"}} {locks}',
+                f'swerollout_report_lock_wait_seconds_bucket{{le="+Inf"}} {locks}',
+            ]
+        )
+
+    waits = operator_waits(page(events_slow=4, locks=14), page(events_slow=0, locks=10))
+    # The ten fast events came before the batch: its four were all slow.
+    assert waits["ingest"] == {"events": {"count": 4.0, "p50_s": 5.0, "p99_s": 5.0}}
+    assert waits["report_lock_wait"] == {"all": {"count": 4.0, "p50_s": 0.01, "p99_s": 0.01}}
+    assert waits["api_slot_wait"] == {} and operator_waits("", "") == {}
+
+    batch = {"first": {"a": 1.0}, "wall": 1.0, "finish_to_reward": [1.0], "tests": [1.0], "startup": [{}]}
+    batch |= {"reward_steps": [{}]}
+    f = figures({"cold": batch, "prepared": {**batch, "operator": waits}, "prepare_seconds": 1.0})
+    assert f["prewarmed_operator_ingest_events_p99_s"] == 5.0
+    text = report(f)
+    assert "prewarmed operator, p50/p99 s (bucket bounds): ingest_events 5/5, report_lock_wait_all 0.01/0.01" in text
+    assert "cold operator, p50/p99 s (bucket bounds): its /metrics not reachable here" in text

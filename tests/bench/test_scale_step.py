@@ -92,24 +92,3 @@ def test_the_report_and_the_plot(tmp_path: Path) -> None:
     assert "100 MiB at rest 15 s later (20.5 KiB per rollout)" in text
     path = scale.write_plot(result, tmp_path / "scale.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-
-
-def test_histogram_quantiles_split_by_label_and_sum_the_rest() -> None:
-    text = "\n".join(
-        [
-            'm_bucket{le="0.1",method="POST",priority="normal"} 10.0',
-            'm_bucket{le="1.0",method="POST",priority="normal"} 98.0',
-            'm_bucket{le="+Inf",method="POST",priority="normal"} 100.0',
-            'm_bucket{le="0.1",method="POST",priority="urgent"} 0.0',
-            'm_bucket{le="1.0",method="POST",priority="urgent"} 2.0',
-            'm_bucket{le="+Inf",method="POST",priority="urgent"} 2.0',
-            'other_bucket{le="0.1"} 5.0',
-        ]
-    )
-    split = scale.histogram_quantiles(text, "m", ("priority",))
-    assert split == {
-        "normal": {"count": 100.0, "p50_s": 1.0, "p99_s": float("inf")},
-        "urgent": {"count": 2.0, "p50_s": 1.0, "p99_s": 1.0},
-    }
-    # Not split: the series are summed bucket by bucket.
-    assert scale.histogram_quantiles(text, "m", ()) == {"all": {"count": 102.0, "p50_s": 1.0, "p99_s": float("inf")}}
