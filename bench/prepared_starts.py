@@ -80,7 +80,17 @@ answer and a pass's work wait."""
 
 
 def _scrape(metrics_url: str) -> str:
-    return httpx.get(metrics_url, timeout=30).text if metrics_url else ""
+    """The operator's /metrics page; right after `dev up` its server may not listen yet."""
+    if not metrics_url:
+        return ""
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            return httpx.get(metrics_url, timeout=30).raise_for_status().text
+        except httpx.TransportError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
 
 
 def operator_waits(after: str, before: str) -> dict[str, dict[str, dict[str, float]]]:
