@@ -37,6 +37,7 @@ task). Also printed: each batch's wall time from its go to its last reward.
 from __future__ import annotations
 
 import statistics
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -55,6 +56,7 @@ from swerollout.api import v1alpha1 as api
 from swerollout.client import RolloutClient
 from swerollout.instances import SWEBenchInstance
 from swerollout.kube import PODS, SWEROLLOUTS, KubeClient
+from swerollout_dev.binaries import find_binaries
 from swerollout_dev.stack.paths import DevPaths
 from swerollout_dev.stack.state import DevState
 
@@ -74,9 +76,13 @@ def read_file_ref(uri: str) -> bytes:
     return Path(uri.removeprefix("file://")).read_bytes()
 
 
-OPERATOR_WAITS = ("ingest", "report_lock_wait", "api_slot_wait", "work_queue_wait")
+OPERATOR_WAITS = ("ingest", "report_lock_wait", "api_slot_wait", "api_request", "work_queue_wait")
 """The operator's histograms printed per batch (bench.promtext.LATENCIES): where a report's
 answer and a pass's work wait."""
+APISERVER_WRITES = ("apiserver_request_duration_seconds", ("verb", "resource", "subresource"))
+ETCD_REQUESTS = ("etcd_request_duration_seconds", ("operation",))
+"""The API server's own time for each write it answers, and its requests to etcd: whether a
+slow status write is the operator's or the control plane's."""
 
 
 def _scrape(metrics_url: str) -> str:
@@ -93,11 +99,30 @@ def _scrape(metrics_url: str) -> str:
             time.sleep(1)
 
 
+def _scrape_apiserver(kubeconfig: Path | None) -> str:
+    if kubeconfig is None:
+        return ""
+    kubectl = find_binaries().kubectl
+    argv = [str(kubectl), "--kubeconfig", str(kubeconfig), "get", "--raw", "/metrics"]
+    return subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60).stdout
+
+
 def operator_waits(after: str, before: str) -> dict[str, dict[str, dict[str, float]]]:
     """OPERATOR_WAITS observed between two scrapes of the operator's /metrics."""
     if not after:
         return {}
     return {name: histogram_quantiles(after, *LATENCIES[name], since=before) for name in OPERATOR_WAITS}
+
+
+def apiserver_times(after: str, before: str) -> dict[str, dict[str, dict[str, float]]]:
+    """The API server's writes (not its reads or watches) and its etcd requests between two scrapes."""
+    if not after:
+        return {}
+    writes = histogram_quantiles(after, *APISERVER_WRITES, since=before)
+    return {
+        "apiserver": {k: v for k, v in writes.items() if k.split(" ")[0] in ("POST", "PATCH", "PUT", "DELETE")},
+        "etcd": histogram_quantiles(after, *ETCD_REQUESTS, since=before),
+    }
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -225,11 +250,13 @@ def run_batches(
         RolloutClient.connect(kubeconfig, namespace=NAMESPACE) as client,
         KubeClient.from_kubeconfig(kubeconfig) as kube,
     ):
-        before = _scrape(metrics_url)
+        plane = kubeconfig if metrics_url else None  # the dev stack's own control plane
+        before, plane_before = _scrape(metrics_url), _scrape_apiserver(plane)
         go = time.monotonic()
         client.submit_batch(tasks, group, batch="bench-cold", inference=inference, sandbox=sandbox)
         out["cold"] = _until_done(kube, recorder, "bench-cold", go, read)
         out["cold"]["operator"] = operator_waits(_scrape(metrics_url), before)
+        out["cold"]["operator"] |= apiserver_times(_scrape_apiserver(plane), plane_before)
 
         started = time.monotonic()
         client.submit_batch(
@@ -246,11 +273,12 @@ def run_batches(
             raise RuntimeError(f"only {len(prepared)} of {len(tasks) * group} members prepared")
         _eval_pods_ready(kube, "bench-warm", len(prepared))
         out["prepare_seconds"] = time.monotonic() - started
-        before = _scrape(metrics_url)
+        before, plane_before = _scrape(metrics_url), _scrape_apiserver(plane)
         go = time.monotonic()
         client.resume("bench-warm")
         out["prepared"] = _until_done(kube, recorder, "bench-warm", go, read)
         out["prepared"]["operator"] = operator_waits(_scrape(metrics_url), before)
+        out["prepared"]["operator"] |= apiserver_times(_scrape_apiserver(plane), plane_before)
         client.delete_batch("bench-cold")
         client.delete_batch("bench-warm")
     cold, warm = out["cold"], out["prepared"]
