@@ -93,9 +93,12 @@ format: venv ## apply ruff's layout and its safe fixes to the whole tree
 # is the node agent's memory-cgroup test (root, as in run-tests.sh). The
 # chart's tests still run helm and promtool: their cached builds come first (no-ops when
 # cached), not inside a test's timeout.
+# On every core (pytest-xdist), one test file per worker at a time: a file's module-scoped
+# servers start once, and its tests keep their order. UNIT_WORKERS=0 runs them in one process.
+UNIT_WORKERS ?= auto
 test-unit: venv bins prometheus-bins ## (no root) the fast tests: no control plane, no dev stack, no real node
 	@hack/bytecode.sh $(BIN)/python
-	$(BIN)/python -m pytest -p no:cacheprovider -q -m "not cluster" $(UNIT_IGNORE) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -p no:cacheprovider -q -m "not cluster" -n $(UNIT_WORKERS) --dist loadfile $(UNIT_IGNORE) $(PYTEST_ARGS)
 
 # The demo installs only what it runs: the project and dev/ with their extras (the local one),
 # at requirements.lock's pins, with no torch, trainers or browser; a full venv serves it as is,

@@ -169,6 +169,11 @@ class Sandbox:
         self._retry = retry
         self._lock = asyncio.Lock()
 
+    @property
+    def ledger(self) -> str:
+        """This session's command ledger in the sandbox (one directory per session name)."""
+        return self._ledger
+
     # -- lifecycle ---------------------------------------------------------
 
     @classmethod

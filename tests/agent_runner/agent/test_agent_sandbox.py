@@ -235,10 +235,13 @@ async def test_dropped_connection_never_runs_an_execute_twice(repo_sandbox: Repo
 
 async def test_deleting_the_ledger_does_not_break_the_session(repo_sandbox: RepoSandbox) -> None:
     sandbox = repo_sandbox.sandbox
-    assert (await sandbox.run("rm -rf /tmp/swerollout-ledger", timeout=10)).exit_code == 0
+    # Its own session's ledger only: the other tests' sessions share this machine's /tmp
+    # (a pod's sandbox has a /tmp of its own).
+    assert sandbox.ledger.startswith("/tmp/swerollout-ledger/")
+    assert (await sandbox.run(f"rm -rf {sandbox.ledger}", timeout=10)).exit_code == 0
     after = await sandbox.run("echo still-fine", timeout=10)
     assert (after.output.strip(), after.exit_code) == ("still-fine", 0)
-    assert (await sandbox.execute("rm -rf /tmp/swerollout-ledger; echo gone")).output.strip() == "gone"
+    assert (await sandbox.execute(f"rm -rf {sandbox.ledger}; echo gone")).output.strip() == "gone"
     assert (await sandbox.execute(["echo", "fine"])).output.strip() == "fine"
 
 
