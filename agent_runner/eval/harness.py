@@ -270,7 +270,14 @@ class _Evaluation:
     async def _run(self) -> EvalReport:
         if not self.request.patch.strip():
             return self.unresolved(EvalFailure.EMPTY_PATCH, "the candidate patch is empty; nothing to evaluate")
-        applied, method, output = await self._apply_candidate()
+        both = await self._apply_both()
+        method: str | None
+        test_patch_error: str | None = None
+        if both is not None:
+            method, output, test_patch_error = both
+            applied = True
+        else:
+            applied, method, output = await self._apply_candidate(first=1)
         if not applied:
             first_error = next((line for line in output.splitlines() if "error" in line.lower()), output.strip()[:200])
             return self.unresolved(
@@ -284,7 +291,8 @@ class _Evaluation:
             "apply_method": method,
             "apply_output": _tail(output, _APPLY_OUTPUT_CHARS),
         }
-        test_patch_error = await self._apply_test_patch()
+        if both is None:
+            test_patch_error = await self._apply_test_patch()
         if test_patch_error is not None:
             return self.unresolved(EvalFailure.TEST_PATCH_APPLY_FAILED, test_patch_error, **applied_fields)
         self.on_step("applied")
@@ -347,13 +355,69 @@ class _Evaluation:
             **graded_fields,  # type: ignore[arg-type]
         )
 
-    async def _apply_candidate(self) -> tuple[bool, str | None, str]:
-        patch_file = f"{self.scratch}/candidate.diff"
+    @property
+    def _candidate_file(self) -> str:
+        return f"{self.scratch}/candidate.diff"
+
+    async def _apply_both(self) -> tuple[str, str, str | None] | None:
+        """The usual case in one sandbox command (each is a round trip on the reward's
+        critical path): the candidate with the first of APPLY_COMMANDS, then the test patch.
+        (the method, its output, the test patch's error or None) once the candidate applied;
+        None when the first method failed, and the other methods are left to _apply_candidate.
+        The sections of the output are split by a line the patches cannot know (the scratch
+        directory's random name)."""
         # A patch must end with a newline or git calls it corrupt.
         patch = self.request.patch if self.request.patch.endswith("\n") else self.request.patch + "\n"
-        await self.sandbox.write_file(patch_file, patch)
+        await self.sandbox.write_file(self._candidate_file, patch)
+        steps = [f"{APPLY_COMMANDS[0]} {shlex.quote(self._candidate_file)} || exit"]
+        steps += await self._test_patch_steps()
+        marker = f"__SWEROLLOUT_STEP_{self.scratch.rsplit('.', 1)[-1]}__"
+        result = await self.sh(f"\nbuiltin echo {marker}\n".join(steps) + "\n")
+        sections = _sections(result.output, marker)
+        candidate = sections[0]
+        if len(sections) == 1 and result.exit_code != 0:
+            return None
+        if result.exit_code == 0:
+            return APPLY_COMMANDS[0], candidate, None
+        if len(sections) == 2 and len(steps) == 3:
+            return APPLY_COMMANDS[0], candidate, _reset_failed(self.instance.base_commit, sections[1])
+        return APPLY_COMMANDS[0], candidate, _test_patch_failed(sections[-1])
+
+    async def _test_patch_steps(self) -> list[str]:
+        """The shell steps that put the instance's test patch in place (its files reset to the
+        base commit first), each ending the script with its status when it fails."""
+        test_patch = self.instance.evaluation.test_patch
+        if not test_patch.strip():
+            return []
+        steps = []
+        paths = files_in_patch(test_patch)
+        if paths:
+            # Remove every file the test patch touches, then restore those that exist at
+            # the base commit. Paths travel in a NUL-separated file and xargs batches
+            # them: a test patch may touch thousands of files, more than one command
+            # line (or one 128 KiB argument) can hold.
+            paths_file = f"{self.scratch}/test-paths"
+            existing_file = f"{self.scratch}/test-paths-at-base"
+            await self.sandbox.write_file(paths_file, "\0".join(paths) + "\0")
+            base = shlex.quote(self.instance.base_commit)
+            git = "git --literal-pathspecs"
+            listed, existing = shlex.quote(paths_file), shlex.quote(existing_file)
+            # && and not set -e: the step is the left side of `|| exit`, where bash ignores -e.
+            steps.append(
+                f"xargs -0 -r rm -f -- < {listed} && "
+                f"xargs -0 -r {git} ls-tree -r -z --name-only {base} -- < {listed} > {existing} && "
+                f"xargs -0 -r {git} checkout {base} -- < {existing} || exit"
+            )
+        patch_file = f"{self.scratch}/test.diff"
+        await self.sandbox.write_file(patch_file, test_patch if test_patch.endswith("\n") else test_patch + "\n")
+        steps.append(f"git apply --verbose {shlex.quote(patch_file)}")
+        return steps
+
+    async def _apply_candidate(self, first: int = 0) -> tuple[bool, str | None, str]:
+        """The candidate (already written) with APPLY_COMMANDS from `first` on, until one applies."""
+        patch_file = self._candidate_file
         output = ""
-        for attempt, command in enumerate(APPLY_COMMANDS):
+        for attempt, command in enumerate(APPLY_COMMANDS[first:], start=first):
             if attempt:
                 # A failed attempt (notably --reject) leaves partial edits and .rej files.
                 await self.sh("git checkout -- . && git clean -fdq")
@@ -369,35 +433,14 @@ class _Evaluation:
         return False, None, output
 
     async def _apply_test_patch(self) -> str | None:
-        test_patch = self.instance.evaluation.test_patch
-        if not test_patch.strip():
-            return None
-        paths = files_in_patch(test_patch)
-        if paths:
-            # Remove every file the test patch touches, then restore those that exist at
-            # the base commit. Paths travel in a NUL-separated file and xargs batches
-            # them: a test patch may touch thousands of files, more than one command
-            # line (or one 128 KiB argument) can hold.
-            paths_file = f"{self.scratch}/test-paths"
-            existing_file = f"{self.scratch}/test-paths-at-base"
-            await self.sandbox.write_file(paths_file, "\0".join(paths) + "\0")
-            base = shlex.quote(self.instance.base_commit)
-            git = "git --literal-pathspecs"
-            listed, existing = shlex.quote(paths_file), shlex.quote(existing_file)
-            reset = await self.sh(
-                f"set -e; xargs -0 -r rm -f -- < {listed}; "
-                f"xargs -0 -r {git} ls-tree -r -z --name-only {base} -- < {listed} > {existing}; "
-                f"xargs -0 -r {git} checkout {base} -- < {existing}"
-            )
-            if reset.exit_code != 0:
-                return (
-                    f"resetting the test files to {self.instance.base_commit[:12]} failed: {reset.output.strip()[:500]}"
-                )
-        patch_file = f"{self.scratch}/test.diff"
-        await self.sandbox.write_file(patch_file, test_patch if test_patch.endswith("\n") else test_patch + "\n")
-        result = await self.sh(f"git apply --verbose {shlex.quote(patch_file)}")
-        if result.exit_code != 0:
-            return f"the instance's test patch does not apply (broken instance?): {result.output.strip()[:500]}"
+        """After a fallback method applied the candidate: the test patch's steps, one by one."""
+        steps = await self._test_patch_steps()
+        for index, step in enumerate(steps):
+            result = await self.sh(step)
+            if result.exit_code != 0:
+                if index < len(steps) - 1:
+                    return _reset_failed(self.instance.base_commit, result.output)
+                return _test_patch_failed(result.output)
         return None
 
     async def _run_eval_script(self) -> tuple[str, int | None, bool]:
@@ -418,6 +461,25 @@ class _Evaluation:
             log = result.output
         timed_out = result.timed_out or result.exit_code in (124, 137)
         return log, result.exit_code, timed_out
+
+
+def _sections(output: str, marker: str) -> list[str]:
+    """`output` cut at each line that is `marker` (the marker lines dropped)."""
+    sections: list[list[str]] = [[]]
+    for line in output.splitlines(keepends=True):
+        if line.rstrip("\r\n") == marker:
+            sections.append([])
+        else:
+            sections[-1].append(line)
+    return ["".join(lines) for lines in sections]
+
+
+def _reset_failed(base_commit: str, output: str) -> str:
+    return f"resetting the test files to {base_commit[:12]} failed: {output.strip()[:500]}"
+
+
+def _test_patch_failed(output: str) -> str:
+    return f"the instance's test patch does not apply (broken instance?): {output.strip()[:500]}"
 
 
 def _no_step(step: str) -> None:

@@ -203,16 +203,69 @@ async def test_fuzzy_patch_falls_back_to_patch_fuzz(
 ) -> None:
     """A patch whose outer context line drifted is refused by git apply but applied by `patch --fuzz`."""
     instance = bundled["timefmt-duration"]
-    drifted_line = "     seconds = int(seconds)\n"
-    assert drifted_line in instance.patch
-    fuzzy = instance.patch.replace(drifted_line, "     seconds = int(seconds)  # whole seconds only\n", 1)
-    fuzzy = "".join(line for line in fuzzy.splitlines(keepends=True) if not line.startswith("index "))
+    fuzzy = _fuzzy(instance.patch)
     async with fresh_sandbox(api(instance)) as (sandbox, workdir):
         report = await evaluate(sandbox, EvalRequest(instance=api(instance), patch=fuzzy, workdir=workdir))
         leftovers = await sandbox.execute(["bash", "-c", "find . -name '*.rej' -o -name '*.orig'"], cwd=workdir)
     assert report.apply_method == APPLY_COMMANDS[-1] and APPLY_COMMANDS[-1].startswith("patch ")
     assert report.resolved and report.reward == 1.0, report.message
     assert leftovers.output.strip() == ""
+
+
+def _fuzzy(patch: str) -> str:
+    """The gold patch with its outer context drifted: only `patch --fuzz` (the last method) applies it."""
+    drifted_line = "     seconds = int(seconds)\n"
+    assert drifted_line in patch
+    fuzzy = patch.replace(drifted_line, "     seconds = int(seconds)  # whole seconds only\n", 1)
+    return "".join(line for line in fuzzy.splitlines(keepends=True) if not line.startswith("index "))
+
+
+@pytest.mark.parametrize("candidate", ["gold", "fuzzy"])
+async def test_a_test_patch_that_does_not_apply_is_the_instances_fault(
+    bundled: dict[str, instances.SWEBenchInstance], fresh_sandbox: SandboxFactory, candidate: str
+) -> None:
+    """The candidate applied (by the first method, in the one command of the usual case, or by
+    a fallback, step by step), then the instance's own test patch did not: named as such."""
+    instance = bundled["timefmt-duration"]
+    patch = instance.patch if candidate == "gold" else _fuzzy(instance.patch)
+    assert "tests/test_duration.py" in instance.test_patch
+    broken = (
+        "diff --git a/tests/test_duration.py b/tests/test_duration.py\n"
+        "--- a/tests/test_duration.py\n"
+        "+++ b/tests/test_duration.py\n"
+        "@@ -40,3 +40,3 @@\n"
+        "     this line is not in the file\n"
+        "-    neither is this one\n"
+        "+    nor this replacement\n"
+        "     and not this\n"
+    )
+    inst = api(instance)
+    inst = inst.model_copy(update={"evaluation": inst.evaluation.model_copy(update={"test_patch": broken})})
+    async with fresh_sandbox(api(instance)) as (sandbox, workdir):
+        report = await evaluate(sandbox, EvalRequest(instance=inst, patch=patch, workdir=workdir))
+    assert report.failure is EvalFailure.TEST_PATCH_APPLY_FAILED, report.message
+    assert report.patch_applied and report.apply_method == (
+        APPLY_COMMANDS[0] if candidate == "gold" else APPLY_COMMANDS[-1]
+    )
+    assert report.message.startswith("the instance's test patch does not apply (broken instance?)")
+    assert "test_duration.py" in report.message and not report.resolved and report.reward == 0.0
+    # The candidate's own apply output, not the test patch's.
+    assert "__SWEROLLOUT_STEP_" not in report.apply_output and "timefmt/duration.py" in report.apply_output
+    assert "test_duration.py" not in report.apply_output
+
+
+async def test_a_test_file_reset_that_fails_is_named(
+    bundled: dict[str, instances.SWEBenchInstance], fresh_sandbox: SandboxFactory
+) -> None:
+    """The test files are reset to the base commit before the test patch: a base commit the
+    repository lacks fails that step, and the report says which step."""
+    instance = bundled["timefmt-duration"]
+    inst = api(instance).model_copy(update={"base_commit": "0" * 40})
+    async with fresh_sandbox(api(instance)) as (sandbox, workdir):
+        report = await evaluate(sandbox, EvalRequest(instance=inst, patch=instance.patch, workdir=workdir))
+    assert report.failure is EvalFailure.TEST_PATCH_APPLY_FAILED, report.message
+    assert report.message.startswith("resetting the test files to 000000000000 failed:"), report.message
+    assert report.apply_method == APPLY_COMMANDS[0]
 
 
 def _new_file_diff(path: str, text: str) -> str:
