@@ -94,6 +94,7 @@ class Reconciler:
         self.on_deleted_rollout: list[Callable[[str, str, str], Awaitable[None]]] = []
         self._event_slots = asyncio.Semaphore(EVENT_WRITERS)
         self._background: set[asyncio.Task[None]] = set()
+        self._releasing: set[tuple[str, str]] = set()  # (namespace, name) of _release_pod's deletes in flight
         self.deadlines = DeadlineQueue()
         self._progress_writing = 0
         self._next_release = 0.0
@@ -281,6 +282,26 @@ class Reconciler:
         task = asyncio.create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    def _release_pod(self, namespace: str, name: str) -> None:
+        """Delete a pod the rollout is done with, off the rollout's lock: the eval runner's
+        report, on the reward's critical path, waited for that lock while a pass waited
+        seconds for the DELETE at a batch's peak. A delete that fails is made again by the
+        next pass that finds the pod not going, at the latest the terminal pass's."""
+        key = (namespace, name)
+        if key in self._releasing:
+            return
+        self._releasing.add(key)
+
+        async def release() -> None:
+            try:
+                await self.objects.delete_pod(namespace, name)
+            except KubeError as exc:
+                log.warning("deleting pod %s/%s failed (the next pass deletes it again): %s", namespace, name, exc)
+            finally:
+                self._releasing.discard(key)
+
+        self._spawn(release())
 
     def post_event(self, entry: Tracked, *, reason: str, message: str, warning: bool = False) -> None:
         meta = entry.meta
@@ -667,7 +688,7 @@ class Reconciler:
         for pod in self.pods.owned_by(entry.uid):
             labels = pod["metadata"].get("labels") or {}
             if labels.get(api.LABEL_COMPONENT) != "eval" and not pod["metadata"].get("deletionTimestamp"):
-                await self.objects.delete_pod(entry.namespace, pod["metadata"]["name"])
+                self._release_pod(entry.namespace, pod["metadata"]["name"])
         evaluation = entry.rollout_status.evaluation or api.EvaluationState()
         attempt = evaluation.attempt
         if evaluation.pod_name:
