@@ -63,13 +63,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="HOST:PORT",
         help="a host address pods' runner containers may reach (repeatable); nothing else is reachable",
     )
-    p.add_argument(
-        "--pod-nice",
-        type=int,
-        default=NodeAgentConfig.model_fields["pod_nice"].default,
-        metavar="N",
-        help="niceness of every container process, 0-19 (the control plane on this machine goes first)",
-    )
     p.add_argument("--stop-pods-on-exit", action="store_true")
     p.add_argument("--log-level", default="INFO")
     return p.parse_args(argv)
@@ -86,7 +79,6 @@ async def serve(args: argparse.Namespace) -> None:
         runner_paths=tuple(p.resolve() for p in args.runner_path),
         network=args.network,
         egress=tuple(args.egress),
-        pod_nice=args.pod_nice,
     )
     async with AsyncKubeClient.from_kubeconfig(args.kubeconfig) as kube:
         agent = NodeAgent(config, kube)

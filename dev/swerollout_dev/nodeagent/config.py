@@ -58,13 +58,6 @@ class NodeAgentConfig(BaseModel):
     """host:port addresses on the host that pods' runner containers may reach (the
     operator's ingest API, the policy server); nothing else is reachable from a pod."""
 
-    pod_nice: int = Field(default=10, ge=0, le=19)
-    """The niceness every container process starts with (its children inherit it). The
-    embedded default runs the API server, etcd and the operator on the cores its pods use; at
-    a batch's peak (twenty test runs at once) an operator at the same priority waited
-    seconds for its own status writes. On a cluster the control plane has cores of its own;
-    here, pods yield to it instead. 0 runs them at the agent's own priority."""
-
     taint: bool = True
     """Register the Node with taint swerollout.io/local=true:NoSchedule, so only pods
     that tolerate it are bound here."""

@@ -609,8 +609,6 @@ class PodRuntime:
         if self.net is not None:
             prefix = [*netns.enter_prefix(self.net.of(c.name)), *prefix]
             launch = [*netns.enter_prefix(self.net.of(c.name)), *launch]
-        if self.config.pod_nice:
-            launch = ["nice", "-n", str(self.config.pod_nice), *launch]
         limit = c.resources.limits.get("memory")
         procs = await asyncio.to_thread(memory_limits().create, self._cgroup(c), limit) if limit else None
         if procs is not None:

@@ -277,17 +277,3 @@ def test_readiness_probes_exec_http_and_tcp(agent: AgentProcess, kube: KubeClien
     assert all(s["ready"] for s in statuses(pod).values())
     kube.delete(PODS, "probed", namespace, grace_period_seconds=1)
     wait_pod(kube, namespace, "probed", lambda p: not p, timeout=20)
-
-
-def test_containers_yield_the_cpu_to_the_control_plane(agent: AgentProcess, kube: KubeClient, namespace: str) -> None:
-    """Every container process (and what it starts) runs at the agent's pod niceness, 10 by
-    default: the API server, etcd and the operator on the same cores go first."""
-    manifest = pod_manifest(
-        "nice",
-        agent.node,
-        [{"name": "a", "image": RUNNER, "command": ["sh", "-c", "exit $(nice)"]}],
-        restartPolicy="Never",
-    )
-    kube.create(PODS, manifest, namespace)
-    pod = wait_pod(kube, namespace, "nice", phase_is("Succeeded", "Failed"))
-    assert statuses(pod)["a"]["state"]["terminated"]["exitCode"] == 10
