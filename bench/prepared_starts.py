@@ -36,6 +36,7 @@ task). Also printed: each batch's wall time from its go to its last reward.
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import tempfile
@@ -97,6 +98,18 @@ def _scrape(metrics_url: str) -> str:
             if time.monotonic() > deadline:
                 raise
             time.sleep(1)
+
+
+def _cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    """CPU seconds (user + system) each process has used so far, by component name."""
+    out = {}
+    for name, pid in pids.items():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        out[name] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
 
 
 def _scrape_apiserver(kubeconfig: Path | None) -> str:
@@ -239,10 +252,13 @@ def run_batches(
     sandbox: dict[str, Any] | None = None,
     read: ReadObject = read_file_ref,
     metrics_url: str = "",
+    pids: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """One cold batch, then one prepared batch, of `tasks` x `group` (the same client and stack).
     `sandbox`: more of spec.sandbox (the real node's small requests); `read`: the store as seen
-    here; `metrics_url`: the operator's /metrics, when the bench can reach it."""
+    here; `metrics_url`: the operator's /metrics, when the bench can reach it; `pids`: the stack's
+    processes by component, whose CPU seconds in each batch are reported."""
+    pids = pids or {}
     inference = {"endpoint": recorder.url, "tokenizer": "qwen-2.5"}
     sandbox = {"startupTimeoutSeconds": 1800, **(sandbox or {})}
     out: dict[str, Any] = {}
@@ -251,10 +267,11 @@ def run_batches(
         KubeClient.from_kubeconfig(kubeconfig) as kube,
     ):
         plane = kubeconfig if metrics_url else None  # the dev stack's own control plane
-        before, plane_before = _scrape(metrics_url), _scrape_apiserver(plane)
+        before, plane_before, cpu = _scrape(metrics_url), _scrape_apiserver(plane), _cpu_seconds(pids)
         go = time.monotonic()
         client.submit_batch(tasks, group, batch="bench-cold", inference=inference, sandbox=sandbox)
         out["cold"] = _until_done(kube, recorder, "bench-cold", go, read)
+        out["cold"]["cpu"] = {n: s - cpu.get(n, 0.0) for n, s in _cpu_seconds(pids).items()}
         out["cold"]["operator"] = operator_waits(_scrape(metrics_url), before)
         out["cold"]["operator"] |= apiserver_times(_scrape_apiserver(plane), plane_before)
 
@@ -273,10 +290,11 @@ def run_batches(
             raise RuntimeError(f"only {len(prepared)} of {len(tasks) * group} members prepared")
         _eval_pods_ready(kube, "bench-warm", len(prepared))
         out["prepare_seconds"] = time.monotonic() - started
-        before, plane_before = _scrape(metrics_url), _scrape_apiserver(plane)
+        before, plane_before, cpu = _scrape(metrics_url), _scrape_apiserver(plane), _cpu_seconds(pids)
         go = time.monotonic()
         client.resume("bench-warm")
         out["prepared"] = _until_done(kube, recorder, "bench-warm", go, read)
+        out["prepared"]["cpu"] = {n: s - cpu.get(n, 0.0) for n, s in _cpu_seconds(pids).items()}
         out["prepared"]["operator"] = operator_waits(_scrape(metrics_url), before)
         out["prepared"]["operator"] |= apiserver_times(_scrape_apiserver(plane), plane_before)
         client.delete_batch("bench-cold")
@@ -313,6 +331,8 @@ def figures(out: dict[str, Any]) -> dict[str, float]:
         **step_medians("prewarmed", out["prepared"]["reward_steps"]),
         **waits_figures("cold", out["cold"].get("operator", {})),
         **waits_figures("prewarmed", out["prepared"].get("operator", {})),
+        **{f"cold_cpu_{n.replace('-', '_')}_s": v for n, v in out["cold"].get("cpu", {}).items()},
+        **{f"prewarmed_cpu_{n.replace('-', '_')}_s": v for n, v in out["prepared"].get("cpu", {}).items()},
     }
 
 
@@ -334,7 +354,14 @@ def waits_line(f: dict[str, float], which: str) -> str:
         for name in f
         if name.startswith(prefix) and name.endswith("_p50_s")
     ]
-    return f"  {which} operator, p50/p99 s (bucket bounds): {', '.join(parts) or 'its /metrics not reachable here'}"
+    cpu = ", ".join(
+        f"{name.removeprefix(f'{which}_cpu_').removesuffix('_s')} {f[name]:.1f}"
+        for name in f
+        if name.startswith(f"{which}_cpu_")
+    )
+    return f"  {which} operator, p50/p99 s (bucket bounds): {', '.join(parts) or 'its /metrics not reachable here'}" + (
+        f"\n  {which} batch, CPU seconds by component: {cpu}" if cpu else ""
+    )
 
 
 def step_medians(which: str, rows: list[dict[str, float]]) -> dict[str, float]:
@@ -363,7 +390,9 @@ def run(tasks: int | None = None, group: int = GROUP) -> dict[str, float]:
         with dev_stack_behind_recorder(workdir) as (kubeconfig, recorder, instances):
             state = DevState.read(DevPaths.under(workdir).state)
             metrics_url = state.operator_metrics_url if state else ""
-            return figures(run_batches(kubeconfig, recorder, instances[:tasks], group, metrics_url=metrics_url))
+            pids = {n: c.pid for n, c in (state.components if state else {}).items() if c.pid}
+            out = run_batches(kubeconfig, recorder, instances[:tasks], group, metrics_url=metrics_url, pids=pids)
+            return figures(out)
 
 
 def report(f: dict[str, float], where: str = "on the node agent") -> str:

@@ -84,8 +84,11 @@ def test_the_operator_waits_of_each_batch_are_the_difference_between_two_scrapes
 
     batch = {"first": {"a": 1.0}, "wall": 1.0, "finish_to_reward": [1.0], "tests": [1.0], "startup": [{}]}
     batch |= {"reward_steps": [{}]}
-    f = figures({"cold": batch, "prepared": {**batch, "operator": waits}, "prepare_seconds": 1.0})
-    assert f["prewarmed_operator_ingest_events_p99_s"] == 5.0
+    prepared = {**batch, "operator": waits, "cpu": {"operator": 12.5, "node-agent": 3.0}}
+    f = figures({"cold": batch, "prepared": prepared, "prepare_seconds": 1.0})
+    assert f["prewarmed_operator_ingest_events_p99_s"] == 5.0 and f["prewarmed_cpu_node_agent_s"] == 3.0
     text = report(f)
     assert "prewarmed operator, p50/p99 s (bucket bounds): ingest_events 5/5, report_lock_wait_all 0.01/0.01" in text
     assert "cold operator, p50/p99 s (bucket bounds): its /metrics not reachable here" in text
+    assert "prewarmed batch, CPU seconds by component: operator 12.5, node_agent 3.0" in text
+    assert "cold batch, CPU seconds" not in text
