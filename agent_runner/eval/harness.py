@@ -27,7 +27,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -270,7 +270,9 @@ class _Evaluation:
     async def _run(self) -> EvalReport:
         if not self.request.patch.strip():
             return self.unresolved(EvalFailure.EMPTY_PATCH, "the candidate patch is empty; nothing to evaluate")
-        both = await self._apply_both()
+        await self._write_candidate()
+        test_steps = await self._test_patch_steps()
+        both = await self._apply_both(test_steps)
         method: str | None
         test_patch_error: str | None = None
         if both is not None:
@@ -292,7 +294,7 @@ class _Evaluation:
             "apply_output": _tail(output, _APPLY_OUTPUT_CHARS),
         }
         if both is None:
-            test_patch_error = await self._apply_test_patch()
+            test_patch_error = await self._apply_test_patch(test_steps)
         if test_patch_error is not None:
             return self.unresolved(EvalFailure.TEST_PATCH_APPLY_FAILED, test_patch_error, **applied_fields)
         self.on_step("applied")
@@ -359,33 +361,36 @@ class _Evaluation:
     def _candidate_file(self) -> str:
         return f"{self.scratch}/candidate.diff"
 
-    async def _apply_both(self) -> tuple[str, str, str | None] | None:
+    async def _apply_both(self, test_steps: list[_Step]) -> tuple[str, str, str | None] | None:
         """The usual case in one sandbox command (each is a round trip on the reward's
         critical path): the candidate with the first of APPLY_COMMANDS, then the test patch.
         (the method, its output, the test patch's error or None) once the candidate applied;
         None when the first method failed, and the other methods are left to _apply_candidate.
         The sections of the output are split by a line the patches cannot know (the scratch
         directory's random name)."""
-        # A patch must end with a newline or git calls it corrupt.
-        patch = self.request.patch if self.request.patch.endswith("\n") else self.request.patch + "\n"
-        await self.sandbox.write_file(self._candidate_file, patch)
-        steps = [f"{APPLY_COMMANDS[0]} {shlex.quote(self._candidate_file)} || exit"]
-        steps += await self._test_patch_steps()
+        candidate_step = f"{APPLY_COMMANDS[0]} {shlex.quote(self._candidate_file)} || exit"
         marker = f"__SWEROLLOUT_STEP_{self.scratch.rsplit('.', 1)[-1]}__"
-        result = await self.sh(f"\nbuiltin echo {marker}\n".join(steps) + "\n")
+        script = f"\nbuiltin echo {marker}\n".join([candidate_step, *(step.command for step in test_steps)])
+        result = await self.sh(script + "\n")
         sections = _sections(result.output, marker)
         candidate = sections[0]
         if len(sections) == 1 and result.exit_code != 0:
             return None
         if result.exit_code == 0:
             return APPLY_COMMANDS[0], candidate, None
-        if len(sections) == 2 and len(steps) == 3:
-            return APPLY_COMMANDS[0], candidate, _reset_failed(self.instance.base_commit, sections[1])
-        return APPLY_COMMANDS[0], candidate, _test_patch_failed(sections[-1])
+        # The script stops at the failing step: its section is the last one printed.
+        failed = test_steps[len(sections) - 2]
+        return APPLY_COMMANDS[0], candidate, failed.failure(sections[-1])
 
-    async def _test_patch_steps(self) -> list[str]:
+    async def _write_candidate(self) -> None:
+        # A patch must end with a newline or git calls it corrupt.
+        patch = self.request.patch if self.request.patch.endswith("\n") else self.request.patch + "\n"
+        await self.sandbox.write_file(self._candidate_file, patch)
+
+    async def _test_patch_steps(self) -> list[_Step]:
         """The shell steps that put the instance's test patch in place (its files reset to the
-        base commit first), each ending the script with its status when it fails."""
+        base commit first), each ending the script with its status when it fails. Their files
+        are written here, once, for whichever path runs them."""
         test_patch = self.instance.evaluation.test_patch
         if not test_patch.strip():
             return []
@@ -404,13 +409,16 @@ class _Evaluation:
             listed, existing = shlex.quote(paths_file), shlex.quote(existing_file)
             # && and not set -e: the step is the left side of `|| exit`, where bash ignores -e.
             steps.append(
-                f"xargs -0 -r rm -f -- < {listed} && "
-                f"xargs -0 -r {git} ls-tree -r -z --name-only {base} -- < {listed} > {existing} && "
-                f"xargs -0 -r {git} checkout {base} -- < {existing} || exit"
+                _Step(
+                    f"xargs -0 -r rm -f -- < {listed} && "
+                    f"xargs -0 -r {git} ls-tree -r -z --name-only {base} -- < {listed} > {existing} && "
+                    f"xargs -0 -r {git} checkout {base} -- < {existing} || exit",
+                    lambda output: _reset_failed(self.instance.base_commit, output),
+                )
             )
         patch_file = f"{self.scratch}/test.diff"
         await self.sandbox.write_file(patch_file, test_patch if test_patch.endswith("\n") else test_patch + "\n")
-        steps.append(f"git apply --verbose {shlex.quote(patch_file)}")
+        steps.append(_Step(f"git apply --verbose {shlex.quote(patch_file)}", _test_patch_failed))
         return steps
 
     async def _apply_candidate(self, first: int = 0) -> tuple[bool, str | None, str]:
@@ -432,15 +440,12 @@ class _Evaluation:
             return True, "already applied", output
         return False, None, output
 
-    async def _apply_test_patch(self) -> str | None:
+    async def _apply_test_patch(self, steps: list[_Step]) -> str | None:
         """After a fallback method applied the candidate: the test patch's steps, one by one."""
-        steps = await self._test_patch_steps()
-        for index, step in enumerate(steps):
-            result = await self.sh(step)
+        for step in steps:
+            result = await self.sh(step.command)
             if result.exit_code != 0:
-                if index < len(steps) - 1:
-                    return _reset_failed(self.instance.base_commit, result.output)
-                return _test_patch_failed(result.output)
+                return step.failure(result.output)
         return None
 
     async def _run_eval_script(self) -> tuple[str, int | None, bool]:
@@ -461,6 +466,13 @@ class _Evaluation:
             log = result.output
         timed_out = result.timed_out or result.exit_code in (124, 137)
         return log, result.exit_code, timed_out
+
+
+class _Step(NamedTuple):
+    """One shell step of the eval, and the message its failure's output makes."""
+
+    command: str
+    failure: Callable[[str], str]
 
 
 def _sections(output: str, marker: str) -> list[str]:

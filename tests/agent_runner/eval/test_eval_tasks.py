@@ -8,7 +8,16 @@ from pathlib import Path
 import pytest
 
 from agent_runner.eval.grading import grade_log
-from agent_runner.eval.harness import APPLY_COMMANDS, EvalFailure, EvalReport, EvalRequest, evaluate, skipped_report
+from agent_runner.eval.harness import (
+    APPLY_COMMANDS,
+    CommandOutcome,
+    EvalFailure,
+    EvalReport,
+    EvalRequest,
+    EvalSandbox,
+    evaluate,
+    skipped_report,
+)
 from swerollout import exit_status, instances
 from swerollout.api.v1alpha1 import Instance, Mode
 from swerollout_dev import tasks
@@ -201,15 +210,38 @@ def test_gated_rollout_gets_zero_without_evaluation(bundled: dict[str, instances
 async def test_fuzzy_patch_falls_back_to_patch_fuzz(
     bundled: dict[str, instances.SWEBenchInstance], fresh_sandbox: SandboxFactory
 ) -> None:
-    """A patch whose outer context line drifted is refused by git apply but applied by `patch --fuzz`."""
+    """A patch whose outer context line drifted is refused by git apply but applied by `patch --fuzz`.
+    The fallback path reuses the files the first attempt wrote (each write is a sandbox round trip)."""
     instance = bundled["timefmt-duration"]
     fuzzy = _fuzzy(instance.patch)
     async with fresh_sandbox(api(instance)) as (sandbox, workdir):
-        report = await evaluate(sandbox, EvalRequest(instance=api(instance), patch=fuzzy, workdir=workdir))
+        counted = _CountedWrites(sandbox)
+        report = await evaluate(counted, EvalRequest(instance=api(instance), patch=fuzzy, workdir=workdir))
         leftovers = await sandbox.execute(["bash", "-c", "find . -name '*.rej' -o -name '*.orig'"], cwd=workdir)
     assert report.apply_method == APPLY_COMMANDS[-1] and APPLY_COMMANDS[-1].startswith("patch ")
     assert report.resolved and report.reward == 1.0, report.message
     assert leftovers.output.strip() == ""
+    names = [path.rsplit("/", 1)[-1] for path in counted.written]
+    assert sorted(names) == ["candidate.diff", "eval.sh", "test-paths", "test.diff"], counted.written
+
+
+class _CountedWrites:
+    """An eval sandbox that records the paths written through it."""
+
+    def __init__(self, sandbox: EvalSandbox) -> None:
+        self.sandbox, self.written = sandbox, list[str]()
+
+    async def execute(
+        self, command: str | list[str], *, timeout: float | None = None, cwd: str | None = None
+    ) -> CommandOutcome:
+        return await self.sandbox.execute(command, timeout=timeout, cwd=cwd)
+
+    async def read_file(self, path: str) -> str:
+        return await self.sandbox.read_file(path)
+
+    async def write_file(self, path: str, content: str) -> None:
+        self.written.append(path)
+        await self.sandbox.write_file(path, content)
 
 
 def _fuzzy(patch: str) -> str:
