@@ -220,6 +220,12 @@ class OperatorMetrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.event_loop_lag = Histogram(
+            "swerollout_event_loop_lag_seconds",
+            "How late the event loop woke a timer: what every answer and event waits behind work that does not yield.",
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=r,
+        )
         self.report_lock_wait = Histogram(
             "swerollout_report_lock_wait_seconds",
             "A runner's report's wait for its rollout's lock (held by a pass or a progress write).",

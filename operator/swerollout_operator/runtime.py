@@ -39,6 +39,7 @@ from swerollout.kube import (
 from swerollout.kube._base import RequestSpec
 from swerollout.store import Owner, ResultStore, open_store
 
+from . import looplag
 from .http import HealthServer
 from .ingest import IngestServer
 from .metrics import OperatorMetrics
@@ -216,6 +217,7 @@ class OperatorRuntime:
         self.watches_changed = asyncio.Event()
         """Set when the owned shards changed: the watches restart with the new selector (__main__)."""
         self._labeller: asyncio.Task[None] | None = None
+        self._loop_lag: asyncio.Task[None] | None = None
 
     @property
     def reconciler(self) -> Reconciler:
@@ -325,6 +327,9 @@ class OperatorRuntime:
         return load_incluster(self.settings.service_account_dir)
 
     async def start(self) -> None:
+        self._loop_lag = asyncio.create_task(
+            looplag.watch(self.metrics.event_loop_lag.observe), name="swerollout-loop-lag"
+        )
         config = self.kube_config()
         self._kube = CountingKubeClient(
             config, max_in_flight=self.settings.api_max_in_flight, http2=self.settings.api_http2
@@ -381,9 +386,10 @@ class OperatorRuntime:
             self._labeller = asyncio.create_task(self._label_unlabelled(), name="swerollout-shard-labeller")
 
     async def stop(self) -> None:
-        if self._labeller is not None:
-            self._labeller.cancel()
-            await asyncio.gather(self._labeller, return_exceptions=True)
+        for task in (self._labeller, self._loop_lag):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         if self.shards is not None:
             await self.shards.stop()
         for server in (self._ingest, self._health):
