@@ -77,7 +77,7 @@ def read_file_ref(uri: str) -> bytes:
     return Path(uri.removeprefix("file://")).read_bytes()
 
 
-OPERATOR_WAITS = ("ingest", "report_lock_wait", "api_slot_wait", "api_request", "work_queue_wait")
+OPERATOR_WAITS = ("ingest", "report_lock_wait", "api_slot_wait", "api_request", "work_queue_wait", "event_loop_lag")
 """The operator's histograms printed per batch (bench.promtext.LATENCIES): where a report's
 answer and a pass's work wait."""
 APISERVER_WRITES = ("apiserver_request_duration_seconds", ("verb", "resource", "subresource"))
@@ -86,15 +86,18 @@ ETCD_REQUESTS = ("etcd_request_duration_seconds", ("operation",))
 slow status write is the operator's or the control plane's."""
 
 
-def _scrape(metrics_url: str) -> str:
-    """The operator's /metrics page; right after `dev up` its server may not listen yet."""
+def _scrape(metrics_url: str, kubeconfig: Path) -> str:
+    """The operator's /metrics page: a URL, or a path on the API server (its proxy to a
+    Service in the cluster). Right after `dev up` its server may not listen yet."""
     if not metrics_url:
         return ""
     deadline = time.monotonic() + 120
     while True:
         try:
+            if metrics_url.startswith("/"):
+                return _get_raw(kubeconfig, metrics_url)
             return httpx.get(metrics_url, timeout=30).raise_for_status().text
-        except httpx.TransportError:
+        except (httpx.TransportError, subprocess.CalledProcessError):
             if time.monotonic() > deadline:
                 raise
             time.sleep(1)
@@ -113,10 +116,12 @@ def _cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
 
 
 def _scrape_apiserver(kubeconfig: Path | None) -> str:
-    if kubeconfig is None:
-        return ""
+    return "" if kubeconfig is None else _get_raw(kubeconfig, "/metrics")
+
+
+def _get_raw(kubeconfig: Path, path: str) -> str:
     kubectl = find_binaries().kubectl
-    argv = [str(kubectl), "--kubeconfig", str(kubeconfig), "get", "--raw", "/metrics"]
+    argv = [str(kubectl), "--kubeconfig", str(kubeconfig), "get", "--raw", path]
     return subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60).stdout
 
 
@@ -256,7 +261,8 @@ def run_batches(
 ) -> dict[str, Any]:
     """One cold batch, then one prepared batch, of `tasks` x `group` (the same client and stack).
     `sandbox`: more of spec.sandbox (the real node's small requests); `read`: the store as seen
-    here; `metrics_url`: the operator's /metrics, when the bench can reach it; `pids`: the stack's
+    here; `metrics_url`: the operator's /metrics (a URL, or an API server proxy path), when the
+    bench can reach it; `pids`: the stack's
     processes by component, whose CPU seconds in each batch are reported."""
     pids = pids or {}
     inference = {"endpoint": recorder.url, "tokenizer": "qwen-2.5"}
@@ -266,13 +272,13 @@ def run_batches(
         RolloutClient.connect(kubeconfig, namespace=NAMESPACE) as client,
         KubeClient.from_kubeconfig(kubeconfig) as kube,
     ):
-        plane = kubeconfig if metrics_url else None  # the dev stack's own control plane
-        before, plane_before, cpu = _scrape(metrics_url), _scrape_apiserver(plane), _cpu_seconds(pids)
+        plane = kubeconfig if metrics_url else None  # a control plane of our own, not a shared one
+        before, plane_before, cpu = _scrape(metrics_url, kubeconfig), _scrape_apiserver(plane), _cpu_seconds(pids)
         go = time.monotonic()
         client.submit_batch(tasks, group, batch="bench-cold", inference=inference, sandbox=sandbox)
         out["cold"] = _until_done(kube, recorder, "bench-cold", go, read)
         out["cold"]["cpu"] = {n: s - cpu.get(n, 0.0) for n, s in _cpu_seconds(pids).items()}
-        out["cold"]["operator"] = operator_waits(_scrape(metrics_url), before)
+        out["cold"]["operator"] = operator_waits(_scrape(metrics_url, kubeconfig), before)
         out["cold"]["operator"] |= apiserver_times(_scrape_apiserver(plane), plane_before)
 
         started = time.monotonic()
@@ -290,12 +296,12 @@ def run_batches(
             raise RuntimeError(f"only {len(prepared)} of {len(tasks) * group} members prepared")
         _eval_pods_ready(kube, "bench-warm", len(prepared))
         out["prepare_seconds"] = time.monotonic() - started
-        before, plane_before, cpu = _scrape(metrics_url), _scrape_apiserver(plane), _cpu_seconds(pids)
+        before, plane_before, cpu = _scrape(metrics_url, kubeconfig), _scrape_apiserver(plane), _cpu_seconds(pids)
         go = time.monotonic()
         client.resume("bench-warm")
         out["prepared"] = _until_done(kube, recorder, "bench-warm", go, read)
         out["prepared"]["cpu"] = {n: s - cpu.get(n, 0.0) for n, s in _cpu_seconds(pids).items()}
-        out["prepared"]["operator"] = operator_waits(_scrape(metrics_url), before)
+        out["prepared"]["operator"] = operator_waits(_scrape(metrics_url, kubeconfig), before)
         out["prepared"]["operator"] |= apiserver_times(_scrape_apiserver(plane), plane_before)
         client.delete_batch("bench-cold")
         client.delete_batch("bench-warm")

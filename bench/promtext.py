@@ -15,6 +15,7 @@ LATENCIES = {
     "api_request": ("swerollout_api_request_seconds", ("method", "priority")),
     "api_slot_wait": ("swerollout_api_slot_wait_seconds", ("priority",)),
     "report_lock_wait": ("swerollout_report_lock_wait_seconds", ()),
+    "event_loop_lag": ("swerollout_event_loop_lag_seconds", ()),
 }
 """The operator's histograms the benches read: where a rollout's time to its pod, and a
 report's time to its answer, goes (name -> (metric, the labels that split it))."""

@@ -48,7 +48,7 @@ from swerollout.api import v1alpha1 as api
 from swerollout.instances import SWEBenchInstance, to_api_instance
 from swerollout.kube import PODS, SWEROLLOUTS, KubeClient, NotFound
 from swerollout_dev.cluster.config import ClusterConfig, ClusterPaths
-from swerollout_dev.cluster.supervisor import POLICY_PORT
+from swerollout_dev.cluster.supervisor import POLICY_PORT, RELEASE, RELEASE_NAMESPACE
 from swerollout_dev.policy_server.launch import launch
 from swerollout_dev.stack.paths import DevPaths
 from swerollout_dev.tasks import INDEX_FILE, load_instances, materialize_tasks
@@ -290,6 +290,9 @@ def _wait_for_machine_lock(paths: ClusterPaths) -> None:
 # runner's CPU), so 20 parked pods and their 20 prewarmed eval pods fit beside the operator.
 REAL_NODE_SANDBOX = {"resources": {"requests": {"cpu": "20m", "memory": "256Mi"}, "limits": {"memory": "4Gi"}}}
 REAL_NODE_RUNNER_CPU = "10m"
+OPERATOR_METRICS = f"/api/v1/namespaces/{RELEASE_NAMESPACE}/services/{RELEASE}:metrics/proxy/metrics"
+"""The operator's /metrics through the API server's proxy to the chart's Service (no port
+of the cluster is open to the host)."""
 
 
 def _small_runner_requests(paths: ClusterPaths) -> None:
@@ -359,7 +362,12 @@ def run_real_node(workdir: Path) -> tuple[Timings, dict[str, float]]:
             _progress("real node steps", steps)
             _small_runner_requests(paths)
             batches = prepared_starts.run_batches(
-                paths.kubeconfig, recorder, tasks, sandbox=REAL_NODE_SANDBOX, read=_operator_store(paths)
+                paths.kubeconfig,
+                recorder,
+                tasks,
+                sandbox=REAL_NODE_SANDBOX,
+                read=_operator_store(paths),
+                metrics_url=OPERATOR_METRICS,
             )
             return steps, prepared_starts.figures(batches)
     finally:
