@@ -115,6 +115,25 @@ def _cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
     return out
 
 
+def _cpu_stall_seconds() -> float | None:
+    """Seconds in which some runnable task of this machine waited for a CPU (PSI, cumulative;
+    None where the kernel has no /proc/pressure). A process that uses little CPU can still
+    wait long for it: each of its waits counts here, not in its own CPU seconds."""
+    try:
+        line = Path("/proc/pressure/cpu").read_text().splitlines()[0]
+    except (OSError, IndexError):
+        return None
+    return int(line.rsplit("total=", 1)[1]) / 1e6
+
+
+def _stalled_share(before: float | None, started: float) -> float | None:
+    """The share of the wall time since `started` in which some task waited for a CPU."""
+    after = _cpu_stall_seconds()
+    if before is None or after is None:
+        return None
+    return round((after - before) / max(time.monotonic() - started, 1e-9), 3)
+
+
 def _scrape_apiserver(kubeconfig: Path | None) -> str:
     return "" if kubeconfig is None else _get_raw(kubeconfig, "/metrics")
 
@@ -274,9 +293,10 @@ def run_batches(
     ):
         plane = kubeconfig if metrics_url else None  # a control plane of our own, not a shared one
         before, plane_before, cpu = _scrape(metrics_url, kubeconfig), _scrape_apiserver(plane), _cpu_seconds(pids)
-        go = time.monotonic()
+        go, stall = time.monotonic(), _cpu_stall_seconds()
         client.submit_batch(tasks, group, batch="bench-cold", inference=inference, sandbox=sandbox)
         out["cold"] = _until_done(kube, recorder, "bench-cold", go, read)
+        out["cold"]["cpu_stalled"] = _stalled_share(stall, go)
         out["cold"]["cpu"] = {n: s - cpu.get(n, 0.0) for n, s in _cpu_seconds(pids).items()}
         out["cold"]["operator"] = operator_waits(_scrape(metrics_url, kubeconfig), before)
         out["cold"]["operator"] |= apiserver_times(_scrape_apiserver(plane), plane_before)
@@ -297,9 +317,10 @@ def run_batches(
         _eval_pods_ready(kube, "bench-warm", len(prepared))
         out["prepare_seconds"] = time.monotonic() - started
         before, plane_before, cpu = _scrape(metrics_url, kubeconfig), _scrape_apiserver(plane), _cpu_seconds(pids)
-        go = time.monotonic()
+        go, stall = time.monotonic(), _cpu_stall_seconds()
         client.resume("bench-warm")
         out["prepared"] = _until_done(kube, recorder, "bench-warm", go, read)
+        out["prepared"]["cpu_stalled"] = _stalled_share(stall, go)
         out["prepared"]["cpu"] = {n: s - cpu.get(n, 0.0) for n, s in _cpu_seconds(pids).items()}
         out["prepared"]["operator"] = operator_waits(_scrape(metrics_url, kubeconfig), before)
         out["prepared"]["operator"] |= apiserver_times(_scrape_apiserver(plane), plane_before)
@@ -337,6 +358,11 @@ def figures(out: dict[str, Any]) -> dict[str, float]:
         **step_medians("prewarmed", out["prepared"]["reward_steps"]),
         **waits_figures("cold", out["cold"].get("operator", {})),
         **waits_figures("prewarmed", out["prepared"].get("operator", {})),
+        **{
+            f"{which}_cpu_stalled_share": share
+            for which, key in (("cold", "cold"), ("prewarmed", "prepared"))
+            if (share := out[key].get("cpu_stalled")) is not None
+        },
         **{f"cold_cpu_{n.replace('-', '_')}_s": v for n, v in out["cold"].get("cpu", {}).items()},
         **{f"prewarmed_cpu_{n.replace('-', '_')}_s": v for n, v in out["prepared"].get("cpu", {}).items()},
     }
@@ -363,10 +389,17 @@ def waits_line(f: dict[str, float], which: str) -> str:
     cpu = ", ".join(
         f"{name.removeprefix(f'{which}_cpu_').removesuffix('_s')} {f[name]:.1f}"
         for name in f
-        if name.startswith(f"{which}_cpu_")
+        if name.startswith(f"{which}_cpu_") and name.endswith("_s")
     )
-    return f"  {which} operator, p50/p99 s (bucket bounds): {', '.join(parts) or 'its /metrics not reachable here'}" + (
-        f"\n  {which} batch, CPU seconds by component: {cpu}" if cpu else ""
+    stalled = f.get(f"{which}_cpu_stalled_share")
+    return (
+        f"  {which} operator, p50/p99 s (bucket bounds): {', '.join(parts) or 'its /metrics not reachable here'}"
+        + (f"\n  {which} batch, CPU seconds by component: {cpu}" if cpu else "")
+        + (
+            f"\n  {which} batch: some task waited for a CPU in {stalled:.0%} of its wall time (PSI)"
+            if stalled is not None
+            else ""
+        )
     )
 
 

@@ -84,7 +84,7 @@ def test_the_operator_waits_of_each_batch_are_the_difference_between_two_scrapes
 
     batch = {"first": {"a": 1.0}, "wall": 1.0, "finish_to_reward": [1.0], "tests": [1.0], "startup": [{}]}
     batch |= {"reward_steps": [{}]}
-    prepared = {**batch, "operator": waits, "cpu": {"operator": 12.5, "node-agent": 3.0}}
+    prepared = {**batch, "operator": waits, "cpu": {"operator": 12.5, "node-agent": 3.0}, "cpu_stalled": 0.42}
     f = figures({"cold": batch, "prepared": prepared, "prepare_seconds": 1.0})
     assert f["prewarmed_operator_ingest_events_p99_s"] == 5.0 and f["prewarmed_cpu_node_agent_s"] == 3.0
     text = report(f)
@@ -92,3 +92,7 @@ def test_the_operator_waits_of_each_batch_are_the_difference_between_two_scrapes
     assert "cold operator, p50/p99 s (bucket bounds): its /metrics not reachable here" in text
     assert "prewarmed batch, CPU seconds by component: operator 12.5, node_agent 3.0" in text
     assert "cold batch, CPU seconds" not in text
+    # The machine's CPU pressure is its own line, not a component's CPU seconds.
+    assert "prewarmed batch: some task waited for a CPU in 42% of its wall time (PSI)" in text
+    assert f["prewarmed_cpu_stalled_share"] == 0.42 and "cold_cpu_stalled_share" not in f
+    assert "cold batch: some task waited" not in text
