@@ -49,8 +49,8 @@ from typing import Any
 import httpx
 
 from agent_runner.pod import eval_timeline
+from agent_runner.pod.startup import FIRST_GENERATE, GO, parse_line
 from agent_runner.pod.startup import STEPS as STARTUP_STEPS
-from agent_runner.pod.startup import parse_line
 from bench.promtext import LATENCIES, histogram_quantiles
 from bench.realnode_steps import GenerateRecorder, dev_stack_behind_recorder
 from swerollout.api import v1alpha1 as api
@@ -346,6 +346,7 @@ def figures(out: dict[str, Any]) -> dict[str, float]:
         "prepared_go_to_generate_p99_s": _quantile(warm, 0.99),
         "cold_create_to_generate_p50_s": statistics.median(cold),
         "cold_create_to_generate_p99_s": _quantile(cold, 0.99),
+        **_runner_go(out["prepared"]["startup"]),
         "prepare_seconds": out["prepare_seconds"],
         "cold_finish_to_reward_p50_s": statistics.median(out["cold"]["finish_to_reward"]),
         "prewarmed_finish_to_reward_p50_s": statistics.median(out["prepared"]["finish_to_reward"]),
@@ -365,6 +366,18 @@ def figures(out: dict[str, Any]) -> dict[str, float]:
         },
         **{f"cold_cpu_{n.replace('-', '_')}_s": v for n, v in out["cold"].get("cpu", {}).items()},
         **{f"prewarmed_cpu_{n.replace('-', '_')}_s": v for n, v in out["prepared"].get("cpu", {}).items()},
+    }
+
+
+def _runner_go(startups: list[dict[str, float]]) -> dict[str, float]:
+    """The prepared runners' own share of go -> first /generate: from taking the go to
+    sending the request (startup.GO), apart from the operator's and the network's."""
+    own = [t[FIRST_GENERATE] - t[GO] for t in startups if GO in t and FIRST_GENERATE in t]
+    if not own:
+        return {}
+    return {
+        "prepared_runner_go_to_generate_p50_s": statistics.median(own),
+        "prepared_runner_go_to_generate_p99_s": _quantile(own, 0.99),
     }
 
 
@@ -448,6 +461,13 @@ def report(f: dict[str, float], where: str = "on the node agent") -> str:
             f"p99 {f['cold_create_to_generate_p99_s']:.2f} s",
             f"  prepared go     -> first /generate  p50 {f['prepared_go_to_generate_p50_s'] * 1000:.0f} ms, "
             f"p99 {f['prepared_go_to_generate_p99_s'] * 1000:.0f} ms  ({ratio:.0f}x sooner at p50)",
+            (
+                f"    of which in the runner (its go taken -> the request sent): "
+                f"p50 {f['prepared_runner_go_to_generate_p50_s'] * 1000:.0f} ms, "
+                f"p99 {f['prepared_runner_go_to_generate_p99_s'] * 1000:.0f} ms"
+                if "prepared_runner_go_to_generate_p50_s" in f
+                else "    of which in the runner: no go mark in the runner logs"
+            ),
             f"  runner finish -> reward p50: cold eval pod {f['cold_finish_to_reward_p50_s']:.2f} s "
             f"(tests {f['cold_tests_p50_s']:.2f} s), prewarmed {f['prewarmed_finish_to_reward_p50_s']:.2f} s "
             f"(tests {f['prewarmed_tests_p50_s']:.2f} s)",

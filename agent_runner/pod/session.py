@@ -45,7 +45,7 @@ from . import eval_timeline, kinds, startup, turn_checkpoints
 from .checkpoint import CheckpointWriter, Head
 from .eval_timeline import prefetch_grader
 from .log_tail import LogTail
-from .startup import FIRST_GENERATE, TokenizerPrefetch
+from .startup import FIRST_GENERATE, GO, TokenizerPrefetch
 from .timeline import Timeline
 
 log = logging.getLogger(__name__)
@@ -499,6 +499,7 @@ class Runner:
             await self.ingest.event(_started(assignment, run.notice))
         else:
             # Warm: nothing before the first /generate; the start is reported beside it.
+            self.timeline.mark(GO)
             if run.limits_pending:
                 run.notice = await run.kind.apply_server_limits()
             run.reporter.last_step = time.monotonic()

@@ -26,6 +26,9 @@ STEPS = ("imports", "tokenizer", "swerex", "assignment", "setup", "first /genera
 """In the order a cold start usually meets them; `tokenizer` runs beside the next two."""
 LINE_PREFIX = "startup timeline (s since the process began): "
 FIRST_GENERATE = "first /generate"
+GO = "go"
+"""A prepared run's go (its `run` assignment taken): with FIRST_GENERATE after it, the
+runner's own share of a warm start, apart from the operator's and the network's."""
 
 
 def new_timeline() -> Timeline:

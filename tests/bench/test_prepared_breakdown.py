@@ -96,3 +96,17 @@ def test_the_operator_waits_of_each_batch_are_the_difference_between_two_scrapes
     assert "prewarmed batch: some task waited for a CPU in 42% of its wall time (PSI)" in text
     assert f["prewarmed_cpu_stalled_share"] == 0.42 and "cold_cpu_stalled_share" not in f
     assert "cold batch: some task waited" not in text
+
+
+def test_the_prepared_runners_own_share_of_the_go_is_read_from_their_start_lines() -> None:
+    batch = {"first": {"a": 1.0}, "wall": 1.0, "finish_to_reward": [1.0], "tests": [1.0], "reward_steps": [{}]}
+    cold = {**batch, "startup": [{}]}
+    # A runner without a go mark (cold, or an older runner) counts for nothing.
+    marks = [{"setup": 1.0, "go": 10.0, "first /generate": 10.05}, {"go": 3.0, "first /generate": 3.25}, {"go": 2.0}]
+    f = figures({"cold": cold, "prepared": {**batch, "startup": marks}, "prepare_seconds": 1.0})
+    assert f["prepared_runner_go_to_generate_p50_s"] == pytest.approx(0.15)
+    assert f["prepared_runner_go_to_generate_p99_s"] == pytest.approx(0.25)
+    assert "of which in the runner (its go taken -> the request sent): p50 150 ms, p99 250 ms" in report(f)
+    f = figures({"cold": cold, "prepared": {**batch, "startup": [{}]}, "prepare_seconds": 1.0})
+    assert "prepared_runner_go_to_generate_p50_s" not in f
+    assert "of which in the runner: no go mark in the runner logs" in report(f)

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from agent_runner.pod import eval_timeline
+from agent_runner.pod import eval_timeline, startup
 from swerollout.api import v1alpha1 as api
 from swerollout.client import RolloutClient
 from swerollout.kube import PODS
@@ -121,6 +121,9 @@ def test_a_prepared_batch_parks_then_runs_to_the_tokens_and_rewards_of_a_cold_on
         assert marks["started"] < go and _stamp(warm["result"]["finishedAt"]) <= marks["assignment"], marks
         graded = ("assignment", "patch", "applied", "tests", "graded", "evaluated", "uploaded")
         assert [marks[step] for step in graded] == sorted(marks[step] for step in graded), marks
+        # The runner's start: set up before the go, and nothing but the request after it.
+        start = startup.parse_line(dev_stack.read_object(warm["logs"]["runner"]).decode())
+        assert start["setup"] < start[startup.GO] <= start[startup.FIRST_GENERATE], start
         tokens = _tokens(dev_stack, warm)
         assert tokens == _tokens(dev_stack, baseline), f"task {task}: the same tokens as the cold run"
         prompt = Trajectory.from_bytes(dev_stack.read_object(warm["result"]["trajectory"])).prompt_ids
