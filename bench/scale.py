@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -272,92 +273,92 @@ async def one_size(
     timeout = stage_timeout or 600.0 + n * 0.1
     load_start = os.getloadavg()[0]
     shards = shards or 4 * replicas
-    async with lifecycle._control_plane() as (plane, kube, tmp):
+    async with lifecycle._control_plane() as (plane, kube, tmp), contextlib.AsyncExitStack() as cleanup:
+        # Each process is stopped however the run ends, from the moment it exists (a failure
+        # before the step, or in another stop, left a kwok running after its API server).
         base = await lifecycle.bare_client(kube, n, "base", None)
         await _clear_baseline(kube, "base")
         nodes = SimulatedNodes(plane, tmp / "kwok", max(1, -(-n // PODS_PER_NODE)))
+        cleanup.callback(nodes.stop)
         await nodes.start(kube)
         await lifecycle._ensure_namespace(kube, NS)
         operator = lifecycle.Operator(plane, tmp / "operator", [NS], extra_args=_sharding(replicas, shards, 0))
-        operators = [operator] + [
-            lifecycle.Operator(
+        cleanup.callback(operator.stop)
+        operators = [operator]
+        for i in range(1, replicas):
+            replica = lifecycle.Operator(
                 plane, tmp / f"operator-{i}", [NS], replica_of=operator, extra_args=_sharding(replicas, shards, i)
             )
-            for i in range(1, replicas)
-        ]
+            cleanup.callback(replica.stop)
+            operators.append(replica)
         binder = Binder(kube, NS, nodes.names)
         runners = SimulatedRunners(kube, NS, operator.key)
         phases = Phases(kube, NS)
-        try:
+        cleanup.push_async_callback(binder.stop)
+        cleanup.push_async_callback(runners.stop)
+        cleanup.push_async_callback(phases.stop)
+        for each in operators:
+            await each.ready()
+        if replicas > 1:
+            # Each holds its share of the shards before the batch comes (a start takes a step or two).
             for each in operators:
-                await each.ready()
-            if replicas > 1:
-                # Each holds its share of the shards before the batch comes (a start takes a step or two).
-                for each in operators:
-                    await _all_shards_on(each, shards // replicas, 120)
-            empty_rss = operator.rss_mib()
-            binder.start()
-            runners.start()
-            phases.start()
-            pids = {**plane.pids(), "operator": operator.proc.pid, "kwok": nodes.pid()}
-            pids.update({f"operator-{i}": each.proc.pid for i, each in enumerate(operators[1:], start=1)})
-            meter = lifecycle.CpuMeter(pids)
-            meter.start()
-            writes_before, events_before = lifecycle._api_writes(plane), _watch_events(plane)
-            own_before = sum((_operator_requests(each) for each in operators), Counter[str]())
-            labels = (lambda name: {LABEL_SHARD: shard_label(NS, name)}) if replicas > 1 else None
-            created = await lifecycle.operator_creates(kube, NS, n, None, labels)
-            running_s = await phases.wait("Running", n, timeout)
-            creation_latency = await asyncio.to_thread(_latencies, operator, plane)
-            parked_s = await _wait_for(lambda: len(runners.tally.parked) >= n, timeout)
-            await asyncio.sleep(2)  # the last progress writes settle
-            per_replica = [await asyncio.to_thread(_tracked, each) for each in operators]
-            rss_parked = operator.rss_mib()
-            server_rss = {name: _rss_mib(pid) for name, pid in plane.pids().items()}
-            parked_bytes = await _object_bytes(kube, NS)
-            parked_db = await asyncio.to_thread(_etcd_db_bytes, plane)
-            # At rest: the parsed models of the burst's last rollouts are dropped 10 s after
-            # their last read (PARSED_IDLE_SECONDS), so this RSS is the rollouts' own cost.
-            await asyncio.sleep(REST_SECONDS)
-            rss_rest = operator.rss_mib()
-            async with AsyncRolloutClient(kube, NS) as client:
-                started = time.monotonic()
-                await client.abort(lifecycle.BATCH)
-                abort_call = time.monotonic() - started
-                abort_crs = await phases.wait("Aborted", n, timeout)
-                abort_runners = await _wait_for(lambda: len(runners.tally.abort) >= n, 5.0)
-                held_abort = max(runners.tally.abort.values()) - started if runners.tally.abort else None
-                started = time.monotonic()
-                await client.resume(lifecycle.BATCH)
-                resume_call = time.monotonic() - started
-                took_over_s = None
-                if kill:
-                    operators[-1].kill()
-                    took_over_s = await _all_shards_on(operator, shards, 120)
-                await _wait_for(lambda: len(runners.tally.resume) >= n, timeout)
-                held_resume = max(runners.tally.resume.values()) - started if runners.tally.resume else None
-                succeeded_s = await phases.wait("Succeeded", n, timeout)
-            await asyncio.sleep(5)  # events and the last pod deletes are written in the background
-            cpu = meter.per_rollout_ms(n)
-            writes = lifecycle._api_writes(plane) - writes_before
-            events = _watch_events(plane) - events_before
-            alive = [each for each in operators if each.proc.poll() is None]
-            own = sum((_operator_requests(each) for each in alive), Counter[str]()) - own_before
-            step_latency = await asyncio.to_thread(_latencies, operator, plane)
-            peak_rss = operator.peak_rss_mib()
-            done_bytes = (await _object_bytes(kube, NS))["swerollout"]
-            done_db = await asyncio.to_thread(_etcd_db_bytes, plane)
-            phase_counts = Counter(phases.phase.values())
-            attempts = Counter(
-                int((o.get("status") or {}).get("attempts") or 0) for o in (await kube.list(SWEROLLOUTS, NS))["items"]
-            )
-        finally:
-            await phases.stop()
-            await runners.stop()
-            await binder.stop()
-            for each in operators:
-                each.stop()
-            nodes.stop()
+                await _all_shards_on(each, shards // replicas, 120)
+        empty_rss = operator.rss_mib()
+        binder.start()
+        runners.start()
+        phases.start()
+        pids = {**plane.pids(), "operator": operator.proc.pid, "kwok": nodes.pid()}
+        pids.update({f"operator-{i}": each.proc.pid for i, each in enumerate(operators[1:], start=1)})
+        meter = lifecycle.CpuMeter(pids)
+        meter.start()
+        writes_before, events_before = lifecycle._api_writes(plane), _watch_events(plane)
+        own_before = sum((_operator_requests(each) for each in operators), Counter[str]())
+        labels = (lambda name: {LABEL_SHARD: shard_label(NS, name)}) if replicas > 1 else None
+        created = await lifecycle.operator_creates(kube, NS, n, None, labels)
+        running_s = await phases.wait("Running", n, timeout)
+        creation_latency = await asyncio.to_thread(_latencies, operator, plane)
+        parked_s = await _wait_for(lambda: len(runners.tally.parked) >= n, timeout)
+        await asyncio.sleep(2)  # the last progress writes settle
+        per_replica = [await asyncio.to_thread(_tracked, each) for each in operators]
+        rss_parked = operator.rss_mib()
+        server_rss = {name: _rss_mib(pid) for name, pid in plane.pids().items()}
+        parked_bytes = await _object_bytes(kube, NS)
+        parked_db = await asyncio.to_thread(_etcd_db_bytes, plane)
+        # At rest: the parsed models of the burst's last rollouts are dropped 10 s after
+        # their last read (PARSED_IDLE_SECONDS), so this RSS is the rollouts' own cost.
+        await asyncio.sleep(REST_SECONDS)
+        rss_rest = operator.rss_mib()
+        async with AsyncRolloutClient(kube, NS) as client:
+            started = time.monotonic()
+            await client.abort(lifecycle.BATCH)
+            abort_call = time.monotonic() - started
+            abort_crs = await phases.wait("Aborted", n, timeout)
+            abort_runners = await _wait_for(lambda: len(runners.tally.abort) >= n, 5.0)
+            held_abort = max(runners.tally.abort.values()) - started if runners.tally.abort else None
+            started = time.monotonic()
+            await client.resume(lifecycle.BATCH)
+            resume_call = time.monotonic() - started
+            took_over_s = None
+            if kill:
+                operators[-1].kill()
+                took_over_s = await _all_shards_on(operator, shards, 120)
+            await _wait_for(lambda: len(runners.tally.resume) >= n, timeout)
+            held_resume = max(runners.tally.resume.values()) - started if runners.tally.resume else None
+            succeeded_s = await phases.wait("Succeeded", n, timeout)
+        await asyncio.sleep(5)  # events and the last pod deletes are written in the background
+        cpu = meter.per_rollout_ms(n)
+        writes = lifecycle._api_writes(plane) - writes_before
+        events = _watch_events(plane) - events_before
+        alive = [each for each in operators if each.proc.poll() is None]
+        own = sum((_operator_requests(each) for each in alive), Counter[str]()) - own_before
+        step_latency = await asyncio.to_thread(_latencies, operator, plane)
+        peak_rss = operator.peak_rss_mib()
+        done_bytes = (await _object_bytes(kube, NS))["swerollout"]
+        done_db = await asyncio.to_thread(_etcd_db_bytes, plane)
+        phase_counts = Counter(phases.phase.values())
+        attempts = Counter(
+            int((o.get("status") or {}).get("attempts") or 0) for o in (await kube.list(SWEROLLOUTS, NS))["items"]
+        )
     others = Counter(
         {
             "POST swerollouts": n,
