@@ -51,7 +51,7 @@ from bench.simnodes import Binder, SimulatedNodes
 from bench.simrunner import SimulatedRunners
 from swerollout.api.shards import LABEL_SHARD, shard_label
 from swerollout.client import AsyncRolloutClient
-from swerollout.kube import PODS, SECRETS, SWEROLLOUTS, ApiError, AsyncKubeClient, Gone
+from swerollout.kube import PODS, SECRETS, SWEROLLOUTS, ApiError, AsyncKubeClient, TransportError
 from swerollout_dev.controlplane import ControlPlane
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -138,7 +138,7 @@ class Phases:
                         self._saw(event.object, deleted=event.type == "DELETED")
             except asyncio.CancelledError:
                 raise
-            except (ApiError, Gone):
+            except (ApiError, TransportError):
                 version = None
                 await asyncio.sleep(1)
 
@@ -442,7 +442,10 @@ def run(sizes: tuple[int, ...] = SIZES, replicas: int = 1) -> dict[str, Any]:
     results = []
     for n in sizes:
         print(f"scale: {n} rollouts, {replicas} operator replica(s) ...", file=sys.stderr, flush=True)
-        results.append(asyncio.run(one_size(n, replicas=replicas)))
+        result = asyncio.run(one_size(n, replicas=replicas))
+        # Each size's figures as soon as it ends: a later size that fails loses only its own.
+        print(f"scale: {n} done: {json.dumps(result)}", file=sys.stderr, flush=True)
+        results.append(result)
     return {"sizes": results, "cores": os.cpu_count()}
 
 

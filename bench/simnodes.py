@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from swerollout.kube import NODES, PODS, ApiError, AsyncKubeClient, Conflict, Gone, NotFound
+from swerollout.kube import NODES, PODS, ApiError, AsyncKubeClient, Conflict, NotFound, TransportError
 from swerollout_dev.binaries import BUILD_SCRIPT
 from swerollout_dev.controlplane import ControlPlane
 
@@ -194,6 +194,8 @@ class Binder:
                         self._bind_soon(event.object)
             except asyncio.CancelledError:
                 raise
-            except (ApiError, Gone) as exc:
+            except (ApiError, TransportError) as exc:
+                # An API server loaded past its limits drops connections (a 5,000 step lost its
+                # binder to one): list and watch again, as an informer does.
                 print(f"binder: {exc}; listing again", file=sys.stderr)
                 await asyncio.sleep(1)

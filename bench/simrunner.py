@@ -47,7 +47,7 @@ import numpy as np
 from agent_runner.policy.rl_model import ModelState, Snapshot, TurnRecord
 from agent_runner.policy.tokens import TokenBuffer
 from swerollout.api import v1alpha1 as api
-from swerollout.kube import PODS, ApiError, AsyncKubeClient, Gone
+from swerollout.kube import PODS, ApiError, AsyncKubeClient, TransportError
 from swerollout.wire import ingest as wire
 from swerollout.wire.ingest import IngestClient
 from swerollout.wire.runner_env import RunnerEnv, RunnerRole
@@ -268,7 +268,7 @@ class SimulatedRunners:
                     self._saw(event.object, deleted=event.type == "DELETED")
             except asyncio.CancelledError:
                 raise
-            except (ApiError, Gone):
+            except (ApiError, TransportError):
                 version = None
                 await asyncio.sleep(1)
 
