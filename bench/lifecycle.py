@@ -54,7 +54,16 @@ import httpx
 
 from swerollout.api import v1alpha1 as api
 from swerollout.client import AsyncRolloutClient
-from swerollout.kube import NAMESPACES, PODS, SECRETS, SWEROLLOUTS, AsyncKubeClient, ServerError, load_kubeconfig
+from swerollout.kube import (
+    NAMESPACES,
+    PODS,
+    SECRETS,
+    SWEROLLOUTS,
+    AsyncKubeClient,
+    ServerError,
+    TransportError,
+    load_kubeconfig,
+)
 from swerollout.wire import ingest as wire
 from swerollout.wire.ingest import IngestClient
 from swerollout_dev.controlplane import ControlPlane, free_port
@@ -403,14 +412,20 @@ async def _watch_pods(kube: AsyncKubeClient, ns: str, n: int, pod_at: dict[str, 
                     seen(event.object)
                 if len(pod_at) >= n:
                     return
-        except ServerError as exc:
+        except (ServerError, TransportError) as exc:
             # A loaded API server's watch cache can lag etcd ("Too large resource version",
-            # 504): watch again, and take the pods made meanwhile from a list (their time
-            # is then when we saw them, a little late).
+            # 504), or it drops the connection: watch again, and take the pods made meanwhile
+            # from a list (their time is then when we saw them, a little late), in pages: one
+            # list of 5,000 pods (60 MB) was cut off by the server.
             print(f"pod watch: {exc}; watching again", file=sys.stderr)
-            await asyncio.sleep(1)
-            for pod in (await kube.list(PODS, ns))["items"]:
-                seen(pod)
+            while True:
+                await asyncio.sleep(1)
+                try:
+                    async for pod in kube.iter_items(PODS, ns):
+                        seen(pod)
+                    break
+                except (ServerError, TransportError) as again:
+                    print(f"pod list: {again}; listing again", file=sys.stderr)
 
 
 async def operator_creates(
