@@ -172,12 +172,19 @@ class Binder:
 
     async def _bind(self, name: str, uid: str, node: str) -> None:
         async with self._sem:
-            self.posted += 1
-            try:
-                await self.kube.bind_pod(self.namespace, name, node, pod_uid=uid)
-                self.bound += 1
-            except (Conflict, NotFound):
-                pass  # bound already (a relist saw it twice), or deleted meanwhile
+            # A dropped connection loses the answer, not always the binding: post again; a
+            # binding that did land answers Conflict the second time.
+            while True:
+                self.posted += 1
+                try:
+                    await self.kube.bind_pod(self.namespace, name, node, pod_uid=uid)
+                    self.bound += 1
+                    return
+                except (Conflict, NotFound):
+                    return  # bound already (a relist saw it twice), or deleted meanwhile
+                except TransportError as exc:
+                    print(f"binder: {exc}; binding {name} again", file=sys.stderr)
+                    await asyncio.sleep(1)
 
     async def _run(self) -> None:
         selector = "spec.nodeName="
